@@ -1,0 +1,243 @@
+/*
+ * `tally apply FILE [--dry-run]`: makes the stored plans and endpoint policies
+ * equal to the file's, in one transaction. The file is parsed and validated as
+ * a whole first; any error (a bad line, a duplicate, a plan still used by a
+ * tenant) rolls everything back, so an invalid file changes nothing. Each
+ * change is printed as one line (`create plan pro ...`, `update ...`,
+ * `delete ...`); with --dry-run the transaction is rolled back.
+ */
+#include "tally_cli.h"
+#include "tenant_config.h"
+
+#include <errno.h>
+#include <string.h>
+
+struct current {
+    struct tenant_config cfg; /* what the database holds now */
+    size_t cap_plans;
+    size_t cap_endpoints;
+};
+
+static int
+collect_plan(void *ctx, const struct tenant_plan *p)
+{
+    struct current *cur = ctx;
+
+    if (cur->cfg.n_plans == cur->cap_plans) {
+        size_t cap = cur->cap_plans == 0 ? 16 : cur->cap_plans * 2;
+        void *n = tally_realloc(cur->cfg.plans, cap * sizeof(*p));
+        if (n == NULL)
+            return TALLY_ENOMEM;
+        cur->cfg.plans = n;
+        cur->cap_plans = cap;
+    }
+    cur->cfg.plans[cur->cfg.n_plans++] = *p;
+    return TALLY_OK;
+}
+
+static int
+collect_endpoint(void *ctx, const struct tenant_endpoint *e)
+{
+    struct current *cur = ctx;
+
+    if (cur->cfg.n_endpoints == cur->cap_endpoints) {
+        size_t cap = cur->cap_endpoints == 0 ? 16 : cur->cap_endpoints * 2;
+        void *n = tally_realloc(cur->cfg.endpoints, cap * sizeof(*e));
+        if (n == NULL)
+            return TALLY_ENOMEM;
+        cur->cfg.endpoints = n;
+        cur->cap_endpoints = cap;
+    }
+    cur->cfg.endpoints[cur->cfg.n_endpoints++] = *e;
+    return TALLY_OK;
+}
+
+static int
+read_file(const char *path, char **out, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t n;
+
+    *out = NULL;
+    if (f == NULL)
+        return cli_fail(EXIT_FAIL, "%s: %s", path, strerror(errno));
+    buf = tally_malloc(TENANT_CONFIG_FILE_MAX + 1);
+    if (buf == NULL) {
+        fclose(f);
+        return cli_fail(EXIT_IOERR, "out of memory");
+    }
+    n = fread(buf, 1, TENANT_CONFIG_FILE_MAX + 1, f);
+    if (ferror(f)) {
+        fclose(f);
+        tally_free(buf);
+        return cli_fail(EXIT_FAIL, "%s: read error", path);
+    }
+    fclose(f);
+    *out = buf;
+    *len = n;
+    return EXIT_OK;
+}
+
+/* Plans: create or update what the file has, in file order. */
+static int
+apply_plans(store_db *db, const struct tenant_config *want)
+{
+    char now_line[TENANT_CONFIG_TEXT_MAX];
+    char was_line[TENANT_CONFIG_TEXT_MAX];
+    struct tenant_plan was;
+    size_t i;
+    int rc;
+
+    for (i = 0; i < want->n_plans; i++) {
+        const struct tenant_plan *p = &want->plans[i];
+        rc = store_plan_get(db, p->name, &was);
+        if (rc != TALLY_OK && rc != TALLY_ENOTFOUND)
+            return rc;
+        tenant_plan_format(p, now_line, sizeof(now_line));
+        if (rc == TALLY_OK) {
+            tenant_plan_format(&was, was_line, sizeof(was_line));
+            if (strcmp(was_line, now_line) == 0)
+                continue;
+        }
+        printf("%s %s\n", rc == TALLY_OK ? "update" : "create", now_line);
+        rc = store_plan_put(db, p);
+        if (rc != TALLY_OK)
+            return rc;
+    }
+    return TALLY_OK;
+}
+
+static int
+apply_endpoints(store_db *db, const struct tenant_config *want)
+{
+    char now_line[TENANT_CONFIG_TEXT_MAX];
+    char was_line[TENANT_CONFIG_TEXT_MAX];
+    struct tenant_endpoint was;
+    size_t i;
+    int rc;
+
+    for (i = 0; i < want->n_endpoints; i++) {
+        const struct tenant_endpoint *e = &want->endpoints[i];
+        rc = store_endpoint_get(db, e->plan, e->name, &was);
+        if (rc != TALLY_OK && rc != TALLY_ENOTFOUND)
+            return rc;
+        tenant_endpoint_format(e, now_line, sizeof(now_line));
+        if (rc == TALLY_OK) {
+            tenant_endpoint_format(&was, was_line, sizeof(was_line));
+            if (strcmp(was_line, now_line) == 0)
+                continue;
+        }
+        printf("%s %s\n", rc == TALLY_OK ? "update" : "create", now_line);
+        rc = store_endpoint_put(db, e);
+        if (rc != TALLY_OK)
+            return rc;
+    }
+    return TALLY_OK;
+}
+
+/* Deletes what the database has and the file does not. */
+static int
+apply_deletes(store_db *db, const struct tenant_config *want, const struct tenant_config *have,
+              const char **in_use)
+{
+    size_t i;
+    size_t j;
+    int rc;
+
+    for (i = 0; i < have->n_endpoints; i++) {
+        const struct tenant_endpoint *e = &have->endpoints[i];
+        bool keep = false;
+        for (j = 0; j < want->n_endpoints && !keep; j++)
+            keep = strcmp(want->endpoints[j].name, e->name) == 0 &&
+                   strcmp(want->endpoints[j].plan, e->plan) == 0;
+        if (keep)
+            continue;
+        printf("delete endpoint %s%s%s\n", e->name, e->plan[0] != '\0' ? " --plan " : "",
+               e->plan);
+        rc = store_endpoint_delete(db, e->plan, e->name);
+        if (rc != TALLY_OK)
+            return rc;
+    }
+    for (i = 0; i < have->n_plans; i++) {
+        bool keep = false;
+        for (j = 0; j < want->n_plans && !keep; j++)
+            keep = strcmp(want->plans[j].name, have->plans[i].name) == 0;
+        if (keep)
+            continue;
+        printf("delete plan %s\n", have->plans[i].name);
+        rc = store_plan_delete(db, have->plans[i].name);
+        if (rc == TALLY_EINUSE)
+            *in_use = have->plans[i].name;
+        if (rc != TALLY_OK)
+            return rc;
+    }
+    return TALLY_OK;
+}
+
+int
+cli_apply(struct cli *c)
+{
+    struct tenant_config want = {0};
+    struct current have = {0};
+    const char *path = NULL;
+    const char *in_use = NULL;
+    store_db *db = NULL;
+    char err[512];
+    char *text = NULL;
+    size_t len = 0;
+    bool dry = false;
+    int code = EXIT_OK;
+    int rc;
+    int i;
+
+    for (i = 0; i < c->argc; i++) {
+        if (strcmp(c->argv[i], "--dry-run") == 0)
+            dry = true;
+        else if (path == NULL && strncmp(c->argv[i], "--", 2) != 0)
+            path = c->argv[i];
+        else
+            return cli_fail(EXIT_USAGE, "usage: tally apply FILE [--dry-run]");
+    }
+    if (path == NULL)
+        return cli_fail(EXIT_USAGE, "usage: tally apply FILE [--dry-run]");
+    code = read_file(path, &text, &len);
+    if (code != EXIT_OK)
+        return code;
+    rc = tenant_config_parse(text, len, &want, err, sizeof(err));
+    tally_free(text);
+    if (rc != TALLY_OK)
+        return cli_fail(EXIT_DATAERR, "%s: %s; nothing changed", path, err);
+    code = cli_open(c, &db);
+    if (code != EXIT_OK)
+        goto out;
+    rc = store_db_begin(db);
+    if (rc == TALLY_OK)
+        rc = store_plan_each(db, collect_plan, &have);
+    if (rc == TALLY_OK)
+        rc = store_endpoint_each(db, collect_endpoint, &have);
+    if (rc == TALLY_OK)
+        rc = apply_plans(db, &want);
+    if (rc == TALLY_OK)
+        rc = apply_endpoints(db, &want);
+    if (rc == TALLY_OK)
+        rc = apply_deletes(db, &want, &have.cfg, &in_use);
+    fflush(stdout);
+    if (rc == TALLY_OK && !dry) {
+        rc = store_db_commit(db);
+    } else {
+        store_db_rollback(db);
+    }
+    if (in_use != NULL)
+        code = cli_fail(EXIT_DATAERR, "%s: plan %s is still used by tenants; nothing changed",
+                        path, in_use);
+    else if (rc != TALLY_OK)
+        code = cli_store_fail(rc, "apply");
+    else if (dry)
+        printf("dry run: nothing changed\n");
+out:
+    store_db_close(db);
+    tenant_config_release(&want);
+    tenant_config_release(&have.cfg);
+    return code;
+}

@@ -1,0 +1,51 @@
+/*
+ * Shared pieces of the `tally` command: exit codes, error lines, the parsers
+ * for plan and endpoint options (used by `plan set`, `endpoint set` and
+ * `apply`, so the file format and the command line are one grammar).
+ */
+#ifndef TALLY_CLI_H
+#define TALLY_CLI_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "store_config.h"
+#include "tenant.h"
+
+/* Exit codes, documented in `tally --help`. */
+enum cli_exit {
+    EXIT_OK = 0,
+    EXIT_FAIL = 1,     /* not found, exists, in use; `check`: refused */
+    EXIT_UNAUTH = 2,   /* `check`: unknown, revoked or expired token */
+    EXIT_UNAVAIL = 3,  /* `check`: the daemon or authority cannot be reached */
+    EXIT_USAGE = 64,   /* bad syntax, name, limit or cost: nothing changed */
+    EXIT_DATAERR = 65, /* `apply`: the file is invalid: nothing changed */
+    EXIT_IOERR = 74,   /* storage error */
+    EXIT_CONFIG = 78   /* data dir not initialised, key unreadable */
+};
+
+struct cli {
+    const char *data; /* resolved data dir */
+    int argc;         /* arguments after the verb */
+    char **argv;
+};
+
+/** Prints "tally: <message>" on stderr as one line; returns `code`. */
+int cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/** Exit code and one stderr line for a tally result code from the store. */
+int cli_store_fail(int rc, const char *what);
+/** Opens the config database of an initialised data dir, printing the error. */
+int cli_open(const struct cli *c, store_db **out /* OUT */);
+/** Milliseconds of wall clock now. */
+int64_t cli_now_ms(void);
+
+int cli_init(struct cli *c);
+int cli_plan(struct cli *c);
+int cli_endpoint(struct cli *c);
+int cli_apply(struct cli *c);
+int cli_export(struct cli *c);
+int cli_tenant(struct cli *c);
+int cli_link(struct cli *c);
+int cli_check(struct cli *c);
+
+#endif /* TALLY_CLI_H */

@@ -1,0 +1,174 @@
+/*
+ * `tally`: the administration command. A thin main: it resolves the data dir,
+ * dispatches on the verb and maps results to the documented exit codes. Every
+ * error is one line on stderr; stdout carries only what was asked for.
+ */
+#include "tally_cli.h"
+
+#include <sodium.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static const char usage_text[] =
+    "usage: tally [--data DIR] COMMAND [ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  init                                   create the data dir, its key and database\n"
+    "  plan set NAME --limit N/PERIOD ... [--link-limit N/PERIOD ...] [--concurrency K]\n"
+    "  plan list | show NAME | remove NAME\n"
+    "  endpoint set NAME [--plan PLAN] --limit N/PERIOD ... [--tenant-limit N/PERIOD ...]\n"
+    "        [--algorithm window|gcra] [--cost C] [--expensive]\n"
+    "        [--on-unavailable open|closed] [--degraded-limit N/PERIOD ...] [--shadow]\n"
+    "  endpoint list | show NAME [--plan PLAN] | remove NAME [--plan PLAN]\n"
+    "  apply FILE [--dry-run]                 make plans and endpoints match FILE\n"
+    "  export                                 print plans and endpoints in that format\n"
+    "  tenant add ID --plan PLAN | list | show ID | remove ID\n"
+    "  link create TENANT [--endpoint NAME ...] [--expires DURATION] [--json]\n"
+    "  link revoke TOKEN-OR-ID | list TENANT\n"
+    "  check TOKEN ENDPOINT [--cost C]        (TOKEN '-' reads it from stdin)\n"
+    "\n"
+    "Limits are N/PERIOD with PERIOD one of s, m, h, d, optionally prefixed by a\n"
+    "count (100/10s, 600/1m, 36000/1h); 1 <= N <= 2^32, PERIOD at most 365d.\n"
+    "Names match [a-z0-9][a-z0-9_-]{0,62}. Durations: 90s, 15m, 12h, 30d.\n"
+    "The data dir is --data DIR, else $TALLY_DATA, else " TALLY_DEFAULT_DATA_DIR ".\n"
+    "\n"
+    "exit codes:\n"
+    "  0 success (check: admitted)      1 failed: not found, exists, in use (check: refused)\n"
+    "  2 check: unauthorized            3 check: unavailable\n"
+    "  64 usage: bad syntax, name, limit or cost; nothing changed\n"
+    "  65 apply: invalid file; nothing changed\n"
+    "  74 storage error                 78 data dir not initialised or key unreadable\n";
+
+int
+cli_fail(int code, const char *fmt, ...)
+{
+    va_list ap;
+
+    fputs("tally: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return code;
+}
+
+int
+cli_store_fail(int rc, const char *what)
+{
+    switch (rc) {
+    case TALLY_ENOTFOUND:
+    case TALLY_EEXIST:
+    case TALLY_EINUSE:
+        return cli_fail(EXIT_FAIL, "%s: %s", what, tally_strerror(rc));
+    case TALLY_ENODATA:
+    case TALLY_ENOKEY:
+    case TALLY_ESCHEMA:
+        return cli_fail(EXIT_CONFIG, "%s: %s", what, tally_strerror(rc));
+    default:
+        return cli_fail(EXIT_IOERR, "%s: %s", what, tally_strerror(rc));
+    }
+}
+
+int
+cli_open(const struct cli *c, store_db **out)
+{
+    int rc = store_datadir_check(c->data);
+
+    *out = NULL;
+    if (rc != TALLY_OK)
+        return cli_fail(EXIT_CONFIG,
+                        "data directory %s is not initialised: run 'tally init --data %s'",
+                        c->data, c->data);
+    rc = store_config_open(c->data, false, out);
+    if (rc != TALLY_OK)
+        return cli_fail(rc == TALLY_ESCHEMA ? EXIT_CONFIG : EXIT_IOERR, "%s (%s)",
+                        tally_strerror(rc), store_open_errmsg());
+    return EXIT_OK;
+}
+
+int64_t
+cli_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int
+cli_init(struct cli *c)
+{
+    int rc;
+
+    if (c->argc != 0)
+        return cli_fail(EXIT_USAGE, "init takes no arguments");
+    rc = store_datadir_init(c->data);
+    if (rc == TALLY_EEXIST)
+        return cli_fail(EXIT_FAIL, "data directory %s is already initialised", c->data);
+    if (rc != TALLY_OK)
+        return cli_fail(rc == TALLY_EPERM ? EXIT_CONFIG : EXIT_IOERR, "init %s: %s", c->data,
+                        tally_strerror(rc));
+    fprintf(stderr, "tally: initialised %s\n", c->data);
+    return EXIT_OK;
+}
+
+static const struct {
+    const char *verb;
+    int (*run)(struct cli *c);
+} verbs[] = {
+    {"init", cli_init},     {"plan", cli_plan},     {"endpoint", cli_endpoint},
+    {"apply", cli_apply},   {"export", cli_export}, {"tenant", cli_tenant},
+    {"link", cli_link},     {"check", cli_check},
+};
+
+int
+main(int argc, char **argv)
+{
+    const char *data_arg = NULL;
+    struct cli c;
+    size_t i;
+    int at = 1;
+    int n;
+
+    umask(077);
+    if (sodium_init() < 0)
+        return cli_fail(EXIT_IOERR, "libsodium failed to initialise");
+    /* --data may stand anywhere (`tally init --data DIR` reads naturally): take
+     * it out of argv first, then the global flags, then the verb. */
+    n = 1;
+    for (int j = 1; j < argc; j++) {
+        if (strcmp(argv[j], "--data") == 0) {
+            if (j + 1 >= argc)
+                return cli_fail(EXIT_USAGE, "--data needs a directory");
+            data_arg = argv[++j];
+        } else if (strncmp(argv[j], "--data=", 7) == 0) {
+            data_arg = argv[j] + 7;
+        } else {
+            argv[n++] = argv[j];
+        }
+    }
+    argc = n;
+    argv[argc] = NULL;
+    if (at < argc && (strcmp(argv[at], "--help") == 0 || strcmp(argv[at], "-h") == 0)) {
+        fputs(usage_text, stdout);
+        return EXIT_OK;
+    }
+    if (at < argc && strcmp(argv[at], "--version") == 0) {
+        printf("tally %s\n", TALLY_VERSION);
+        return EXIT_OK;
+    }
+    if (at < argc && strncmp(argv[at], "--", 2) == 0)
+        return cli_fail(EXIT_USAGE, "unknown option '%s' (see tally --help)", argv[at]);
+    if (at >= argc)
+        return cli_fail(EXIT_USAGE, "missing command (see tally --help)");
+    c.data = store_datadir_pick(data_arg, TALLY_DEFAULT_DATA_DIR);
+    c.argc = argc - at - 1;
+    c.argv = argv + at + 1;
+    for (i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
+        if (strcmp(argv[at], verbs[i].verb) == 0)
+            return verbs[i].run(&c);
+    }
+    return cli_fail(EXIT_USAGE, "unknown command '%s' (see tally --help)", argv[at]);
+}

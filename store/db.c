@@ -1,0 +1,311 @@
+/*
+ * One SQLite file: open in WAL mode with a busy timeout, migrate forward by
+ * user_version, prepare the schema's statements once (persistent), translate
+ * SQLite's result codes into tally's. Files are created 0600 whatever the
+ * umask, because a counter or ledger file names links and tenants.
+ */
+#include "store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define STORE_BUSY_TIMEOUT_MS 5000
+
+/* Detail of the last failed open: the handle that held it is gone. */
+static char open_errmsg[STORE_PATH_MAX + 512];
+
+struct store_db {
+    sqlite3 *sql;
+    const struct store_schema *schema;
+    sqlite3_stmt **stmts;
+    char path[STORE_PATH_MAX];
+    char errmsg[STORE_PATH_MAX + 512];
+};
+
+int
+store_db_rc(store_db *db, int sqlite_rc)
+{
+    int rc;
+
+    switch (sqlite_rc & 0xff) {
+    case SQLITE_OK:
+    case SQLITE_ROW:
+    case SQLITE_DONE:
+        return TALLY_OK;
+    case SQLITE_NOMEM:
+        rc = TALLY_ENOMEM;
+        break;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+        rc = TALLY_EBUSY;
+        break;
+    case SQLITE_FULL:
+        rc = TALLY_EFULL;
+        break;
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+        rc = TALLY_EREADONLY;
+        break;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+        rc = TALLY_ECORRUPT;
+        break;
+    case SQLITE_CONSTRAINT:
+        rc = TALLY_EEXIST;
+        break;
+    case SQLITE_IOERR:
+    case SQLITE_CANTOPEN:
+        rc = TALLY_EIO;
+        break;
+    default:
+        rc = TALLY_ESTORE;
+        break;
+    }
+    if (db != NULL) {
+        const char *detail = db->sql != NULL ? sqlite3_errmsg(db->sql) : sqlite3_errstr(sqlite_rc);
+        snprintf(db->errmsg, sizeof(db->errmsg), "%s: %s", db->path, detail);
+    }
+    return rc;
+}
+
+const char *
+store_open_errmsg(void)
+{
+    return open_errmsg[0] != '\0' ? open_errmsg : "no detail";
+}
+
+const char *
+store_db_errmsg(const store_db *db)
+{
+    return db != NULL && db->errmsg[0] != '\0' ? db->errmsg : "no detail";
+}
+
+struct sqlite3 *
+store_db_handle(store_db *db)
+{
+    return db->sql;
+}
+
+int
+store_db_exec(store_db *db, const char *sql)
+{
+    return store_db_rc(db, sqlite3_exec(db->sql, sql, NULL, NULL, NULL));
+}
+
+int
+store_db_begin(store_db *db)
+{
+    return store_db_exec(db, "BEGIN IMMEDIATE");
+}
+
+int
+store_db_commit(store_db *db)
+{
+    int rc = store_db_exec(db, "COMMIT");
+
+    if (rc != TALLY_OK)
+        store_db_rollback(db);
+    return rc;
+}
+
+void
+store_db_rollback(store_db *db)
+{
+    if (!sqlite3_get_autocommit(db->sql))
+        (void)sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
+}
+
+sqlite3_stmt *
+store_db_stmt(store_db *db, int idx)
+{
+    sqlite3_stmt *st;
+
+    if (NEVER(idx < 0 || idx >= db->schema->n_statements))
+        return NULL;
+    st = db->stmts[idx];
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return st;
+}
+
+/* Creates the file with mode 0600 before SQLite sees it, so the umask of the
+ * caller never decides who can read counters. WAL and SHM files inherit the
+ * mode of the database file (SQLite copies it). */
+static int
+create_private(store_db *db, const char *path)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+
+    if (fd < 0) {
+        snprintf(db->errmsg, sizeof(db->errmsg), "%s: %s", path, strerror(errno));
+        return errno == EACCES ? TALLY_EPERM : errno == EROFS ? TALLY_EREADONLY : TALLY_EIO;
+    }
+    (void)fchmod(fd, 0600);
+    close(fd);
+    return TALLY_OK;
+}
+
+static int
+pragma_int(store_db *db, const char *sql, int64_t *out)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = store_db_rc(db, sqlite3_prepare_v2(db->sql, sql, -1, &st, NULL));
+
+    if (rc != TALLY_OK)
+        return rc;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        *out = sqlite3_column_int64(st, 0);
+    else
+        rc = store_db_rc(db, sqlite3_errcode(db->sql));
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int
+configure(store_db *db, unsigned flags)
+{
+    sqlite3_stmt *st = NULL;
+    int rc;
+
+    sqlite3_busy_timeout(db->sql, STORE_BUSY_TIMEOUT_MS);
+    rc = store_db_rc(db, sqlite3_prepare_v2(db->sql, "PRAGMA journal_mode=WAL", -1, &st, NULL));
+    if (rc != TALLY_OK)
+        return rc;
+    if (sqlite3_step(st) != SQLITE_ROW ||
+        strcmp((const char *)sqlite3_column_text(st, 0), "wal") != 0) {
+        rc = store_db_rc(db, sqlite3_errcode(db->sql));
+        if (rc == TALLY_OK) {
+            snprintf(db->errmsg, sizeof(db->errmsg), "%s: WAL mode refused", db->path);
+            rc = TALLY_ESTORE;
+        }
+    }
+    sqlite3_finalize(st);
+    if (rc != TALLY_OK)
+        return rc;
+    rc = store_db_exec(db, (flags & STORE_OPEN_SYNC_FULL) ? "PRAGMA synchronous=FULL"
+                                                          : "PRAGMA synchronous=NORMAL");
+    if (rc == TALLY_OK)
+        rc = store_db_exec(db, "PRAGMA foreign_keys=ON");
+    return rc;
+}
+
+/* Forward migrations, each in its own transaction with its version bump. */
+static int
+migrate(store_db *db)
+{
+    int64_t version = 0;
+    char bump[64];
+    int rc = pragma_int(db, "PRAGMA user_version", &version);
+
+    if (rc != TALLY_OK)
+        return rc;
+    if (version > db->schema->n_migrations) {
+        snprintf(db->errmsg, sizeof(db->errmsg),
+                 "%s: %s schema version %lld is newer than this binary's %d", db->path,
+                 db->schema->name, (long long)version, db->schema->n_migrations);
+        return TALLY_ESCHEMA;
+    }
+    for (; version < db->schema->n_migrations; version++) {
+        rc = store_db_begin(db);
+        if (rc != TALLY_OK)
+            return rc;
+        rc = store_db_exec(db, db->schema->migrations[version]);
+        snprintf(bump, sizeof(bump), "PRAGMA user_version=%lld", (long long)version + 1);
+        if (rc == TALLY_OK)
+            rc = store_db_exec(db, bump);
+        if (rc == TALLY_OK)
+            rc = store_db_commit(db);
+        else
+            store_db_rollback(db);
+        if (rc != TALLY_OK)
+            return rc;
+    }
+    return TALLY_OK;
+}
+
+static int
+prepare_all(store_db *db)
+{
+    int i;
+    int rc;
+
+    db->stmts = tally_calloc((size_t)db->schema->n_statements + 1, sizeof(*db->stmts));
+    if (db->stmts == NULL)
+        return TALLY_ENOMEM;
+    for (i = 0; i < db->schema->n_statements; i++) {
+        rc = store_db_rc(db, sqlite3_prepare_v3(db->sql, db->schema->statements[i], -1,
+                                                SQLITE_PREPARE_PERSISTENT, &db->stmts[i], NULL));
+        if (rc != TALLY_OK)
+            return rc;
+    }
+    return TALLY_OK;
+}
+
+int
+store_db_open(const char *path, const struct store_schema *schema, unsigned flags, store_db **out)
+{
+    store_db *db = NULL;
+    struct stat sb;
+    int rc = TALLY_ENOMEM;
+
+    *out = NULL;
+    db = tally_calloc(1, sizeof(*db));
+    if (db == NULL)
+        goto out;
+    db->schema = schema;
+    snprintf(db->path, sizeof(db->path), "%s", path);
+    if (stat(path, &sb) != 0) {
+        if (!(flags & STORE_OPEN_CREATE)) {
+            snprintf(db->errmsg, sizeof(db->errmsg), "%s: no such file", path);
+            rc = TALLY_ENOTFOUND;
+            goto out;
+        }
+        rc = create_private(db, path);
+        if (rc != TALLY_OK)
+            goto out;
+    }
+    rc = store_db_rc(db, sqlite3_open_v2(path, &db->sql,
+                                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL));
+    if (rc != TALLY_OK)
+        goto out;
+    sqlite3_extended_result_codes(db->sql, 0);
+    rc = configure(db, flags);
+    if (rc == TALLY_OK)
+        rc = migrate(db);
+    if (rc == TALLY_OK)
+        rc = prepare_all(db);
+    if (rc != TALLY_OK)
+        goto out;
+    *out = db;
+    db = NULL; /* ownership moved to the caller */
+out:
+    if (db != NULL)
+        snprintf(open_errmsg, sizeof(open_errmsg), "%s", db->errmsg);
+    store_db_close(db);
+    return rc;
+}
+
+void
+store_db_close(store_db *db)
+{
+    int i;
+
+    if (db == NULL)
+        return;
+    if (db->stmts != NULL) {
+        for (i = 0; i < db->schema->n_statements; i++)
+            sqlite3_finalize(db->stmts[i]);
+        tally_free(db->stmts);
+    }
+    if (db->sql != NULL) {
+        int rc = sqlite3_close(db->sql);
+        assert(rc == SQLITE_OK);
+        (void)rc;
+    }
+    tally_free(db);
+}

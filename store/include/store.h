@@ -1,0 +1,81 @@
+/*
+ * store: every SQLite file tally keeps, behind one small interface. A file is
+ * opened with a schema (forward migrations by PRAGMA user_version and the
+ * statements prepared once per connection, indexed by the schema's enum), in
+ * WAL mode with a busy timeout, created with mode 0600. SQLite result codes
+ * never leave this folder: they become tally result codes, with the detail
+ * kept for one clear error line.
+ *
+ * Header-wide rule: one connection per file per process, used by the thread
+ * that opened it; strings passed in are borrowed for the call.
+ */
+#ifndef STORE_H
+#define STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tally_common.h"
+#include "tenant.h"
+
+typedef struct store_db store_db;
+typedef struct sqlite3_stmt sqlite3_stmt;
+
+enum store_open_flags {
+    STORE_OPEN_CREATE = 1 << 0,   /* create the file (mode 0600) if missing */
+    STORE_OPEN_SYNC_FULL = 1 << 1 /* synchronous=FULL (strict); NORMAL otherwise */
+};
+
+struct store_schema {
+    const char *name;              /* for messages: "config", "ledger", ... */
+    const char *const *migrations; /* migrations[i] moves user_version i to i + 1 */
+    int n_migrations;
+    const char *const *statements; /* SQL text, indexed by the schema's own enum */
+    int n_statements;
+};
+
+/** Opens `path` with `schema` (borrowed, must outlive the handle), migrating it
+ *  forward. *out is owned by the caller, release with store_db_close(). A file
+ *  whose version is newer than the schema is TALLY_ESCHEMA; a damaged file is
+ *  TALLY_ECORRUPT. Opening thread only. */
+TALLY_MUST_CHECK int store_db_open(const char *path, const struct store_schema *schema,
+                                   unsigned flags, store_db **out /* OUT */);
+/** Finalizes the statements and closes the file. NULL is a no-op. */
+void store_db_close(store_db *db);
+/** The statement numbered `idx` of the schema, reset and unbound, valid until close. */
+sqlite3_stmt *store_db_stmt(store_db *db, int idx);
+/** Maps a SQLite result code to a tally result code, keeping the detail for
+ *  store_db_errmsg(). SQLITE_OK/ROW/DONE map to TALLY_OK. */
+int store_db_rc(store_db *db, int sqlite_rc);
+/** Transactions: BEGIN IMMEDIATE (the writer lock at once), COMMIT, ROLLBACK. */
+TALLY_MUST_CHECK int store_db_begin(store_db *db);
+TALLY_MUST_CHECK int store_db_commit(store_db *db);
+void store_db_rollback(store_db *db);
+/** Runs SQL text with no result rows (setup, tests). */
+TALLY_MUST_CHECK int store_db_exec(store_db *db, const char *sql);
+/** The last error's detail ("disk I/O error: tally.db"), static until the next call. */
+const char *store_db_errmsg(const store_db *db);
+/** The detail of the last failed store_db_open() in this process (static storage). */
+const char *store_open_errmsg(void);
+/** The raw SQLite handle, for code inside store/ and tests. */
+struct sqlite3 *store_db_handle(store_db *db);
+
+/* --- the data directory -------------------------------------------------- */
+
+#define STORE_PATH_MAX 4096
+
+/** Resolves the data dir: `arg` if not NULL, else $TALLY_DATA, else `fallback`. */
+const char *store_datadir_pick(const char *arg, const char *fallback);
+/** Creates `dir` (0700) with a fresh deployment key (secret.key, 0600) and the
+ *  config database (tally.db, 0600). An initialised dir is TALLY_EEXIST and is
+ *  left untouched. */
+TALLY_MUST_CHECK int store_datadir_init(const char *dir);
+/** TALLY_OK when `dir` holds a key and a config database, else TALLY_ENODATA. */
+TALLY_MUST_CHECK int store_datadir_check(const char *dir);
+/** Loads the deployment key into sodium_malloc'd memory made read-only.
+ *  *out is owned by the caller, release with store_key_free(). */
+TALLY_MUST_CHECK int store_key_load(const char *dir, unsigned char **out /* OUT */);
+/** Wipes and frees a key from store_key_load(). NULL is a no-op. */
+void store_key_free(unsigned char *key);
+
+#endif /* STORE_H */

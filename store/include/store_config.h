@@ -1,0 +1,85 @@
+/*
+ * The configuration database (DATA/tally.db): plans, endpoint policies,
+ * tenants, links (hashes only, never tokens) and, until the supervisor takes
+ * over, the counters `tally check` decides from. Writers use one transaction
+ * per command so a failed command changes nothing.
+ *
+ * Header-wide rule: handles come from store_config_open(); strings are
+ * borrowed for the call; out-structs are caller-owned.
+ */
+#ifndef STORE_CONFIG_H
+#define STORE_CONFIG_H
+
+#include "store.h"
+
+#define STORE_CONFIG_FILE "tally.db"
+#define STORE_KEY_FILE    "secret.key"
+
+/** Opens DIR/tally.db (must exist unless `create`). Release with store_db_close(). */
+TALLY_MUST_CHECK int store_config_open(const char *dir, bool create, store_db **out /* OUT */);
+
+/* Plans. */
+TALLY_MUST_CHECK int store_plan_put(store_db *db, const struct tenant_plan *p);
+TALLY_MUST_CHECK int store_plan_get(store_db *db, const char *name, struct tenant_plan *out);
+/** Deletes a plan with no tenant and its plan-specific endpoints; a plan in use is TALLY_EINUSE. */
+TALLY_MUST_CHECK int store_plan_delete(store_db *db, const char *name);
+typedef int (*store_plan_cb)(void *ctx, const struct tenant_plan *p);
+/** Calls cb for each plan by name; a non-zero return from cb stops and is returned. */
+TALLY_MUST_CHECK int store_plan_each(store_db *db, store_plan_cb cb, void *ctx);
+
+/* Endpoint policies: plan "" is the default for every plan. */
+TALLY_MUST_CHECK int store_endpoint_put(store_db *db, const struct tenant_endpoint *e);
+TALLY_MUST_CHECK int store_endpoint_get(store_db *db, const char *plan, const char *name,
+                                        struct tenant_endpoint *out);
+/** The policy that applies to `name` for tenants on `plan`: the plan's own, else the default. */
+TALLY_MUST_CHECK int store_endpoint_resolve(store_db *db, const char *plan, const char *name,
+                                            struct tenant_endpoint *out);
+TALLY_MUST_CHECK int store_endpoint_delete(store_db *db, const char *plan, const char *name);
+typedef int (*store_endpoint_cb)(void *ctx, const struct tenant_endpoint *e);
+TALLY_MUST_CHECK int store_endpoint_each(store_db *db, store_endpoint_cb cb, void *ctx);
+
+/* Tenants. */
+struct store_tenant {
+    char id[TENANT_NAME_MAX + 1];
+    char plan[TENANT_NAME_MAX + 1];
+    int64_t created_ms;
+    int64_t links_live; /* filled by get/each */
+};
+TALLY_MUST_CHECK int store_tenant_add(store_db *db, const char *id, const char *plan,
+                                      int64_t now_ms);
+TALLY_MUST_CHECK int store_tenant_get(store_db *db, const char *id, struct store_tenant *out);
+/** Removes the tenant, its links and its counters. */
+TALLY_MUST_CHECK int store_tenant_remove(store_db *db, const char *id);
+typedef int (*store_tenant_cb)(void *ctx, const struct store_tenant *t);
+TALLY_MUST_CHECK int store_tenant_each(store_db *db, store_tenant_cb cb, void *ctx);
+
+/* Links. */
+#define STORE_LINK_ENDPOINTS_MAX 1024 /* comma-separated endpoint names, "" = every endpoint */
+struct store_link {
+    char id[TENANT_LINK_ID_LEN + 1];
+    char tenant[TENANT_NAME_MAX + 1];
+    unsigned char hash[TENANT_HASH_BYTES];
+    char endpoints[STORE_LINK_ENDPOINTS_MAX];
+    int64_t created_ms;
+    int64_t expires_ms; /* 0 = never */
+    int64_t revoked_ms; /* 0 = live */
+};
+TALLY_MUST_CHECK int store_link_insert(store_db *db, const struct store_link *l);
+TALLY_MUST_CHECK int store_link_by_hash(store_db *db, const unsigned char hash[TENANT_HASH_BYTES],
+                                        struct store_link *out);
+TALLY_MUST_CHECK int store_link_by_id(store_db *db, const char *id, struct store_link *out);
+/** Marks the link revoked at now_ms; already revoked is TALLY_OK (idempotent). */
+TALLY_MUST_CHECK int store_link_revoke(store_db *db, const char *id, int64_t now_ms);
+typedef int (*store_link_cb)(void *ctx, const struct store_link *l);
+TALLY_MUST_CHECK int store_link_each(store_db *db, const char *tenant, store_link_cb cb,
+                                     void *ctx);
+/** True iff the link is live at now_ms and may call `endpoint`. */
+bool store_link_allows(const struct store_link *l, const char *endpoint, int64_t now_ms);
+
+/* Counters: opaque state blobs keyed per (tenant, budget key), for in-process checks. */
+TALLY_MUST_CHECK int store_counter_get(store_db *db, const char *tenant, const char *key,
+                                       void *state, size_t len, bool *found /* OUT */);
+TALLY_MUST_CHECK int store_counter_put(store_db *db, const char *tenant, const char *key,
+                                       const void *state, size_t len);
+
+#endif /* STORE_CONFIG_H */
