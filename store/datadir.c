@@ -138,8 +138,12 @@ store_key_load(const char *dir, unsigned char **out)
         rc = errno == ENOENT ? TALLY_ENOKEY : errno_rc(errno);
         goto out;
     }
-    if (fstat(fd, &sb) != 0 || sb.st_size != TENANT_KEY_BYTES || (sb.st_mode & 077) != 0) {
+    if (fstat(fd, &sb) != 0 || sb.st_size != TENANT_KEY_BYTES) {
         rc = TALLY_ENOKEY;
+        goto out;
+    }
+    if ((sb.st_mode & 077) != 0) {
+        rc = TALLY_EKEYMODE; /* a key others can read is no secret: refuse to use it */
         goto out;
     }
     key = sodium_malloc(TENANT_KEY_BYTES);

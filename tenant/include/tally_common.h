@@ -52,7 +52,8 @@
     X(EPERM, -23, "permission denied")                                                             \
     X(EINUSE, -24, "still in use")                                                                 \
     X(ETIMEDOUT, -25, "timed out")                                                                 \
-    X(ELOCKED, -26, "locked by another process")
+    X(ELOCKED, -26, "locked by another process")                                                   \
+    X(EKEYMODE, -27, "deployment key is readable by others: chmod 600 it")
 
 enum tally_rc {
 #define TALLY_RC_ENUM(name, value, msg) TALLY_##name = (value),

@@ -1,0 +1,59 @@
+# The two commands of the quick start (DESIGN.md §9):
+#   make run   installs what is missing, builds, creates a demo tenant and link
+#              in ./.tally and starts tallyd in the foreground on 127.0.0.1:8080
+#   make test  installs what is missing, builds with ASan+UBSan and -Werror and
+#              runs every suite through ctest, then checks formatting
+# Other targets: build (release), fuzz, bench, format, format-check, clean.
+
+DEB_PACKAGES := build-essential cmake pkg-config clang clang-format libclang-rt-14-dev \
+                libuv1-dev libsqlite3-dev libsodium-dev libcmocka-dev libhttp-parser-dev \
+                sqlite3 curl
+DATA ?= $(CURDIR)/.tally
+HTTP ?= 127.0.0.1:8080
+JOBS ?= 2
+SOURCES = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find . -name '*.[ch]' -not -path './build/*')
+
+.PHONY: all deps build run test fuzz bench format format-check clean
+
+all: build
+
+# Installs the Debian packages that are missing (as root; otherwise says which).
+deps:
+	@missing=""; \
+	for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "make: missing Debian packages:$$missing (run as root or install them)"; exit 1; fi; \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+build: deps
+	cmake --preset release >/dev/null
+	cmake --build build/release -j$(JOBS)
+
+run: build
+	DATA=$(DATA) HTTP=$(HTTP) BIN=$(CURDIR)/build/release/cli scripts/demo.sh
+
+test: deps
+	cmake --preset asan >/dev/null
+	cmake --build build/asan -j$(JOBS)
+	ctest --preset asan -j$(JOBS)
+	$(MAKE) --no-print-directory format-check
+
+fuzz: deps
+	cmake --preset fuzz >/dev/null
+	cmake --build build/fuzz -j$(JOBS)
+
+bench: build
+	@for b in build/release/bench/tally-bench-*; do [ -x "$$b" ] && echo "== $$b" && "$$b"; done
+
+format:
+	clang-format -i $(SOURCES)
+
+format-check:
+	@clang-format --dry-run --Werror $(SOURCES) && echo "format-check: ok"
+
+clean:
+	rm -rf build

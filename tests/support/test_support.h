@@ -1,0 +1,41 @@
+/*
+ * What the suites share: temporary data dirs, running the real built
+ * binaries as child processes with their output captured, and small file
+ * helpers. Tests spawn `tally` and `tallyd` exactly as users do.
+ */
+#ifndef TEST_SUPPORT_H
+#define TEST_SUPPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TEST_OUT_MAX (256 * 1024)
+
+struct test_out {
+    int code;                /* exit status, or 128 + signal */
+    char out[TEST_OUT_MAX];  /* stdout, NUL-terminated */
+    char err[TEST_OUT_MAX];  /* stderr, NUL-terminated */
+};
+
+/** Makes a fresh directory under /tmp into buf (at least 64 bytes). */
+void test_tmpdir(char *buf, size_t len);
+/** Removes a directory tree (rm -rf). */
+void test_rmtree(const char *path);
+/** Full path of a built binary ("tally", "tallyd") into buf. */
+void test_bin(const char *name, char *buf, size_t len);
+/** Runs argv (argv[0] a path, NULL-terminated) with `input` on stdin (may be NULL),
+ *  waits, captures output into *o. Returns o->code. */
+int test_run(char *const argv[], const char *input, struct test_out *o);
+/** Runs `tally --data DIR ARGS...` (NULL-terminated varargs), output into *o. */
+int test_tally(const char *data, struct test_out *o, ...);
+/** Reads a whole file into a malloc'd buffer (*len set); NULL when missing. */
+char *test_read_file(const char *path, size_t *len);
+/** True iff any regular file under dir contains `needle` (bytes). */
+bool test_dir_contains(const char *dir, const char *needle);
+/** True iff every file under dir (and dir itself) denies all access to group and others. */
+bool test_dir_private(const char *dir);
+/** Seed for property tests: $TALLY_SEED or the time; printed once. */
+uint64_t test_seed(void);
+
+#endif
