@@ -1,0 +1,551 @@
+/*
+ * Framed connections and listeners over libuv streams (proto_stream.h).
+ * Reads land in a fixed 64 KiB frame buffer, so a peer can never make us
+ * allocate by talking; writes try uv_try_write first and otherwise go through
+ * two buffers (one in flight, one filling), capped so a peer that stops
+ * reading is cut instead of growing our memory. The handle lives inside the
+ * connection; the memory goes when the handle is closed and the last
+ * reference is dropped (STYLE.md §6).
+ */
+#define _GNU_SOURCE /* struct ucred */
+#include "proto_stream.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+struct proto_conn {
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_pipe_t pipe;
+        uv_tcp_t tcp;
+    } h;
+    uv_write_t wreq;
+    struct proto_conn_cbs cbs;
+    void *data;
+    int refs; /* callers' references + 1 while the handle is open */
+    bool initialised;
+    bool closing;
+    bool writing;
+    bool close_after_flush;
+    int reason;
+    struct proto_frame_reader reader;
+    uint8_t rbuf[PROTO_FRAME_MAX];
+    uint8_t *out; /* filling while a write is in flight */
+    size_t out_len;
+    size_t out_cap;
+    uint8_t *flight; /* handed to uv_write */
+    size_t flight_len;
+    size_t flight_cap;
+};
+
+struct proto_listener {
+    union {
+        uv_handle_t handle;
+        uv_stream_t stream;
+        uv_pipe_t pipe;
+        uv_tcp_t tcp;
+    } h;
+    struct proto_listener_cbs cbs;
+    void *data;
+    bool is_unix;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    void (*close_cb)(void *data);
+    void *close_data;
+};
+
+static void conn_free(proto_conn *c);
+
+static proto_conn *
+conn_new(const struct proto_conn_cbs *cbs, void *data)
+{
+    proto_conn *c = tally_calloc(1, sizeof(*c));
+
+    if (c == NULL)
+        return NULL;
+    c->cbs = *cbs;
+    c->data = data;
+    c->refs = 2; /* the caller's, and the open handle's */
+    c->h.handle.data = c;
+    proto_frame_reader_init(&c->reader, c->rbuf, sizeof(c->rbuf));
+    return c;
+}
+
+static void
+conn_free(proto_conn *c)
+{
+    tally_free(c->out);
+    tally_free(c->flight);
+    tally_free(c);
+}
+
+void
+proto_conn_ref(proto_conn *c)
+{
+    c->refs++;
+}
+
+void
+proto_conn_unref(proto_conn *c)
+{
+    if (c == NULL)
+        return;
+    if (ALWAYS(c->refs > 0) && --c->refs == 0)
+        conn_free(c);
+}
+
+void *
+proto_conn_data(const proto_conn *c)
+{
+    return c->data;
+}
+
+void
+proto_conn_set_data(proto_conn *c, void *data)
+{
+    c->data = data;
+}
+
+bool
+proto_conn_is_closing(const proto_conn *c)
+{
+    return c->closing;
+}
+
+static void
+on_handle_closed(uv_handle_t *h)
+{
+    proto_conn *c = h->data;
+
+    if (c->cbs.on_close != NULL)
+        c->cbs.on_close(c, c->reason, c->data);
+    c->cbs.on_frame = NULL;
+    c->cbs.on_close = NULL;
+    proto_conn_unref(c); /* the handle's reference */
+}
+
+static void
+conn_close_reason(proto_conn *c, int reason)
+{
+    if (c->closing)
+        return;
+    c->closing = true;
+    c->reason = reason;
+    if (!c->initialised) {
+        c->initialised = true; /* nothing to close: behave as if closed */
+        on_handle_closed(&c->h.handle);
+        return;
+    }
+    if (!uv_is_closing(&c->h.handle))
+        uv_close(&c->h.handle, on_handle_closed);
+}
+
+void
+proto_conn_close(proto_conn *c)
+{
+    conn_close_reason(c, TALLY_OK);
+}
+
+void
+proto_conn_close_after_flush(proto_conn *c)
+{
+    if (!c->writing && c->out_len == 0)
+        proto_conn_close(c);
+    else
+        c->close_after_flush = true;
+}
+
+static void
+on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    proto_conn *c = h->data;
+    uint8_t *p = NULL;
+    size_t n = proto_frame_reader_space(&c->reader, &p);
+
+    (void)hint;
+    *buf = uv_buf_init((char *)p, (unsigned)n); /* 0 bytes -> UV_ENOBUFS in on_read */
+}
+
+static void
+on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    proto_conn *c = s->data;
+    struct proto_frame f;
+    int rc = TALLY_OK;
+
+    (void)buf;
+    if (nread < 0) {
+        conn_close_reason(c, nread == UV_EOF ? TALLY_OK : TALLY_EIO);
+        return;
+    }
+    proto_frame_reader_commit(&c->reader, (size_t)nread);
+    proto_conn_ref(c); /* on_frame may close and drop the owner's reference */
+    while (!c->closing && (rc = proto_frame_next(&c->reader, &f)) == TALLY_OK) {
+        if (c->cbs.on_frame != NULL)
+            c->cbs.on_frame(c, &f, c->data);
+    }
+    if (!c->closing && rc == TALLY_EPROTO)
+        conn_close_reason(c, TALLY_EPROTO);
+    proto_conn_unref(c);
+}
+
+static int
+start_reading(proto_conn *c)
+{
+    return uv_read_start(&c->h.stream, on_alloc, on_read) == 0 ? TALLY_OK : TALLY_EIO;
+}
+
+int
+proto_conn_open_fd(uv_loop_t *loop, int fd, const struct proto_conn_cbs *cbs, void *data,
+                   proto_conn **out)
+{
+    proto_conn *c = conn_new(cbs, data);
+
+    *out = NULL;
+    if (c == NULL)
+        return TALLY_ENOMEM;
+    if (uv_pipe_init(loop, &c->h.pipe, 0) != 0) {
+        conn_free(c);
+        return TALLY_EIO;
+    }
+    c->initialised = true;
+    c->h.handle.data = c;
+    if (uv_pipe_open(&c->h.pipe, fd) != 0 || start_reading(c) != TALLY_OK) {
+        proto_conn_close(c);
+        proto_conn_unref(c);
+        return TALLY_EIO;
+    }
+    *out = c;
+    return TALLY_OK;
+}
+
+int
+proto_conn_pipe_new(uv_loop_t *loop, const struct proto_conn_cbs *cbs, void *data,
+                    proto_conn **out)
+{
+    proto_conn *c = conn_new(cbs, data);
+
+    *out = NULL;
+    if (c == NULL)
+        return TALLY_ENOMEM;
+    if (uv_pipe_init(loop, &c->h.pipe, 0) != 0) {
+        conn_free(c);
+        return TALLY_EIO;
+    }
+    c->initialised = true;
+    c->h.handle.data = c;
+    *out = c;
+    return TALLY_OK;
+}
+
+uv_pipe_t *
+proto_conn_pipe(proto_conn *c)
+{
+    return &c->h.pipe;
+}
+
+int
+proto_conn_start(proto_conn *c)
+{
+    return start_reading(c);
+}
+
+int
+proto_conn_peer_uid(const proto_conn *c, uint32_t *uid)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    uv_os_fd_t fd;
+
+    if (c->h.handle.type != UV_NAMED_PIPE || uv_fileno(&c->h.handle, &fd) != 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+        return TALLY_ENOTFOUND;
+    *uid = cred.uid;
+    return TALLY_OK;
+}
+
+/* ---- writing ---- */
+
+static int
+buf_append(uint8_t **buf, size_t *len, size_t *cap, const void *p, size_t n)
+{
+    if (n > PROTO_CONN_OUT_MAX - *len)
+        return TALLY_ETOOBIG;
+    if (*len + n > *cap) {
+        size_t want = *cap == 0 ? 4096 : *cap;
+        uint8_t *nb;
+        while (want < *len + n)
+            want *= 2;
+        nb = tally_realloc(*buf, want);
+        if (nb == NULL)
+            return TALLY_ENOMEM;
+        *buf = nb;
+        *cap = want;
+    }
+    memcpy(*buf + *len, p, n);
+    *len += n;
+    return TALLY_OK;
+}
+
+static void on_write(uv_write_t *req, int status);
+
+static int
+write_flight(proto_conn *c)
+{
+    uv_buf_t b = uv_buf_init((char *)c->flight, (unsigned)c->flight_len);
+
+    c->writing = true;
+    if (uv_write(&c->wreq, &c->h.stream, &b, 1, on_write) != 0) {
+        c->writing = false;
+        conn_close_reason(c, TALLY_EIO);
+        return TALLY_EIO;
+    }
+    return TALLY_OK;
+}
+
+static void
+on_write(uv_write_t *req, int status)
+{
+    proto_conn *c = req->handle->data;
+    uint8_t *t;
+    size_t cap;
+
+    c->writing = false;
+    c->flight_len = 0;
+    if (status < 0) {
+        conn_close_reason(c, TALLY_EIO);
+        return;
+    }
+    if (c->closing)
+        return;
+    if (c->out_len > 0) {
+        t = c->flight;
+        cap = c->flight_cap;
+        c->flight = c->out;
+        c->flight_cap = c->out_cap;
+        c->flight_len = c->out_len;
+        c->out = t;
+        c->out_cap = cap;
+        c->out_len = 0;
+        (void)write_flight(c);
+    } else if (c->close_after_flush) {
+        proto_conn_close(c);
+    }
+}
+
+int
+proto_conn_send(proto_conn *c, const void *frame, size_t len)
+{
+    const uint8_t *p = frame;
+    int rc;
+
+    if (c->closing)
+        return TALLY_EIO;
+    if (c->writing) {
+        rc = buf_append(&c->out, &c->out_len, &c->out_cap, p, len);
+        if (rc != TALLY_OK)
+            conn_close_reason(c, rc);
+        return rc;
+    }
+    {
+        uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
+        int n = uv_try_write(&c->h.stream, &b, 1);
+        if (n == (int)len)
+            return TALLY_OK;
+        if (n < 0 && n != UV_EAGAIN) {
+            conn_close_reason(c, TALLY_EIO);
+            return TALLY_EIO;
+        }
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+        }
+    }
+    rc = buf_append(&c->flight, &c->flight_len, &c->flight_cap, p, len);
+    if (rc != TALLY_OK) {
+        conn_close_reason(c, rc);
+        return rc;
+    }
+    return write_flight(c);
+}
+
+/* ---- listeners ---- */
+
+static void
+on_connection(uv_stream_t *server, int status)
+{
+    proto_listener *l = server->data;
+    struct proto_conn_cbs cbs = {NULL, NULL};
+    void *conn_data = NULL;
+    proto_conn *c;
+    int rc;
+
+    if (status < 0)
+        return;
+    c = conn_new(&cbs, NULL);
+    if (c == NULL)
+        return; /* the pending connection stays in the backlog; retried next time */
+    rc = l->is_unix ? uv_pipe_init(server->loop, &c->h.pipe, 0)
+                    : uv_tcp_init(server->loop, &c->h.tcp);
+    if (rc != 0) {
+        conn_free(c);
+        return;
+    }
+    c->initialised = true;
+    c->h.handle.data = c;
+    if (uv_accept(server, &c->h.stream) != 0 ||
+        !l->cbs.on_accept(l, l->data, &c->cbs, &conn_data)) {
+        c->cbs.on_close = NULL;
+        proto_conn_close(c);
+        proto_conn_unref(c);
+        return;
+    }
+    c->data = conn_data;
+    if (!l->is_unix)
+        uv_tcp_nodelay(&c->h.tcp, 1);
+    if (start_reading(c) != TALLY_OK) {
+        proto_conn_close(c);
+        l->cbs.on_conn(l, c, l->data); /* the owner still gets its on_close */
+        return;
+    }
+    l->cbs.on_conn(l, c, l->data);
+}
+
+/* A socket file nobody listens on is stale (a kill -9 left it): remove it. */
+static int
+clear_stale_socket(const char *path)
+{
+    struct sockaddr_un sa;
+    struct stat sb;
+    int fd;
+    int rc;
+
+    if (lstat(path, &sb) != 0)
+        return errno == ENOENT ? TALLY_OK : TALLY_EIO;
+    if (!S_ISSOCK(sb.st_mode))
+        return TALLY_EEXIST;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return TALLY_EIO;
+    rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    close(fd);
+    if (rc == 0)
+        return TALLY_EINUSE;
+    return unlink(path) == 0 ? TALLY_OK : TALLY_EIO;
+}
+
+static proto_listener *
+listener_new(const struct proto_listener_cbs *cbs, void *data)
+{
+    proto_listener *l = tally_calloc(1, sizeof(*l));
+
+    if (l == NULL)
+        return NULL;
+    l->cbs = *cbs;
+    l->data = data;
+    return l;
+}
+
+static void
+on_listener_closed(uv_handle_t *h)
+{
+    proto_listener *l = h->data;
+
+    if (l->close_cb != NULL)
+        l->close_cb(l->close_data);
+    tally_free(l);
+}
+
+int
+proto_listener_unix(uv_loop_t *loop, const char *path, int mode,
+                    const struct proto_listener_cbs *cbs, void *data, proto_listener **out)
+{
+    proto_listener *l = NULL;
+    int rc;
+
+    *out = NULL;
+    if (strlen(path) >= sizeof(l->path))
+        return TALLY_ETOOBIG;
+    rc = clear_stale_socket(path);
+    if (rc != TALLY_OK)
+        return rc;
+    l = listener_new(cbs, data);
+    if (l == NULL)
+        return TALLY_ENOMEM;
+    l->is_unix = true;
+    snprintf(l->path, sizeof(l->path), "%s", path);
+    if (uv_pipe_init(loop, &l->h.pipe, 0) != 0) {
+        tally_free(l);
+        return TALLY_EIO;
+    }
+    l->h.handle.data = l;
+    if (uv_pipe_bind(&l->h.pipe, path) != 0 || chmod(path, (mode_t)mode) != 0 ||
+        uv_listen(&l->h.stream, 511, on_connection) != 0) {
+        l->path[0] = '\0';
+        uv_close(&l->h.handle, on_listener_closed);
+        return TALLY_EIO;
+    }
+    *out = l;
+    return TALLY_OK;
+}
+
+int
+proto_listener_tcp(uv_loop_t *loop, const char *host, int port,
+                   const struct proto_listener_cbs *cbs, void *data, proto_listener **out)
+{
+    struct sockaddr_storage ss;
+    proto_listener *l;
+
+    *out = NULL;
+    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
+        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
+        return TALLY_EINVAL;
+    l = listener_new(cbs, data);
+    if (l == NULL)
+        return TALLY_ENOMEM;
+    if (uv_tcp_init(loop, &l->h.tcp) != 0) {
+        tally_free(l);
+        return TALLY_EIO;
+    }
+    l->h.handle.data = l;
+    if (uv_tcp_bind(&l->h.tcp, (struct sockaddr *)&ss, 0) != 0 ||
+        uv_listen(&l->h.stream, 511, on_connection) != 0) {
+        uv_close(&l->h.handle, on_listener_closed);
+        return TALLY_EINUSE;
+    }
+    *out = l;
+    return TALLY_OK;
+}
+
+int
+proto_listener_port(const proto_listener *l)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+
+    if (l->is_unix || uv_tcp_getsockname(&l->h.tcp, (struct sockaddr *)&ss, &len) != 0)
+        return -1;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+void
+proto_listener_close(proto_listener *l, void (*cb)(void *data), void *data)
+{
+    if (l == NULL)
+        return;
+    l->close_cb = cb;
+    l->close_data = data;
+    if (l->is_unix && l->path[0] != '\0')
+        unlink(l->path);
+    if (!uv_is_closing(&l->h.handle))
+        uv_close(&l->h.handle, on_listener_closed);
+}
