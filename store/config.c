@@ -516,23 +516,9 @@ store_link_each(store_db *db, const char *tenant, store_link_cb cb, void *ctx)
 bool
 store_link_allows(const struct store_link *l, const char *endpoint, int64_t now_ms)
 {
-    size_t n = strlen(endpoint);
-    const char *p = l->endpoints;
-
     if (l->revoked_ms != 0 || (l->expires_ms != 0 && now_ms >= l->expires_ms))
         return false;
-    if (*p == '\0')
-        return true;
-    while (*p != '\0') {
-        const char *comma = strchr(p, ',');
-        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
-        if (len == n && memcmp(p, endpoint, n) == 0)
-            return true;
-        if (comma == NULL)
-            break;
-        p = comma + 1;
-    }
-    return false;
+    return l->endpoints[0] == '\0' || tenant_name_list_has(l->endpoints, endpoint);
 }
 
 /* ---- counters ---- */

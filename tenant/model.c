@@ -27,6 +27,24 @@ tenant_name_valid(const char *s)
     return true;
 }
 
+bool
+tenant_name_list_has(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    const char *p = list;
+
+    while (*p != '\0') {
+        const char *comma = strchr(p, ',');
+        size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        if (len == n && memcmp(p, name, n) == 0)
+            return true;
+        if (comma == NULL)
+            break;
+        p = comma + 1;
+    }
+    return false;
+}
+
 /* Parses a run of decimal digits (no sign, at least one digit) into *out,
  * refusing values above max. Returns the first byte after the digits or NULL. */
 static const char *

@@ -42,6 +42,9 @@ enum tenant_unavailable { TENANT_UNAVAIL_CLOSED = 0, TENANT_UNAVAIL_OPEN = 1 };
 /** True iff `s` (borrowed, NUL-terminated) is a valid tenant/plan/endpoint name. */
 bool tenant_name_valid(const char *s);
 
+/** True iff `name` is one of the comma-separated names of `list` (both borrowed). */
+bool tenant_name_list_has(const char *list, const char *name);
+
 /** Parses "N/PERIOD" strictly into *out. TALLY_OK or TALLY_ELIMIT. */
 TALLY_MUST_CHECK int tenant_limit_parse(const char *s, struct tenant_limit *out /* OUT */);
 /** Writes the canonical text of `l` ("600/1m") into buf of `len` bytes. */

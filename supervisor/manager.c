@@ -1,0 +1,365 @@
+/*
+ * The supervisor processes as tallyd sees them (sup_manager.h): a table of
+ * tenants, each with at most one process and one framed channel. A process is
+ * spawned when a frame must go to a tenant with none; its exit decides what
+ * comes next: status 0 is hibernation (spawn again on demand), anything else
+ * starts a backoff that doubles up to a ceiling and resets after a healthy
+ * run. The table only grows with tenants that sent traffic after auth.
+ */
+#include "sup_manager.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "proto_stream.h"
+#include "tenant.h"
+
+#define HEALTHY_RUN_MS 10000
+
+struct sup_proc {
+    char tenant[TENANT_NAME_MAX + 1];
+    sup_manager *m;
+    uv_process_t process;
+    bool process_live;    /* spawned, exit_cb not yet run */
+    bool process_closing; /* uv_close called on the handle */
+    proto_conn *conn;
+    uint64_t started_ms;
+    uint64_t last_used_ms;
+    uint64_t not_before_ms; /* backoff: no spawn before this loop time */
+    int64_t backoff_ms;
+};
+
+struct sup_manager {
+    uv_loop_t *loop;
+    struct sup_manager_config cfg;
+    char data_dir[4096];
+    char exe[4096];
+    char durability[16];
+    struct sup_manager_cbs cbs;
+    void *data;
+    struct sup_proc **procs;
+    uint32_t n_procs;
+    uint32_t cap_procs;
+    struct sup_manager_stats stats;
+    bool closing;
+    int pending_handles;
+    void (*close_cb)(void *data);
+    void *close_data;
+};
+
+static struct sup_proc *
+proc_find(const sup_manager *m, const char *tenant)
+{
+    uint32_t i;
+
+    for (i = 0; i < m->n_procs; i++) {
+        if (strcmp(m->procs[i]->tenant, tenant) == 0)
+            return m->procs[i];
+    }
+    return NULL;
+}
+
+static struct sup_proc *
+proc_get(sup_manager *m, const char *tenant)
+{
+    struct sup_proc *p = proc_find(m, tenant);
+
+    if (p != NULL)
+        return p;
+    if (m->n_procs == m->cap_procs) {
+        uint32_t cap = m->cap_procs == 0 ? 16 : m->cap_procs * 2;
+        struct sup_proc **n = tally_realloc(m->procs, cap * sizeof(*n));
+        if (n == NULL)
+            return NULL;
+        m->procs = n;
+        m->cap_procs = cap;
+    }
+    p = tally_calloc(1, sizeof(*p));
+    if (p == NULL)
+        return NULL;
+    snprintf(p->tenant, sizeof(p->tenant), "%s", tenant);
+    p->m = m;
+    p->process.data = p;
+    m->procs[m->n_procs++] = p;
+    return p;
+}
+
+static void
+maybe_finish_close(sup_manager *m)
+{
+    uint32_t i;
+
+    if (!m->closing || m->pending_handles > 0)
+        return;
+    for (i = 0; i < m->n_procs; i++) {
+        if (m->procs[i]->process_live || m->procs[i]->conn != NULL)
+            return;
+    }
+    for (i = 0; i < m->n_procs; i++)
+        tally_free(m->procs[i]);
+    tally_free(m->procs);
+    if (m->close_cb != NULL)
+        m->close_cb(m->close_data);
+    tally_free(m);
+}
+
+static void
+on_process_closed(uv_handle_t *h)
+{
+    struct sup_proc *p = h->data;
+    sup_manager *m = p->m;
+
+    p->process_closing = false;
+    m->pending_handles--;
+    maybe_finish_close(m);
+}
+
+static void
+on_proc_exit(uv_process_t *proc, int64_t status, int term_signal)
+{
+    struct sup_proc *p = proc->data;
+    sup_manager *m = p->m;
+    uint64_t now = uv_now(m->loop);
+    int code = term_signal != 0 ? 128 + term_signal : (int)status;
+
+    p->process_live = false;
+    p->process_closing = true;
+    m->pending_handles++;
+    uv_close((uv_handle_t *)proc, on_process_closed);
+    m->stats.live--;
+    if (p->conn != NULL)
+        proto_conn_close(p->conn);
+    if (code == SUP_EXIT_IDLE && term_signal == 0) {
+        m->stats.exits++;
+        p->backoff_ms = 0;
+    } else {
+        m->stats.crashes++;
+        if (now - p->started_ms > HEALTHY_RUN_MS)
+            p->backoff_ms = 0;
+        p->backoff_ms = p->backoff_ms == 0 ? m->cfg.backoff_min_ms : p->backoff_ms * 2;
+        if (p->backoff_ms > m->cfg.backoff_max_ms)
+            p->backoff_ms = m->cfg.backoff_max_ms;
+        p->not_before_ms = now + (uint64_t)p->backoff_ms;
+    }
+    if (!m->closing && m->cbs.on_down != NULL)
+        m->cbs.on_down(m->data, p->tenant, code);
+    maybe_finish_close(m);
+}
+
+static void
+on_conn_frame(proto_conn *c, const struct proto_frame *f, void *data)
+{
+    struct sup_proc *p = data;
+
+    (void)c;
+    p->last_used_ms = uv_now(p->m->loop);
+    if (p->m->cbs.on_frame != NULL && !p->m->closing)
+        p->m->cbs.on_frame(p->m->data, p->tenant, f);
+}
+
+static void
+on_conn_close(proto_conn *c, int reason, void *data)
+{
+    struct sup_proc *p = data;
+
+    (void)reason;
+    if (p->conn == c)
+        p->conn = NULL;
+    proto_conn_unref(c);
+    /* The process notices EOF and exits; its exit_cb does the bookkeeping. */
+    maybe_finish_close(p->m);
+}
+
+/* Hibernates the least recently used supervisor when the ceiling is reached. */
+static void
+make_room(sup_manager *m, const struct sup_proc *keep)
+{
+    struct sup_proc *lru = NULL;
+    uint32_t i;
+
+    if (m->stats.live < m->cfg.max_supervisors)
+        return;
+    for (i = 0; i < m->n_procs; i++) {
+        struct sup_proc *p = m->procs[i];
+        if (p != keep && p->conn != NULL && (lru == NULL || p->last_used_ms < lru->last_used_ms))
+            lru = p;
+    }
+    if (lru != NULL)
+        proto_conn_close(lru->conn); /* EOF: the supervisor persists and exits */
+}
+
+static int
+spawn(sup_manager *m, struct sup_proc *p)
+{
+    static const struct proto_conn_cbs conn_cbs = {on_conn_frame, on_conn_close};
+    char idle[32];
+    char *args[12];
+    uv_stdio_container_t stdio[4];
+    uv_process_options_t opts;
+    proto_conn *conn = NULL;
+    int rc;
+
+    if (p->process_live || p->process_closing)
+        return TALLY_EUNAVAIL; /* the previous one is still going away */
+    make_room(m, p);
+    rc = proto_conn_pipe_new(m->loop, &conn_cbs, p, &conn);
+    if (rc != TALLY_OK)
+        return rc;
+    snprintf(idle, sizeof(idle), "%lld", (long long)m->cfg.idle_exit_ms);
+    args[0] = m->exe;
+    args[1] = "--supervise";
+    args[2] = p->tenant;
+    args[3] = "--data";
+    args[4] = m->data_dir;
+    args[5] = "--durability";
+    args[6] = m->durability;
+    args[7] = "--idle-exit-ms";
+    args[8] = idle;
+    args[9] = NULL;
+    memset(stdio, 0, sizeof(stdio));
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_INHERIT_FD;
+    stdio[1].data.fd = 1;
+    stdio[2].flags = UV_INHERIT_FD;
+    stdio[2].data.fd = 2;
+    stdio[3].flags = UV_CREATE_PIPE | UV_READABLE_PIPE | UV_WRITABLE_PIPE;
+    stdio[3].data.stream = (uv_stream_t *)proto_conn_pipe(conn);
+    memset(&opts, 0, sizeof(opts));
+    opts.file = m->exe;
+    opts.args = args;
+    opts.exit_cb = on_proc_exit;
+    opts.stdio = stdio;
+    opts.stdio_count = 4;
+    p->process.data = p;
+    if (uv_spawn(m->loop, &p->process, &opts) != 0) {
+        /* uv_spawn initialised the handle even on failure: close it. */
+        p->process_closing = true;
+        m->pending_handles++;
+        uv_close((uv_handle_t *)&p->process, on_process_closed);
+        proto_conn_close(conn);
+        proto_conn_unref(conn);
+        p->backoff_ms = m->cfg.backoff_max_ms;
+        p->not_before_ms = uv_now(m->loop) + (uint64_t)p->backoff_ms;
+        return TALLY_EUNAVAIL;
+    }
+    if (proto_conn_start(conn) != TALLY_OK) {
+        proto_conn_close(conn);
+        proto_conn_unref(conn);
+        uv_process_kill(&p->process, SIGKILL);
+        p->process_live = true;
+        m->stats.live++;
+        return TALLY_EUNAVAIL;
+    }
+    p->conn = conn;
+    p->process_live = true;
+    p->started_ms = uv_now(m->loop);
+    if (m->stats.starts++ > 0 && p->backoff_ms > 0)
+        m->stats.restarts++;
+    m->stats.live++;
+    return TALLY_OK;
+}
+
+int
+sup_manager_open(uv_loop_t *loop, const struct sup_manager_config *cfg,
+                 const struct sup_manager_cbs *cbs, void *data, sup_manager **out)
+{
+    sup_manager *m = tally_calloc(1, sizeof(*m));
+
+    *out = NULL;
+    if (m == NULL)
+        return TALLY_ENOMEM;
+    m->loop = loop;
+    m->cfg = *cfg;
+    snprintf(m->data_dir, sizeof(m->data_dir), "%s", cfg->data_dir);
+    snprintf(m->exe, sizeof(m->exe), "%s", cfg->exe);
+    snprintf(m->durability, sizeof(m->durability), "%s",
+             cfg->durability != NULL ? cfg->durability : "strict");
+    if (m->cfg.idle_exit_ms <= 0)
+        m->cfg.idle_exit_ms = 60000;
+    if (m->cfg.backoff_min_ms <= 0)
+        m->cfg.backoff_min_ms = 10;
+    if (m->cfg.backoff_max_ms <= 0)
+        m->cfg.backoff_max_ms = 2000;
+    if (m->cfg.max_supervisors == 0)
+        m->cfg.max_supervisors = 1024;
+    m->cbs = *cbs;
+    m->data = data;
+    *out = m;
+    return TALLY_OK;
+}
+
+int
+sup_manager_send(sup_manager *m, const char *tenant, const void *frame, size_t len)
+{
+    struct sup_proc *p;
+    int rc;
+
+    if (m->closing)
+        return TALLY_EUNAVAIL;
+    if (!tenant_name_valid(tenant))
+        return TALLY_ENAME;
+    p = proc_get(m, tenant);
+    if (p == NULL)
+        return TALLY_ENOMEM;
+    p->last_used_ms = uv_now(m->loop);
+    if (p->conn == NULL) {
+        if (uv_now(m->loop) < p->not_before_ms)
+            return TALLY_EUNAVAIL;
+        rc = spawn(m, p);
+        if (rc != TALLY_OK)
+            return rc;
+    }
+    rc = proto_conn_send(p->conn, frame, len);
+    return rc == TALLY_OK ? TALLY_OK : TALLY_EUNAVAIL;
+}
+
+bool
+sup_manager_is_up(const sup_manager *m, const char *tenant)
+{
+    const struct sup_proc *p = proc_find(m, tenant);
+
+    return p != NULL && p->conn != NULL && p->process_live;
+}
+
+int64_t
+sup_manager_backoff_left_ms(const sup_manager *m, const char *tenant)
+{
+    const struct sup_proc *p = proc_find(m, tenant);
+    uint64_t now = uv_now(m->loop);
+
+    if (p == NULL || p->not_before_ms <= now)
+        return 0;
+    return (int64_t)(p->not_before_ms - now);
+}
+
+int
+sup_manager_pid(const sup_manager *m, const char *tenant)
+{
+    const struct sup_proc *p = proc_find(m, tenant);
+
+    return p != NULL && p->process_live ? p->process.pid : 0;
+}
+
+void
+sup_manager_stats(const sup_manager *m, struct sup_manager_stats *out)
+{
+    *out = m->stats;
+}
+
+void
+sup_manager_close(sup_manager *m, void (*cb)(void *data), void *data)
+{
+    uint32_t i;
+
+    if (m == NULL)
+        return;
+    m->closing = true;
+    m->close_cb = cb;
+    m->close_data = data;
+    for (i = 0; i < m->n_procs; i++) {
+        if (m->procs[i]->conn != NULL)
+            proto_conn_close(m->procs[i]->conn);
+    }
+    maybe_finish_close(m);
+}
