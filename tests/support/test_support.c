@@ -247,3 +247,13 @@ test_seed(void)
     fprintf(stderr, "seed: TALLY_SEED=%llu\n", (unsigned long long)seed);
     return seed;
 }
+
+uint64_t
+test_rand(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}

@@ -35,6 +35,8 @@ char *test_read_file(const char *path, size_t *len);
 bool test_dir_contains(const char *dir, const char *needle);
 /** True iff every file under dir (and dir itself) denies all access to group and others. */
 bool test_dir_private(const char *dir);
+/** splitmix64: the next pseudo-random number of *state (deterministic). */
+uint64_t test_rand(uint64_t *state);
 /** Seed for property tests: $TALLY_SEED or the time; printed once. */
 uint64_t test_seed(void);
 
