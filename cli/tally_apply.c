@@ -153,8 +153,7 @@ apply_deletes(store_db *db, const struct tenant_config *want, const struct tenan
                    strcmp(want->endpoints[j].plan, e->plan) == 0;
         if (keep)
             continue;
-        printf("delete endpoint %s%s%s\n", e->name, e->plan[0] != '\0' ? " --plan " : "",
-               e->plan);
+        printf("delete endpoint %s%s%s\n", e->name, e->plan[0] != '\0' ? " --plan " : "", e->plan);
         rc = store_endpoint_delete(db, e->plan, e->name);
         if (rc != TALLY_OK)
             return rc;
@@ -229,8 +228,8 @@ cli_apply(struct cli *c)
         store_db_rollback(db);
     }
     if (in_use != NULL)
-        code = cli_fail(EXIT_DATAERR, "%s: plan %s is still used by tenants; nothing changed",
-                        path, in_use);
+        code = cli_fail(EXIT_DATAERR, "%s: plan %s is still used by tenants; nothing changed", path,
+                        in_use);
     else if (rc != TALLY_OK)
         code = cli_store_fail(rc, "apply");
     else if (dry)

@@ -116,8 +116,8 @@ build_path(struct check_ctx *c, struct slot_blob *blob)
     }
     if (rc == TALLY_OK) {
         snprintf(key, sizeof(key), "ep:%s", c->ep.name);
-        rc = add_budget(c, TENANT_SCOPE_ENDPOINT_TENANT, c->ep.algorithm, &c->ep.tenant_limits,
-                        key);
+        rc =
+            add_budget(c, TENANT_SCOPE_ENDPOINT_TENANT, c->ep.algorithm, &c->ep.tenant_limits, key);
     }
     if (rc == TALLY_OK) {
         snprintf(key, sizeof(key), "ep:%s:%s", c->ep.name, c->link.id);
@@ -232,8 +232,7 @@ cli_check(struct cli *c)
         if (v == NULL)
             return cli_fail(EXIT_USAGE, "unexpected argument '%.80s'", c->argv[i]);
         if (tenant_cost_parse(v, &cost) != TALLY_OK)
-            return cli_fail(EXIT_USAGE, "invalid --cost '%.80s': a whole number from 1 to 2^32",
-                            v);
+            return cli_fail(EXIT_USAGE, "invalid --cost '%.80s': a whole number from 1 to 2^32", v);
     }
     if (strcmp(c->argv[0], "-") == 0) {
         if (!read_token(token, sizeof(token)))

@@ -155,9 +155,9 @@ cli_endpoint(struct cli *c)
             code = cli_store_fail(rc, "endpoint set");
     } else if (strcmp(sub, "remove") == 0) {
         rc = store_db_begin(db);
-        code = rc != TALLY_OK ? cli_store_fail(rc, "endpoint remove")
-                              : write_one(db, store_endpoint_delete(db, plan, c->argv[1]),
-                                          c->argv[1]);
+        code = rc != TALLY_OK
+                   ? cli_store_fail(rc, "endpoint remove")
+                   : write_one(db, store_endpoint_delete(db, plan, c->argv[1]), c->argv[1]);
     } else if (strcmp(sub, "show") == 0) {
         rc = store_endpoint_get(db, plan, c->argv[1], &e);
         code = rc != TALLY_OK ? cli_store_fail(rc, c->argv[1]) : print_endpoint(stdout, &e);

@@ -79,8 +79,8 @@ cli_open(const struct cli *c, store_db **out)
     *out = NULL;
     if (rc != TALLY_OK)
         return cli_fail(EXIT_CONFIG,
-                        "data directory %s is not initialised: run 'tally init --data %s'",
-                        c->data, c->data);
+                        "data directory %s is not initialised: run 'tally init --data %s'", c->data,
+                        c->data);
     rc = store_config_open(c->data, false, out);
     if (rc != TALLY_OK)
         return cli_fail(rc == TALLY_ESCHEMA ? EXIT_CONFIG : EXIT_IOERR, "%s (%s)",
@@ -118,9 +118,9 @@ static const struct {
     const char *verb;
     int (*run)(struct cli *c);
 } verbs[] = {
-    {"init", cli_init},     {"plan", cli_plan},     {"endpoint", cli_endpoint},
-    {"apply", cli_apply},   {"export", cli_export}, {"tenant", cli_tenant},
-    {"link", cli_link},     {"check", cli_check},
+    {"init", cli_init},   {"plan", cli_plan},     {"endpoint", cli_endpoint},
+    {"apply", cli_apply}, {"export", cli_export}, {"tenant", cli_tenant},
+    {"link", cli_link},   {"check", cli_check},
 };
 
 int

@@ -150,8 +150,7 @@ link_create_args(struct cli *c, struct link_args *a)
         } else if ((v = tenant_opt_value(c->argc, c->argv, &i, "--expires", &missing)) != NULL) {
             if (tenant_duration_parse(v, &a->expires_in_ms) != TALLY_OK)
                 return cli_fail(EXIT_USAGE,
-                                "invalid --expires '%.80s': a duration like 90s, 15m, 12h, 30d",
-                                v);
+                                "invalid --expires '%.80s': a duration like 90s, 15m, 12h, 30d", v);
         } else if (strcmp(c->argv[i], "--json") == 0) {
             a->json = true;
         } else {
@@ -310,7 +309,7 @@ static int
 print_link_row(void *ctx, const struct store_link *l)
 {
     int64_t now_ms = *(const int64_t *)ctx;
-    const char *status = l->revoked_ms != 0                                 ? "revoked"
+    const char *status = l->revoked_ms != 0                                ? "revoked"
                          : (l->expires_ms != 0 && now_ms >= l->expires_ms) ? "expired"
                                                                            : "live";
     char created[32];

@@ -197,9 +197,9 @@ tally_client_open(const char *where, int timeout_ms, tally_client **out)
         goto out;
     id = ++c->next_id;
     rc = roundtrip(c, proto_hello_encode(c->wbuf, id, &hello), id, &f);
-    if (rc == TALLY_OK && (f.type != PROTO_C_HELLO_REPLY ||
-                           proto_hello_reply_decode(&f, &hr) != TALLY_OK ||
-                           hr.version != PROTO_VERSION))
+    if (rc == TALLY_OK &&
+        (f.type != PROTO_C_HELLO_REPLY || proto_hello_reply_decode(&f, &hr) != TALLY_OK ||
+         hr.version != PROTO_VERSION))
         rc = TALLY_EPROTO;
     if (rc != TALLY_OK)
         goto out;
@@ -274,8 +274,8 @@ tally_release(tally_client *c, const char *token, int64_t slot_id)
     m.slot_id = slot_id;
     rc = roundtrip(c, proto_release_encode(c->wbuf, id, &m), id, &f);
     memset(&m, 0, sizeof(m));
-    if (rc == TALLY_OK && (f.type != PROTO_C_RELEASE_REPLY ||
-                           proto_status_decode(&f, &status) != TALLY_OK))
+    if (rc == TALLY_OK &&
+        (f.type != PROTO_C_RELEASE_REPLY || proto_status_decode(&f, &status) != TALLY_OK))
         rc = TALLY_EPROTO;
     if (rc == TALLY_OK && status == PROTO_UNAUTHORIZED)
         rc = TALLY_EUNAUTH;
@@ -290,8 +290,8 @@ tally_reload(tally_client *c)
     uint8_t status = 0;
     int rc = roundtrip(c, proto_empty_encode(c->wbuf, PROTO_C_RELOAD, id), id, &f);
 
-    if (rc == TALLY_OK && (f.type != PROTO_C_RELOAD_REPLY ||
-                           proto_status_decode(&f, &status) != TALLY_OK))
+    if (rc == TALLY_OK &&
+        (f.type != PROTO_C_RELOAD_REPLY || proto_status_decode(&f, &status) != TALLY_OK))
         rc = TALLY_EPROTO;
     if (rc == TALLY_OK && status != 0)
         rc = TALLY_EPERM;

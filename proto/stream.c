@@ -224,8 +224,7 @@ proto_conn_open_fd(uv_loop_t *loop, int fd, const struct proto_conn_cbs *cbs, vo
 }
 
 int
-proto_conn_pipe_new(uv_loop_t *loop, const struct proto_conn_cbs *cbs, void *data,
-                    proto_conn **out)
+proto_conn_pipe_new(uv_loop_t *loop, const struct proto_conn_cbs *cbs, void *data, proto_conn **out)
 {
     proto_conn *c = conn_new(cbs, data);
 

@@ -94,7 +94,8 @@ static const char *const config_statements[S__COUNT] = {
     [S_PLAN_DELETE] = "DELETE FROM plan WHERE name=?1",
     [S_PLAN_EACH] = "SELECT name, limits, link_limits, concurrency FROM plan ORDER BY name",
     [S_PLAN_USERS] = "SELECT count(*) FROM tenant WHERE plan=?1",
-    [S_EP_PUT] = "INSERT OR REPLACE INTO endpoint(" EP_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
+    [S_EP_PUT] =
+        "INSERT OR REPLACE INTO endpoint(" EP_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
     [S_EP_GET] = "SELECT " EP_COLS " FROM endpoint WHERE plan=?1 AND name=?2",
     [S_EP_DELETE] = "DELETE FROM endpoint WHERE plan=?1 AND name=?2",
     [S_EP_DELETE_PLAN] = "DELETE FROM endpoint WHERE plan=?1",
@@ -127,8 +128,8 @@ store_config_open(const char *dir, bool create, store_db **out)
 
     if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, STORE_CONFIG_FILE) >= sizeof(path))
         return TALLY_ETOOBIG;
-    return store_db_open(path, &config_schema, create ? STORE_OPEN_CREATE | STORE_OPEN_SYNC_FULL
-                                                      : STORE_OPEN_SYNC_FULL,
+    return store_db_open(path, &config_schema,
+                         create ? STORE_OPEN_CREATE | STORE_OPEN_SYNC_FULL : STORE_OPEN_SYNC_FULL,
                          out);
 }
 
@@ -552,8 +553,7 @@ store_counter_get(store_db *db, const char *tenant, const char *key, void *state
 }
 
 int
-store_counter_put(store_db *db, const char *tenant, const char *key, const void *state,
-                  size_t len)
+store_counter_put(store_db *db, const char *tenant, const char *key, const void *state, size_t len)
 {
     sqlite3_stmt *st = store_db_stmt(db, S_COUNTER_PUT);
 

@@ -269,8 +269,8 @@ store_db_open(const char *path, const struct store_schema *schema, unsigned flag
         if (rc != TALLY_OK)
             goto out;
     }
-    rc = store_db_rc(db, sqlite3_open_v2(path, &db->sql,
-                                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL));
+    rc = store_db_rc(
+        db, sqlite3_open_v2(path, &db->sql, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL));
     if (rc != TALLY_OK)
         goto out;
     sqlite3_extended_result_codes(db->sql, 0);

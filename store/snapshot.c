@@ -60,8 +60,7 @@ static int
 add_endpoint(void *ctx, const struct tenant_endpoint *e)
 {
     store_snapshot *s = ctx;
-    int rc = grow((void **)&s->endpoints, &s->cap_endpoints, s->n_endpoints,
-                  sizeof(*s->endpoints));
+    int rc = grow((void **)&s->endpoints, &s->cap_endpoints, s->n_endpoints, sizeof(*s->endpoints));
 
     if (rc == TALLY_OK)
         s->endpoints[s->n_endpoints++] = *e;
@@ -120,7 +119,7 @@ pool_add(store_snapshot *s, const char *str, size_t *off)
 
 struct link_load {
     store_snapshot *s;
-    size_t tenant; /* index of the tenant whose links are loading */
+    size_t tenant;      /* index of the tenant whose links are loading */
     size_t *tenant_idx; /* per link: index into tenants */
     size_t cap_idx;
     size_t *pool_off;

@@ -141,8 +141,7 @@ parse_endpoint_flag(int argc, char **argv, int *i, struct tenant_endpoint *out, 
         else if (strcmp(v, "gcra") == 0)
             out->algorithm = TENANT_ALG_GCRA;
         else
-            return bad(err, errlen, TALLY_EINVAL, "invalid --algorithm '%.80s': window or gcra",
-                       v);
+            return bad(err, errlen, TALLY_EINVAL, "invalid --algorithm '%.80s': window or gcra", v);
         return TALLY_OK;
     }
     if ((v = tenant_opt_value(argc, argv, i, "--on-unavailable", &missing)) != NULL) {
@@ -175,7 +174,8 @@ parse_endpoint_flag(int argc, char **argv, int *i, struct tenant_endpoint *out, 
 }
 
 int
-tenant_endpoint_parse_args(int argc, char **argv, struct tenant_endpoint *out, char *err, size_t errlen)
+tenant_endpoint_parse_args(int argc, char **argv, struct tenant_endpoint *out, char *err,
+                           size_t errlen)
 {
     int rc;
     int i;
@@ -246,7 +246,6 @@ tenant_endpoint_format(const struct tenant_endpoint *e, char *buf, size_t len)
     if (e->shadow && used < len)
         snprintf(buf + used, len - used, " --shadow");
 }
-
 
 /* ---- the configuration file ---- */
 
@@ -355,8 +354,7 @@ tenant_config_parse(const char *text, size_t len, struct tenant_config *out, cha
 
         lineno++;
         if (n > TENANT_CONFIG_LINE_MAX) {
-            snprintf(err, errlen, "line %zu: longer than %d bytes", lineno,
-                     TENANT_CONFIG_LINE_MAX);
+            snprintf(err, errlen, "line %zu: longer than %d bytes", lineno, TENANT_CONFIG_LINE_MAX);
             rc = TALLY_ECONFIG;
             break;
         }
@@ -380,17 +378,19 @@ tenant_config_parse(const char *text, size_t len, struct tenant_config *out, cha
             if (rc == TALLY_OK)
                 out->n_plans++;
             else
-                snprintf(err, errlen, "line %zu: %s", lineno, rc == TALLY_ENOMEM ? "out of memory" : why);
+                snprintf(err, errlen, "line %zu: %s", lineno,
+                         rc == TALLY_ENOMEM ? "out of memory" : why);
         } else if (strcmp(words[0], "endpoint") == 0) {
             rc = grow((void **)&out->endpoints, &cap_endpoints, out->n_endpoints,
                       sizeof(*out->endpoints));
             if (rc == TALLY_OK)
-                rc = tenant_endpoint_parse_args(nwords - 1, words + 1,
-                                                &out->endpoints[out->n_endpoints], why, sizeof(why));
+                rc = tenant_endpoint_parse_args(
+                    nwords - 1, words + 1, &out->endpoints[out->n_endpoints], why, sizeof(why));
             if (rc == TALLY_OK)
                 out->n_endpoints++;
             else
-                snprintf(err, errlen, "line %zu: %s", lineno, rc == TALLY_ENOMEM ? "out of memory" : why);
+                snprintf(err, errlen, "line %zu: %s", lineno,
+                         rc == TALLY_ENOMEM ? "out of memory" : why);
         } else {
             snprintf(err, errlen, "line %zu: unknown item '%.40s': expected plan or endpoint",
                      lineno, words[0]);

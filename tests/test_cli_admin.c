@@ -5,10 +5,11 @@
  * file under the data dir ever holds a token; nothing there is readable by
  * others.
  */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
+
 #include <cmocka.h>
 
 #include <sqlite3.h>
@@ -161,7 +162,18 @@ static void
 test_bad_names_refused_nothing_changed(void **state)
 {
     static const char *const bad[] = {
-        "..", "/", "a/b", "../etc", "A", "Pro", "-x", "_x", "", "a b", "a.b", "é",
+        "..",
+        "/",
+        "a/b",
+        "../etc",
+        "A",
+        "Pro",
+        "-x",
+        "_x",
+        "",
+        "a b",
+        "a.b",
+        "é",
         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", /* 64 */
     };
     struct env *e = *state;
@@ -194,10 +206,11 @@ static void
 test_malformed_limits_refused_nothing_changed(void **state)
 {
     static const char *const bad[] = {
-        "0/1m",      "-1/1m",       "1/0m",        "1/-1m",      "1/1x",  "1.5/1m",
-        "1/1.5m",    "1/",          "/1m",         "1",          "1/m/",  "4294967297/1m",
-        "1/366d",    "1/31536001s", "99999999999999999999/1m",   " 1/1m", "1/1m ",
-        "1/1mm",     "+1/1m",       "0x10/1m",     "1//1m",      "1/1M",  "",
+        "0/1m",   "-1/1m",         "1/0m",   "1/-1m",       "1/1x",
+        "1.5/1m", "1/1.5m",        "1/",     "/1m",         "1",
+        "1/m/",   "4294967297/1m", "1/366d", "1/31536001s", "99999999999999999999/1m",
+        " 1/1m",  "1/1m ",         "1/1mm",  "+1/1m",       "0x10/1m",
+        "1//1m",  "1/1M",          "",
     };
     struct env *e = *state;
     char before[TEST_OUT_MAX];
@@ -209,16 +222,15 @@ test_malformed_limits_refused_nothing_changed(void **state)
         assert_int_equal(test_tally(e->data, &o, "plan", "set", "p", "--limit", bad[i], NULL), 64);
         assert_one_error_line();
         assert_non_null(strstr(o.err, "N/PERIOD"));
-        assert_int_equal(
-            test_tally(e->data, &o, "endpoint", "set", "x", "--limit", "1/1m", "--tenant-limit",
-                       bad[i], NULL),
-            64);
+        assert_int_equal(test_tally(e->data, &o, "endpoint", "set", "x", "--limit", "1/1m",
+                                    "--tenant-limit", bad[i], NULL),
+                         64);
         assert_string_equal(export_text(e->data), before);
     }
     /* Same period twice, five limits, missing --limit, missing value. */
-    assert_int_equal(test_tally(e->data, &o, "plan", "set", "p", "--limit", "1/1m", "--limit",
-                                "2/60s", NULL),
-                     64);
+    assert_int_equal(
+        test_tally(e->data, &o, "plan", "set", "p", "--limit", "1/1m", "--limit", "2/60s", NULL),
+        64);
     assert_int_equal(test_tally(e->data, &o, "plan", "set", "p", "--limit", "1/1s", "--limit",
                                 "2/1m", "--limit", "3/1h", "--limit", "4/1d", "--limit", "5/2d",
                                 NULL),
@@ -243,8 +255,8 @@ test_endpoint_set_and_errors(void **state)
     assert_int_equal(test_tally(e->data, &o, "plan", "set", "pro", "--limit", "600/1m", NULL), 0);
     assert_int_equal(test_tally(e->data, &o, "endpoint", "set", "search", "--limit", "60/1m",
                                 "--tenant-limit", "1000/1m", "--algorithm", "gcra", "--cost", "2",
-                                "--on-unavailable", "open", "--degraded-limit", "10/1m",
-                                "--shadow", NULL),
+                                "--on-unavailable", "open", "--degraded-limit", "10/1m", "--shadow",
+                                NULL),
                      0);
     assert_int_equal(test_tally(e->data, &o, "endpoint", "set", "search", "--plan", "pro",
                                 "--limit", "120/1m", "--expensive", NULL),
@@ -259,9 +271,9 @@ test_endpoint_set_and_errors(void **state)
                      0);
     assert_non_null(strstr(o.out, "--expensive"));
     /* errors: unknown plan, open without degraded limit, bad algorithm, bad cost */
-    assert_int_equal(test_tally(e->data, &o, "endpoint", "set", "x", "--plan", "nope", "--limit",
-                                "1/1m", NULL),
-                     1);
+    assert_int_equal(
+        test_tally(e->data, &o, "endpoint", "set", "x", "--plan", "nope", "--limit", "1/1m", NULL),
+        1);
     assert_one_error_line();
     assert_int_equal(test_tally(e->data, &o, "endpoint", "set", "x", "--limit", "1/1m",
                                 "--on-unavailable", "open", NULL),
@@ -276,9 +288,8 @@ test_endpoint_set_and_errors(void **state)
     assert_int_equal(test_tally(e->data, &o, "endpoint", "set", "x", "--limit", "1/1m", "--cost",
                                 "4294967297", NULL),
                      64);
-    assert_int_equal(test_tally(e->data, &o, "endpoint", "set", "x", "--limit", "1/1m", "--bogus",
-                                NULL),
-                     64);
+    assert_int_equal(
+        test_tally(e->data, &o, "endpoint", "set", "x", "--limit", "1/1m", "--bogus", NULL), 64);
     assert_int_equal(test_tally(e->data, &o, "endpoint", "set", "x", NULL), 64);
     assert_int_equal(test_tally(e->data, &o, "endpoint", "show", "x", NULL), 1);
     assert_int_equal(test_tally(e->data, &o, "endpoint", "remove", "search", "--plan", "pro", NULL),
@@ -325,8 +336,8 @@ test_link_create_list_revoke(void **state)
     char *p;
 
     assert_int_equal(test_tally(e->data, &o, "plan", "set", "free", "--limit", "10/1m", NULL), 0);
-    assert_int_equal(
-        test_tally(e->data, &o, "endpoint", "set", "search", "--limit", "5/1m", NULL), 0);
+    assert_int_equal(test_tally(e->data, &o, "endpoint", "set", "search", "--limit", "5/1m", NULL),
+                     0);
     assert_int_equal(test_tally(e->data, &o, "tenant", "add", "acme", "--plan", "free", NULL), 0);
     assert_int_equal(test_tally(e->data, &o, "link", "create", "acme", NULL), 0);
     /* the token alone on stdout: prefix, 32 url-safe characters, newline */
@@ -337,8 +348,8 @@ test_link_create_list_revoke(void **state)
     assert_false(test_dir_contains(e->data, token + 4));
     assert_true(test_dir_private(e->data));
     /* --json carries id, tenant and expiry */
-    assert_int_equal(test_tally(e->data, &o, "link", "create", "acme", "--json", "--expires",
-                                "30d", "--endpoint", "search", NULL),
+    assert_int_equal(test_tally(e->data, &o, "link", "create", "acme", "--json", "--expires", "30d",
+                                "--endpoint", "search", NULL),
                      0);
     assert_non_null(strstr(o.out, "\"tenant\":\"acme\""));
     assert_null(strstr(o.out, "\"expires\":null"));
@@ -361,11 +372,11 @@ test_link_create_list_revoke(void **state)
     /* errors */
     assert_int_equal(test_tally(e->data, &o, "link", "create", "nope", NULL), 1);
     assert_one_error_line();
-    assert_int_equal(
-        test_tally(e->data, &o, "link", "create", "acme", "--endpoint", "nope", NULL), 1);
+    assert_int_equal(test_tally(e->data, &o, "link", "create", "acme", "--endpoint", "nope", NULL),
+                     1);
     assert_one_error_line();
-    assert_int_equal(
-        test_tally(e->data, &o, "link", "create", "acme", "--expires", "0s", NULL), 64);
+    assert_int_equal(test_tally(e->data, &o, "link", "create", "acme", "--expires", "0s", NULL),
+                     64);
     assert_int_equal(
         test_tally(e->data, &o, "link", "create", "acme", "--expires", "forever", NULL), 64);
     assert_int_equal(test_tally(e->data, &o, "link", "list", "nope", NULL), 1);

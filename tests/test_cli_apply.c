@@ -3,10 +3,11 @@
  * anything changes, --dry-run changes nothing, export prints what apply
  * reads (a round trip is a no-op), and removals follow the file.
  */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
+
 #include <cmocka.h>
 
 #include <stdio.h>
@@ -131,15 +132,15 @@ static void
 test_invalid_files_change_nothing(void **state)
 {
     static const char *const bad[] = {
-        "plan free --limit 60/1m\nplan pro --limit 0/1m\n",               /* bad limit, line 2 */
-        "plan free --limit 60/1m\nplan free --limit 61/1m\n",             /* duplicate plan */
-        "plan Free --limit 60/1m\n",                                      /* bad name */
-        "endpoint search --plan nope --limit 1/1m\n",                     /* undefined plan */
+        "plan free --limit 60/1m\nplan pro --limit 0/1m\n",   /* bad limit, line 2 */
+        "plan free --limit 60/1m\nplan free --limit 61/1m\n", /* duplicate plan */
+        "plan Free --limit 60/1m\n",                          /* bad name */
+        "endpoint search --plan nope --limit 1/1m\n",         /* undefined plan */
         "plan free --limit 60/1m\nendpoint s --limit 1/1m\nendpoint s --limit 2/1m\n",
-        "tenant acme --plan free\n",                                      /* unknown item */
-        "plan free\n",                                                    /* no limit */
-        "plan free --limit 60/1m --bogus\n",                              /* unknown option */
-        "endpoint e --limit 1/1m --on-unavailable open\n",                /* no degraded limit */
+        "tenant acme --plan free\n",                       /* unknown item */
+        "plan free\n",                                     /* no limit */
+        "plan free --limit 60/1m --bogus\n",               /* unknown option */
+        "endpoint e --limit 1/1m --on-unavailable open\n", /* no degraded limit */
     };
     struct env *e = *state;
     char before[TEST_OUT_MAX];
@@ -210,8 +211,7 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_apply_creates_and_export_round_trips, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_apply_creates_and_export_round_trips, setup, teardown),
         cmocka_unit_test_setup_teardown(test_apply_dry_run_changes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_apply_updates_and_deletes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_files_change_nothing, setup, teardown),

@@ -4,10 +4,11 @@
  * exact limits across many concurrent processes, refusals not charged, cost,
  * concurrency slots, and the documented exit codes.
  */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
+
 #include <cmocka.h>
 
 #include <sqlite3.h>
@@ -40,8 +41,8 @@ setup(void **state)
     assert_int_equal(test_tally(e.data, &o, "plan", "set", "pro", "--limit", "8/365d",
                                 "--concurrency", "2", NULL),
                      0);
-    assert_int_equal(
-        test_tally(e.data, &o, "endpoint", "set", "search", "--limit", "3/365d", NULL), 0);
+    assert_int_equal(test_tally(e.data, &o, "endpoint", "set", "search", "--limit", "3/365d", NULL),
+                     0);
     assert_int_equal(test_tally(e.data, &o, "endpoint", "set", "export", "--limit", "100/365d",
                                 "--expensive", NULL),
                      0);
@@ -102,8 +103,7 @@ test_refusals_are_not_charged(void **state)
     /* the plan (8) lost only the 3 admitted: link 2 gets 3 on search, then 2 on export */
     for (i = 0; i < 3; i++)
         assert_int_equal(test_tally(e->data, &o, "check", e->token2, "search", NULL), 0);
-    assert_int_equal(test_tally(e->data, &o, "check", e->token2, "export", "--cost", "2", NULL),
-                     0);
+    assert_int_equal(test_tally(e->data, &o, "check", e->token2, "export", "--cost", "2", NULL), 0);
     assert_int_equal(test_tally(e->data, &o, "check", e->token2, "export", NULL), 1);
     assert_memory_equal(o.out, "refused scope=plan", 18);
 }
@@ -117,8 +117,7 @@ test_cost_is_charged_and_bounded(void **state)
     assert_non_null(strstr(o.out, "never"));
     assert_int_equal(test_tally(e->data, &o, "check", e->token, "search", "--cost", "3", NULL), 0);
     assert_int_equal(field(o.out, "remaining="), 0);
-    assert_int_equal(test_tally(e->data, &o, "check", e->token, "search", "--cost", "0", NULL),
-                     64);
+    assert_int_equal(test_tally(e->data, &o, "check", e->token, "search", "--cost", "0", NULL), 64);
     assert_int_equal(test_tally(e->data, &o, "check", e->token, "search", "--cost", "-1", NULL),
                      64);
     assert_int_equal(
@@ -135,9 +134,9 @@ test_auth_comes_first(void **state)
     char sql[256];
 
     /* unknown token with an unknown endpoint: unauthorized, not "unknown endpoint" */
-    assert_int_equal(test_tally(e->data, &o, "check", "tly_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
-                                "nosuch", NULL),
-                     2);
+    assert_int_equal(
+        test_tally(e->data, &o, "check", "tly_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", "nosuch", NULL),
+        2);
     assert_string_equal(o.err, "tally: unauthorized\n");
     assert_int_equal(test_tally(e->data, &o, "check", "garbage", "search", NULL), 2);
     assert_string_equal(o.err, "tally: unauthorized\n");
@@ -150,8 +149,7 @@ test_auth_comes_first(void **state)
     /* a valid token on an unknown endpoint: usage */
     assert_int_equal(test_tally(e->data, &o, "check", e->token, "nosuch", NULL), 64);
     /* expired: move the expiry into the past, as time passing would */
-    assert_int_equal(test_tally(e->data, &o, "link", "create", "acme", "--expires", "1h", NULL),
-                     0);
+    assert_int_equal(test_tally(e->data, &o, "link", "create", "acme", "--expires", "1h", NULL), 0);
     {
         char tok[64];
         snprintf(tok, sizeof(tok), "%.36s", o.out);
@@ -226,8 +224,8 @@ test_concurrent_processes_admit_exactly_the_limit(void **state)
         assert_true(pids[i] >= 0);
         if (pids[i] == 0) {
             static struct test_out mine;
-            _exit(test_tally(e->data, &mine, "check", i % 2 ? e->token : e->token2, "search",
-                             NULL));
+            _exit(
+                test_tally(e->data, &mine, "check", i % 2 ? e->token : e->token2, "search", NULL));
         }
     }
     for (i = 0; i < PROCS; i++) {

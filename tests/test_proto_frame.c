@@ -4,10 +4,11 @@
  * versions are protocol errors; every truncation of every client message is
  * rejected; random bytes never crash a decoder.
  */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
+
 #include <cmocka.h>
 
 #include <stdlib.h>
@@ -147,8 +148,8 @@ static void
 test_client_messages_round_trip_and_truncations_fail(void **state)
 {
     struct proto_check c = {"tly_abc", "export", 4294967296LL};
-    struct proto_check_reply cr = {PROTO_REFUSED, 1, PROTO_F_NEVER, 1500, 600, 60000, 0,
-                                   42000, 0, "cost above limit"};
+    struct proto_check_reply cr = {PROTO_REFUSED, 1, PROTO_F_NEVER, 1500, 600,
+                                   60000,         0, 42000,         0,    "cost above limit"};
     struct proto_release rl = {"tly_abc", 9};
     struct proto_hello h = {1, 1};
     struct proto_frame_reader r;
@@ -161,8 +162,8 @@ test_client_messages_round_trip_and_truncations_fail(void **state)
     check_truncations(proto_release_encode(frame, 3, &rl), dec_release);
     check_truncations(proto_hello_encode(frame, 4, &h), dec_hello);
     proto_frame_reader_init(&r, buf, sizeof(buf));
-    assert_int_equal(
-        proto_frame_reader_feed(&r, frame, proto_check_reply_encode(frame, 2, &cr)), TALLY_OK);
+    assert_int_equal(proto_frame_reader_feed(&r, frame, proto_check_reply_encode(frame, 2, &cr)),
+                     TALLY_OK);
     assert_int_equal(proto_frame_next(&r, &f), TALLY_OK);
     assert_int_equal(proto_check_reply_decode(&f, &crb), TALLY_OK);
     assert_int_equal(crb.flags, PROTO_F_NEVER);
@@ -173,8 +174,8 @@ test_client_messages_round_trip_and_truncations_fail(void **state)
     assert_int_equal(proto_check_encode(frame, 1, &c), 0);
     cr.status = 99;
     proto_frame_reader_init(&r, buf, sizeof(buf));
-    assert_int_equal(
-        proto_frame_reader_feed(&r, frame, proto_check_reply_encode(frame, 2, &cr)), TALLY_OK);
+    assert_int_equal(proto_frame_reader_feed(&r, frame, proto_check_reply_encode(frame, 2, &cr)),
+                     TALLY_OK);
     assert_int_equal(proto_frame_next(&r, &f), TALLY_OK);
     assert_int_equal(proto_check_reply_decode(&f, &crb), TALLY_EPROTO);
 }

@@ -4,10 +4,11 @@
  * mode, 0600 files whatever the umask, corrupt and read-only files turned
  * into clear errors, and every allocation of open failed in turn.
  */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
+
 #include <cmocka.h>
 
 #include <sodium.h>
@@ -118,8 +119,8 @@ test_files_are_private_and_wal(void **state)
     assert_int_equal(stat(path, &sb), 0);
     assert_int_equal(sb.st_mode & 0777, 0600);
     assert_true(test_dir_private(dir));
-    assert_int_equal(
-        sqlite3_prepare_v2(store_db_handle(db), "PRAGMA journal_mode", -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_prepare_v2(store_db_handle(db), "PRAGMA journal_mode", -1, &st, NULL),
+                     SQLITE_OK);
     assert_int_equal(sqlite3_step(st), SQLITE_ROW);
     assert_string_equal((const char *)sqlite3_column_text(st, 0), "wal");
     sqlite3_finalize(st);

@@ -5,10 +5,11 @@
  * the terminating NUL faults (picohttpparser's trick).
  */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
+#include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <setjmp.h>
+
 #include <cmocka.h>
 
 #include <sodium.h>

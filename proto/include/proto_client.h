@@ -21,15 +21,15 @@
 #include "tenant.h"
 
 enum proto_client_type {
-    PROTO_C_HELLO = 32,        /* client -> tallyd: min and max version spoken */
-    PROTO_C_HELLO_REPLY = 33,  /* tallyd -> client: chosen version, limits */
-    PROTO_C_CHECK = 34,        /* may this token make this call now? */
+    PROTO_C_HELLO = 32,       /* client -> tallyd: min and max version spoken */
+    PROTO_C_HELLO_REPLY = 33, /* tallyd -> client: chosen version, limits */
+    PROTO_C_CHECK = 34,       /* may this token make this call now? */
     PROTO_C_CHECK_REPLY = 35,
-    PROTO_C_RELEASE = 36,      /* release a concurrency slot */
+    PROTO_C_RELEASE = 36, /* release a concurrency slot */
     PROTO_C_RELEASE_REPLY = 37,
-    PROTO_C_RELOAD = 38,       /* admin: re-read the configuration now (tally, local only) */
+    PROTO_C_RELOAD = 38, /* admin: re-read the configuration now (tally, local only) */
     PROTO_C_RELOAD_REPLY = 39,
-    PROTO_C_ERROR = 40         /* the request could not be read; the connection closes */
+    PROTO_C_ERROR = 40 /* the request could not be read; the connection closes */
 };
 
 /* Answer status of a CHECK, mirrored by `tally check` exit codes and HTTP statuses. */
@@ -44,9 +44,9 @@ enum proto_status {
 
 /* Flags of a CHECK_REPLY frame. */
 enum proto_check_flags {
-    PROTO_F_DEGRADED = 1 << 0,      /* admitted under the degraded local limit */
+    PROTO_F_DEGRADED = 1 << 0,       /* admitted under the degraded local limit */
     PROTO_F_SHADOW_REFUSED = 1 << 1, /* shadow endpoint: would have been refused */
-    PROTO_F_NEVER = 1 << 2          /* refused: the cost exceeds a limit, retrying cannot help */
+    PROTO_F_NEVER = 1 << 2           /* refused: the cost exceeds a limit, retrying cannot help */
 };
 
 #define PROTO_TOKEN_WIRE_MAX 255

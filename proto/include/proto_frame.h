@@ -28,10 +28,10 @@
 
 #include "tally_common.h"
 
-#define PROTO_VERSION       1
-#define PROTO_FRAME_HEADER  12
-#define PROTO_FRAME_MAX     65536 /* whole frame, header included */
-#define PROTO_PAYLOAD_MAX   (PROTO_FRAME_MAX - PROTO_FRAME_HEADER)
+#define PROTO_VERSION      1
+#define PROTO_FRAME_HEADER 12
+#define PROTO_FRAME_MAX    65536 /* whole frame, header included */
+#define PROTO_PAYLOAD_MAX  (PROTO_FRAME_MAX - PROTO_FRAME_HEADER)
 
 struct proto_frame {
     uint8_t version;
@@ -65,7 +65,8 @@ TALLY_MUST_CHECK int proto_frame_reader_feed(struct proto_frame_reader *r, const
 /** Takes the next whole frame: TALLY_OK with *f filled, TALLY_ENOTFOUND when more
  *  bytes are needed, TALLY_EPROTO for a bad length or version (the stream is then
  *  unusable). */
-TALLY_MUST_CHECK int proto_frame_next(struct proto_frame_reader *r, struct proto_frame *f /* OUT */);
+TALLY_MUST_CHECK int proto_frame_next(struct proto_frame_reader *r,
+                                      struct proto_frame *f /* OUT */);
 
 /** Writes a frame header for a payload of `payload_len` bytes into out[12]. */
 void proto_frame_header(uint8_t out[PROTO_FRAME_HEADER], uint8_t type, uint16_t flags,

@@ -71,8 +71,7 @@ TALLY_MUST_CHECK int store_link_by_id(store_db *db, const char *id, struct store
 /** Marks the link revoked at now_ms; already revoked is TALLY_OK (idempotent). */
 TALLY_MUST_CHECK int store_link_revoke(store_db *db, const char *id, int64_t now_ms);
 typedef int (*store_link_cb)(void *ctx, const struct store_link *l);
-TALLY_MUST_CHECK int store_link_each(store_db *db, const char *tenant, store_link_cb cb,
-                                     void *ctx);
+TALLY_MUST_CHECK int store_link_each(store_db *db, const char *tenant, store_link_cb cb, void *ctx);
 /** True iff the link is live at now_ms and may call `endpoint`. */
 bool store_link_allows(const struct store_link *l, const char *endpoint, int64_t now_ms);
 

@@ -41,8 +41,7 @@ const struct store_snap_link *store_snapshot_link(const store_snapshot *s,
 /** The link with id `id`, or NULL (linear: admin and supervisor use only). */
 const struct store_snap_link *store_snapshot_link_by_id(const store_snapshot *s, const char *id);
 /** True iff the link is live at now_ms and may call `endpoint`. */
-bool store_snap_link_allows(const struct store_snap_link *l, const char *endpoint,
-                            int64_t now_ms);
+bool store_snap_link_allows(const struct store_snap_link *l, const char *endpoint, int64_t now_ms);
 const struct store_snap_tenant *store_snapshot_tenant(const store_snapshot *s, const char *id);
 /** The policy of `endpoint` for tenants on `plan`: the plan's own, else the default. */
 const struct tenant_endpoint *store_snapshot_endpoint(const store_snapshot *s, const char *plan,

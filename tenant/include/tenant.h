@@ -83,13 +83,13 @@ struct tenant_endpoint {
 };
 
 /* Tokens and keys. */
-#define TENANT_KEY_BYTES        32
-#define TENANT_HASH_BYTES       32
-#define TENANT_TOKEN_RAW_BYTES  24 /* 192 random bits */
-#define TENANT_TOKEN_PREFIX     "tly_"
-#define TENANT_TOKEN_LEN        (4 + 32) /* prefix + base64url(24 bytes) */
-#define TENANT_TOKEN_MAX        128      /* longest input we even hash */
-#define TENANT_LINK_ID_LEN      (4 + 16) /* "lnk_" + 16 hex */
+#define TENANT_KEY_BYTES       32
+#define TENANT_HASH_BYTES      32
+#define TENANT_TOKEN_RAW_BYTES 24 /* 192 random bits */
+#define TENANT_TOKEN_PREFIX    "tly_"
+#define TENANT_TOKEN_LEN       (4 + 32) /* prefix + base64url(24 bytes) */
+#define TENANT_TOKEN_MAX       128      /* longest input we even hash */
+#define TENANT_LINK_ID_LEN     (4 + 16) /* "lnk_" + 16 hex */
 
 /** Fills `token` (TENANT_TOKEN_LEN + 1 bytes) with a fresh token from randombytes_buf.
  *  Wipe it with sodium_memzero when done. */

@@ -13,9 +13,9 @@
 #define TEST_OUT_MAX (256 * 1024)
 
 struct test_out {
-    int code;                /* exit status, or 128 + signal */
-    char out[TEST_OUT_MAX];  /* stdout, NUL-terminated */
-    char err[TEST_OUT_MAX];  /* stderr, NUL-terminated */
+    int code;               /* exit status, or 128 + signal */
+    char out[TEST_OUT_MAX]; /* stdout, NUL-terminated */
+    char err[TEST_OUT_MAX]; /* stderr, NUL-terminated */
 };
 
 /** Makes a fresh directory under /tmp into buf (at least 64 bytes). */
