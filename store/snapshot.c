@@ -24,6 +24,7 @@ struct store_snapshot {
     char *pool;            /* endpoint restriction strings */
     size_t pool_len, pool_cap;
     uint32_t *table; /* link index + 1, 0 = empty; size mask + 1 */
+    uint32_t *by_id; /* the same, keyed by link id */
     size_t mask;
     int64_t version;
 };
@@ -163,6 +164,17 @@ hash_index(const unsigned char *h)
     return v;
 }
 
+/* FNV-1a of a link id: ids are random hex, so any mixing hash spreads them. */
+static uint64_t
+id_index(const char *id)
+{
+    uint64_t h = 1469598103934665603ULL;
+
+    for (; *id != '\0'; id++)
+        h = (h ^ (unsigned char)*id) * 1099511628211ULL;
+    return h;
+}
+
 static int
 build_table(store_snapshot *s)
 {
@@ -172,7 +184,8 @@ build_table(store_snapshot *s)
     while (size < s->n_links * 2)
         size *= 2;
     s->table = tally_calloc(size, sizeof(*s->table));
-    if (s->table == NULL)
+    s->by_id = tally_calloc(size, sizeof(*s->by_id));
+    if (s->table == NULL || s->by_id == NULL)
         return TALLY_ENOMEM;
     s->mask = size - 1;
     for (i = 0; i < s->n_links; i++) {
@@ -180,6 +193,10 @@ build_table(store_snapshot *s)
         while (s->table[at] != 0)
             at = (at + 1) & s->mask;
         s->table[at] = (uint32_t)(i + 1);
+        at = (size_t)id_index(s->links[i].id) & s->mask;
+        while (s->by_id[at] != 0)
+            at = (at + 1) & s->mask;
+        s->by_id[at] = (uint32_t)(i + 1);
     }
     return TALLY_OK;
 }
@@ -265,6 +282,7 @@ store_snapshot_free(store_snapshot *s)
     tally_free(s->links);
     tally_free(s->pool);
     tally_free(s->table);
+    tally_free(s->by_id);
     tally_free(s);
 }
 
@@ -285,11 +303,13 @@ store_snapshot_link(const store_snapshot *s, const unsigned char hash[TENANT_HAS
 const struct store_snap_link *
 store_snapshot_link_by_id(const store_snapshot *s, const char *id)
 {
-    size_t i;
+    size_t at = (size_t)id_index(id) & s->mask;
 
-    for (i = 0; i < s->n_links; i++) {
-        if (strcmp(s->links[i].id, id) == 0)
-            return &s->links[i];
+    while (s->by_id[at] != 0) {
+        const struct store_snap_link *l = &s->links[s->by_id[at] - 1];
+        if (strcmp(l->id, id) == 0)
+            return l;
+        at = (at + 1) & s->mask;
     }
     return NULL;
 }

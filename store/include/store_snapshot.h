@@ -38,7 +38,7 @@ void store_snapshot_free(store_snapshot *s);
 /** The link whose token hash is `hash` (live or not), or NULL. */
 const struct store_snap_link *store_snapshot_link(const store_snapshot *s,
                                                   const unsigned char hash[TENANT_HASH_BYTES]);
-/** The link with id `id`, or NULL (linear: admin and supervisor use only). */
+/** The link with id `id`, or NULL. */
 const struct store_snap_link *store_snapshot_link_by_id(const store_snapshot *s, const char *id);
 /** True iff the link is live at now_ms and may call `endpoint`. */
 bool store_snap_link_allows(const struct store_snap_link *l, const char *endpoint, int64_t now_ms);

@@ -1,0 +1,30 @@
+/*
+ * The supervisor process of one tenant: the single writer of the tenant's
+ * budgets. tallyd starts it as `tallyd --supervise TENANT --data DIR ...` with
+ * the lease channel on fd 3. It locks the tenant, replays its journal
+ * (DATA/tenants/T/ledger.db) into a sup_ledger, and then answers lease
+ * messages; the records of each loop turn are committed in one transaction
+ * (synchronous=FULL in strict durability) before any reply of that turn is
+ * written (output gate). It exits on EOF of its channel (tallyd went away),
+ * on SIGTERM/SIGINT, and after idle_exit_ms without a message (hibernation).
+ */
+#ifndef SUP_PROCESS_H
+#define SUP_PROCESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct sup_process_opts {
+    const char *data;
+    const char *tenant;
+    bool strict;          /* synchronous=FULL; NORMAL otherwise (batched) */
+    int64_t idle_exit_ms; /* 0 = 60000 */
+    int channel_fd;       /* 3 */
+};
+
+/** Runs the supervisor until it should exit; returns the exit status: 0 (idle,
+ *  EOF or signal), 75 (another supervisor holds the tenant), 74 (storage error,
+ *  the journal is left as it was), 78 (unknown tenant or data dir). */
+int sup_process_run(const struct sup_process_opts *o);
+
+#endif /* SUP_PROCESS_H */

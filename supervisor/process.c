@@ -1,0 +1,486 @@
+/*
+ * The supervisor process (sup_process.h). One libuv loop: the lease channel
+ * on fd 3, a uv_check that commits the turn's journal records and only then
+ * writes the turn's replies (Redis flushes the AOF before replying; Durable
+ * Objects hold output until storage confirms), a timer for lease expiry, a
+ * timer for hibernation and a timer that reloads the configuration when the
+ * config database changes. A commit that fails leaves memory ahead of disk,
+ * so the process exits (74) without replying: tallyd restarts it and the
+ * replay rebuilds exactly what was durable.
+ */
+#include "sup_process.h"
+
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "proto_lease.h"
+#include "proto_stream.h"
+#include "store_snapshot.h"
+#include "sup_lease.h"
+#include "sup_paths.h"
+
+#define BATCH_RECORDS 256
+#define RELOAD_CHECK_MS 1000
+
+static const char *const journal_migrations[] = {
+    "CREATE TABLE journal(seq INTEGER PRIMARY KEY, rec BLOB NOT NULL) STRICT",
+};
+enum { J_INSERT, J_ALL, J__COUNT };
+static const char *const journal_statements[J__COUNT] = {
+    [J_INSERT] = "INSERT INTO journal(rec) VALUES(?1)",
+    [J_ALL] = "SELECT rec FROM journal ORDER BY seq",
+};
+static const struct store_schema journal_schema = {"ledger", journal_migrations, 1,
+                                                   journal_statements, J__COUNT};
+
+struct sp {
+    const struct sup_process_opts *o;
+    uv_loop_t loop;
+    uv_check_t check;
+    uv_timer_t expire_timer;
+    uv_timer_t idle_timer;
+    uv_timer_t reload_timer;
+    uv_signal_t sigterm;
+    uv_signal_t sigint;
+    proto_conn *conn;
+    store_db *config;
+    store_db *journal;
+    store_snapshot *snap;
+    sup_ledger *ledger;
+    struct tenant_endpoint *eps;
+    size_t n_eps;
+    struct sup_record recs[BATCH_RECORDS];
+    struct sup_records batch;
+    uint8_t *out;
+    size_t out_len;
+    size_t out_cap;
+    int exit_code;
+    bool stopping;
+    uint64_t records_total;
+};
+
+static int64_t
+wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+log_event(const struct sp *s, const char *level, const char *event, const char *extra)
+{
+    fprintf(stderr,
+            "{\"ts\":%lld,\"level\":\"%s\",\"event\":\"%s\",\"tenant\":\"%s\",\"pid\":%d%s%s}\n",
+            (long long)wall_ms(), level, event, s->o->tenant, (int)getpid(),
+            extra[0] != '\0' ? "," : "", extra);
+}
+
+static void
+stop(struct sp *s, int code)
+{
+    if (s->stopping)
+        return;
+    s->stopping = true;
+    s->exit_code = code;
+    uv_stop(&s->loop);
+}
+
+/* Commits the turn's records, then writes its replies. */
+static void
+flush(struct sp *s)
+{
+    size_t i;
+    int rc = TALLY_OK;
+
+    if (s->batch.count > 0) {
+        rc = store_db_begin(s->journal);
+        for (i = 0; i < s->batch.count && rc == TALLY_OK; i++) {
+            sqlite3_stmt *st = store_db_stmt(s->journal, J_INSERT);
+            sqlite3_bind_blob(st, 1, &s->recs[i], sizeof(s->recs[i]), SQLITE_STATIC);
+            rc = store_db_rc(s->journal, sqlite3_step(st));
+            sqlite3_reset(st);
+        }
+        if (rc == TALLY_OK)
+            rc = store_db_commit(s->journal);
+        else
+            store_db_rollback(s->journal);
+        if (rc != TALLY_OK) {
+            char extra[600];
+            snprintf(extra, sizeof(extra), "\"error\":\"%s\",\"detail\":\"%s\"", tally_strerror(rc),
+                     store_db_errmsg(s->journal));
+            log_event(s, "error", "journal_commit_failed", extra);
+            s->out_len = 0; /* never answer what is not durable */
+            stop(s, 74);
+            return;
+        }
+        s->records_total += s->batch.count;
+        s->batch.count = 0;
+    }
+    if (s->out_len > 0 && s->conn != NULL)
+        (void)proto_conn_send(s->conn, s->out, s->out_len);
+    s->out_len = 0;
+}
+
+static void
+on_check(uv_check_t *h)
+{
+    flush(h->data);
+}
+
+static void on_expire(uv_timer_t *t);
+
+static void
+arm_expiry(struct sp *s)
+{
+    int64_t at = sup_ledger_next_expiry_ms(s->ledger);
+    int64_t wait;
+
+    if (at == INT64_MAX) {
+        uv_timer_stop(&s->expire_timer);
+        return;
+    }
+    wait = at - wall_ms();
+    uv_timer_start(&s->expire_timer, on_expire, wait > 0 ? (uint64_t)wait : 0, 0);
+}
+
+static void
+on_expire(uv_timer_t *t)
+{
+    struct sp *s = t->data;
+    int64_t now = wall_ms();
+
+    do {
+        if (s->batch.count == s->batch.cap)
+            flush(s);
+        if (s->stopping || sup_ledger_expire(s->ledger, now, &s->batch) != TALLY_OK)
+            return;
+    } while (s->batch.count == s->batch.cap);
+    arm_expiry(s);
+}
+
+static int
+queue_reply(struct sp *s, const struct proto_lease_msg *reply, uint32_t request_id)
+{
+    size_t len = 0;
+    int rc;
+
+    if (s->out_cap - s->out_len < PROTO_LEASE_FRAME_MAX) {
+        size_t cap = s->out_cap == 0 ? 64 * 1024 : s->out_cap * 2;
+        uint8_t *n = tally_realloc(s->out, cap);
+        if (n == NULL)
+            return TALLY_ENOMEM;
+        s->out = n;
+        s->out_cap = cap;
+    }
+    rc = proto_lease_encode(reply, request_id, s->out + s->out_len, s->out_cap - s->out_len, &len);
+    if (rc == TALLY_OK)
+        s->out_len += len;
+    return rc;
+}
+
+static void
+on_frame(proto_conn *c, const struct proto_frame *f, void *data)
+{
+    struct sp *s = data;
+    struct proto_lease_msg in;
+    struct proto_lease_msg reply;
+    int rc;
+
+    uv_timer_again(&s->idle_timer);
+    if (proto_lease_decode(f, &in) != TALLY_OK) {
+        log_event(s, "warn", "bad_frame", "");
+        proto_conn_close(c);
+        return;
+    }
+    if (s->batch.count == s->batch.cap || s->out_len > PROTO_CONN_OUT_MAX / 2)
+        flush(s);
+    if (s->stopping)
+        return;
+    rc = sup_ledger_handle(s->ledger, wall_ms(), &in, &reply, &s->batch);
+    if (rc == TALLY_EPROTO) {
+        log_event(s, "warn", "bad_message", "");
+        proto_conn_close(c);
+        return;
+    }
+    if (rc != TALLY_OK || queue_reply(s, &reply, f->request_id) != TALLY_OK) {
+        stop(s, 74);
+        return;
+    }
+    arm_expiry(s);
+}
+
+static void
+on_close(proto_conn *c, int reason, void *data)
+{
+    struct sp *s = data;
+
+    (void)reason;
+    if (s->conn == c)
+        s->conn = NULL;
+    proto_conn_unref(c);
+    flush(s);
+    stop(s, s->exit_code); /* tallyd went away: an orphan never grants */
+}
+
+static void
+on_idle(uv_timer_t *t)
+{
+    struct sp *s = t->data;
+
+    flush(s);
+    log_event(s, "info", "supervisor_idle_exit", "");
+    stop(s, 0);
+}
+
+static void
+on_signal(uv_signal_t *h, int signum)
+{
+    struct sp *s = h->data;
+
+    (void)signum;
+    flush(s);
+    stop(s, 0);
+}
+
+static bool
+link_allows(void *ctx, const char *link_id, const char *endpoint, int64_t now_ms)
+{
+    struct sp *s = ctx;
+    const struct store_snap_link *l = store_snapshot_link_by_id(s->snap, link_id);
+
+    return l != NULL && strcmp(l->tenant->id, s->o->tenant) == 0 &&
+           store_snap_link_allows(l, endpoint, now_ms);
+}
+
+/* The tenant's policies: per endpoint name, the plan's own or else the default. */
+static int
+resolve_endpoints(struct sp *s, const struct tenant_plan *plan)
+{
+    size_t n = 0;
+    size_t i;
+    const struct tenant_endpoint *all = store_snapshot_endpoints(s->snap, &n);
+
+    tally_free(s->eps);
+    s->eps = tally_calloc(n + 1, sizeof(*s->eps));
+    s->n_eps = 0;
+    if (s->eps == NULL)
+        return TALLY_ENOMEM;
+    for (i = 0; i < n; i++) {
+        const struct tenant_endpoint *e = store_snapshot_endpoint(s->snap, plan->name, all[i].name);
+        if (e == &all[i])
+            s->eps[s->n_eps++] = *e;
+    }
+    return TALLY_OK;
+}
+
+static int
+load_config(struct sp *s, const struct store_snap_tenant **t)
+{
+    store_snapshot *snap = NULL;
+    int rc = store_snapshot_load(s->config, s->o->tenant, &snap);
+
+    if (rc != TALLY_OK)
+        return rc;
+    store_snapshot_free(s->snap);
+    s->snap = snap;
+    *t = store_snapshot_tenant(s->snap, s->o->tenant);
+    if (*t == NULL)
+        return TALLY_ENOTFOUND;
+    return resolve_endpoints(s, (*t)->plan);
+}
+
+static void
+on_reload(uv_timer_t *h)
+{
+    struct sp *s = h->data;
+    const struct store_snap_tenant *t = NULL;
+    int rc;
+
+    if (store_data_version(s->config) == store_snapshot_version(s->snap))
+        return;
+    rc = load_config(s, &t);
+    if (rc == TALLY_ENOTFOUND) {
+        log_event(s, "info", "tenant_removed", "");
+        flush(s);
+        stop(s, 0);
+        return;
+    }
+    if (rc == TALLY_OK)
+        rc = sup_ledger_configure(s->ledger, t->plan, s->eps, s->n_eps);
+    log_event(s, rc == TALLY_OK ? "info" : "error", "reload", "");
+}
+
+static int
+replay(struct sp *s)
+{
+    sqlite3_stmt *st = store_db_stmt(s->journal, J_ALL);
+    struct sup_record rec;
+    int step;
+    int rc = TALLY_OK;
+
+    while (rc == TALLY_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((size_t)sqlite3_column_bytes(st, 0) != sizeof(rec)) {
+            rc = TALLY_ECORRUPT;
+            break;
+        }
+        memcpy(&rec, sqlite3_column_blob(st, 0), sizeof(rec));
+        rc = sup_ledger_replay(s->ledger, &rec);
+        s->records_total++;
+    }
+    if (rc == TALLY_OK && step != SQLITE_DONE)
+        rc = store_db_rc(s->journal, step);
+    sqlite3_reset(st);
+    return rc;
+}
+
+static int
+open_all(struct sp *s)
+{
+    char path[SUP_PATH_MAX];
+    const struct store_snap_tenant *t = NULL;
+    struct sup_ledger_config cfg;
+    int rc;
+
+    rc = store_config_open(s->o->data, false, &s->config);
+    if (rc == TALLY_OK)
+        rc = load_config(s, &t);
+    if (rc != TALLY_OK)
+        return rc == TALLY_ENOTFOUND ? TALLY_ENODATA : rc;
+    rc = sup_path_tenant(s->o->data, s->o->tenant, "ledger.db", path, sizeof(path));
+    if (rc == TALLY_OK)
+        rc = store_db_open(path, &journal_schema,
+                           STORE_OPEN_CREATE | (s->o->strict ? STORE_OPEN_SYNC_FULL : 0),
+                           &s->journal);
+    if (rc != TALLY_OK)
+        return rc;
+    memset(&cfg, 0, sizeof(cfg));
+    snprintf(cfg.tenant, sizeof(cfg.tenant), "%s", s->o->tenant);
+    cfg.plan = *t->plan;
+    cfg.endpoints = s->eps;
+    cfg.endpoint_count = s->n_eps;
+    cfg.link_allows = link_allows;
+    cfg.link_ctx = s;
+    rc = sup_ledger_open(&cfg, &s->ledger);
+    if (rc == TALLY_OK)
+        rc = replay(s);
+    if (rc == TALLY_OK)
+        rc = sup_ledger_start(s->ledger, wall_ms(), &s->batch);
+    if (rc == TALLY_OK) {
+        flush(s); /* the EPOCH record is durable before the first grant */
+        rc = s->stopping ? TALLY_ESTORE : TALLY_OK;
+    }
+    return rc;
+}
+
+static void
+close_walk(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+static int
+exit_code_for(int rc)
+{
+    switch (rc) {
+    case TALLY_ELOCKED:
+        return 75;
+    case TALLY_ENODATA:
+    case TALLY_ENOTFOUND:
+    case TALLY_ENAME:
+        return 78;
+    default:
+        return 74;
+    }
+}
+
+int
+sup_process_run(const struct sup_process_opts *o)
+{
+    static struct sp s; /* one supervisor per process */
+    static const struct proto_conn_cbs cbs = {on_frame, on_close};
+    char path[SUP_PATH_MAX];
+    char extra[256];
+    int64_t started = wall_ms();
+    int lock_fd = -1;
+    int rc;
+
+    memset(&s, 0, sizeof(s));
+    s.o = o;
+    s.batch.v = s.recs;
+    s.batch.cap = BATCH_RECORDS;
+    signal(SIGPIPE, SIG_IGN);
+    rc = sup_tenant_dirs(o->data, o->tenant);
+    if (rc == TALLY_OK)
+        rc = sup_path_tenant(o->data, o->tenant, "supervisor.lock", path, sizeof(path));
+    if (rc == TALLY_OK)
+        rc = sup_lock_take(path, &lock_fd);
+    if (rc != TALLY_OK) {
+        snprintf(extra, sizeof(extra), "\"error\":\"%s\"", tally_strerror(rc));
+        log_event(&s, rc == TALLY_ELOCKED ? "warn" : "error", "supervisor_refused", extra);
+        return exit_code_for(rc);
+    }
+    uv_loop_init(&s.loop);
+    rc = open_all(&s);
+    if (rc != TALLY_OK) {
+        snprintf(extra, sizeof(extra), "\"error\":\"%s\",\"detail\":\"%s\"", tally_strerror(rc),
+                 s.journal != NULL ? store_db_errmsg(s.journal) : store_open_errmsg());
+        log_event(&s, "error", "supervisor_open_failed", extra);
+        s.exit_code = exit_code_for(rc);
+        goto out;
+    }
+    if (proto_conn_open_fd(&s.loop, o->channel_fd, &cbs, &s, &s.conn) != TALLY_OK) {
+        s.exit_code = 74;
+        goto out;
+    }
+    uv_check_init(&s.loop, &s.check);
+    s.check.data = &s;
+    uv_check_start(&s.check, on_check);
+    uv_timer_init(&s.loop, &s.expire_timer);
+    s.expire_timer.data = &s;
+    uv_timer_init(&s.loop, &s.idle_timer);
+    s.idle_timer.data = &s;
+    uv_timer_start(&s.idle_timer, on_idle, (uint64_t)(o->idle_exit_ms > 0 ? o->idle_exit_ms : 60000),
+                   (uint64_t)(o->idle_exit_ms > 0 ? o->idle_exit_ms : 60000));
+    uv_timer_init(&s.loop, &s.reload_timer);
+    s.reload_timer.data = &s;
+    uv_timer_start(&s.reload_timer, on_reload, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
+    uv_signal_init(&s.loop, &s.sigterm);
+    s.sigterm.data = &s;
+    uv_signal_start(&s.sigterm, on_signal, SIGTERM);
+    uv_signal_init(&s.loop, &s.sigint);
+    s.sigint.data = &s;
+    uv_signal_start(&s.sigint, on_signal, SIGINT);
+    arm_expiry(&s);
+    snprintf(extra, sizeof(extra), "\"records\":%llu,\"replay_ms\":%lld",
+             (unsigned long long)s.records_total, (long long)(wall_ms() - started));
+    log_event(&s, "info", "supervisor_start", extra);
+    uv_run(&s.loop, UV_RUN_DEFAULT);
+    flush(&s);
+out:
+    if (s.conn != NULL) {
+        proto_conn_close(s.conn);
+        s.conn = NULL; /* on_close drops the reference */
+    }
+    uv_walk(&s.loop, close_walk, NULL);
+    s.stopping = true;
+    uv_run(&s.loop, UV_RUN_DEFAULT);
+    (void)uv_loop_close(&s.loop);
+    sup_ledger_close(s.ledger);
+    store_db_close(s.journal);
+    store_snapshot_free(s.snap);
+    store_db_close(s.config);
+    tally_free(s.eps);
+    tally_free(s.out);
+    if (lock_fd >= 0)
+        close(lock_fd);
+    return s.exit_code;
+}
