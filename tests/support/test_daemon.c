@@ -40,7 +40,12 @@ socket_answers(const char *path)
 
     memset(&sa, 0, sizeof(sa));
     sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        if (fd >= 0)
+            close(fd);
+        return false;
+    }
+    memcpy(sa.sun_path, path, strlen(path) + 1);
     ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
     if (fd >= 0)
         close(fd);

@@ -1,0 +1,387 @@
+/*
+ * tallyd: the daemon's thin main. It parses the command line (DESIGN.md §5),
+ * checks that the data dir was initialised, serves HTTP with proto_http on
+ * one libuv loop and stops cleanly on SIGINT or SIGTERM: the server closes its
+ * connections, every other handle is closed, the loop runs dry and
+ * uv_loop_close() must return 0. For now it answers GET /healthz only; the
+ * binary protocol (--socket) and leases (--durability) come later and their
+ * options are only validated. It logs one JSON line at start (with the port
+ * actually bound, so --http 127.0.0.1:0 can be discovered) and one at stop,
+ * never one per request. Errors are one plain line on stderr.
+ */
+#include "proto_http.h"
+#include "store.h"
+
+#include <signal.h>
+#include <sodium.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+enum tallyd_exit {
+    TALLYD_EXIT_OK = 0,
+    TALLYD_EXIT_FAIL = 1,
+    TALLYD_EXIT_USAGE = 64,
+    TALLYD_EXIT_CONFIG = 78
+};
+
+enum tallyd_route { ROUTE_HEALTHZ = 1 };
+
+static const char usage_text[] =
+    "usage: tallyd [--data DIR] [--http ADDR:PORT] [--socket PATH]\n"
+    "              [--durability strict|batched] [--help] [--version]\n"
+    "\n"
+    "Runs the tally daemon in the foreground until SIGINT or SIGTERM.\n"
+    "\n"
+    "  --data DIR         data dir, initialised by 'tally init' (else $TALLY_DATA,\n"
+    "                     else " TALLY_DEFAULT_DATA_DIR ")\n"
+    "  --http ADDR:PORT   HTTP listener, default 127.0.0.1:8080; IPv6 as [::1]:8080;\n"
+    "                     port 0 picks a free port, reported in the start line\n"
+    "  --socket PATH      binary protocol socket, default DATA/tally.sock; accepted\n"
+    "                     but not served yet (the binary protocol comes later)\n"
+    "  --durability MODE  strict (default) or batched; accepted, used once leases\n"
+    "                     land in a later version\n"
+    "\n"
+    "HTTP now: GET /healthz -> 200 {\"status\":\"ok\"}; any other path -> 404.\n"
+    "Every answer carries Cache-Control: no-store.\n"
+    "Logs: one JSON line on stderr at start and one at stop, none per request.\n"
+    "\n"
+    "exit codes:\n"
+    "  0 stopped by SIGINT or SIGTERM    1 runtime failure (address in use, ...)\n"
+    "  64 usage error                    78 data dir not initialised\n";
+
+struct opts {
+    const char *data;
+    const char *http;
+    const char *socket;
+    const char *durability;
+    char host[64]; /* from --http, without brackets */
+    int port;
+    bool ipv6;
+};
+
+struct tallyd {
+    uv_loop_t loop;
+    uv_signal_t sig_int, sig_term;
+    proto_http_server *http;
+    const char *data;
+    const struct opts *o;
+    int stop_signal;
+    struct proto_http_stats stats; /* final, copied while the server closes */
+};
+
+static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int
+fail(int code, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "tallyd: %s\n", line);
+    return code;
+}
+
+/* "1.2.3.4:80" or "[::1]:80" into o->host, o->port, o->ipv6. */
+static bool
+parse_http(const char *s, struct opts *o)
+{
+    const char *port_s, *host_end;
+    const char *host = s;
+    unsigned char probe[16];
+    size_t len, i;
+    long port = 0;
+
+    if (s[0] == '[') {
+        host = s + 1;
+        host_end = strchr(host, ']');
+        if (host_end == NULL || host_end[1] != ':')
+            return false;
+        port_s = host_end + 2;
+        o->ipv6 = true;
+    } else {
+        host_end = strrchr(s, ':');
+        if (host_end == NULL)
+            return false;
+        port_s = host_end + 1;
+        o->ipv6 = false;
+    }
+    len = (size_t)(host_end - host);
+    if (len == 0 || len >= sizeof(o->host))
+        return false;
+    memcpy(o->host, host, len);
+    o->host[len] = '\0';
+    if (uv_inet_pton(o->ipv6 ? AF_INET6 : AF_INET, o->host, probe) != 0)
+        return false;
+    len = strlen(port_s);
+    if (len == 0 || len > 5)
+        return false;
+    for (i = 0; i < len; i++) {
+        if (port_s[i] < '0' || port_s[i] > '9')
+            return false;
+        port = port * 10 + (port_s[i] - '0');
+    }
+    if (port > 65535)
+        return false;
+    o->port = (int)port;
+    return true;
+}
+
+/* Returns -1 to go on, else the exit code (after --help, --version or an error). */
+static int
+parse_args(int argc, char **argv, struct opts *o)
+{
+    static const char *const names[] = {"--data", "--http", "--socket", "--durability"};
+    const char **slots[] = {&o->data, &o->http, &o->socket, &o->durability};
+    struct sockaddr_un sun;
+    int i;
+
+    for (i = 1; i < argc; i++) {
+        const char *arg = argv[i], *value = NULL, *eq;
+        size_t k, name_len;
+
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            fputs(usage_text, stdout);
+            return TALLYD_EXIT_OK;
+        }
+        if (strcmp(arg, "--version") == 0) {
+            printf("tallyd %s\n", TALLY_VERSION);
+            return TALLYD_EXIT_OK;
+        }
+        eq = strchr(arg, '=');
+        name_len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+        for (k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+            if (strlen(names[k]) == name_len && strncmp(arg, names[k], name_len) == 0)
+                break;
+        }
+        if (k == sizeof(names) / sizeof(names[0]))
+            return fail(TALLYD_EXIT_USAGE, "%s '%s'; see 'tallyd --help'",
+                        arg[0] == '-' ? "unknown option" : "unexpected argument", arg);
+        if (eq != NULL)
+            value = eq + 1;
+        else if (i + 1 < argc)
+            value = argv[++i];
+        if (value == NULL || value[0] == '\0')
+            return fail(TALLYD_EXIT_USAGE, "option %s needs a value; see 'tallyd --help'",
+                        names[k]);
+        *slots[k] = value;
+    }
+    if (o->http == NULL)
+        o->http = "127.0.0.1:8080";
+    if (!parse_http(o->http, o))
+        return fail(TALLYD_EXIT_USAGE,
+                    "invalid --http '%s': use IPV4:PORT or [IPV6]:PORT, port 0-65535", o->http);
+    if (o->durability == NULL)
+        o->durability = "strict";
+    if (strcmp(o->durability, "strict") != 0 && strcmp(o->durability, "batched") != 0)
+        return fail(TALLYD_EXIT_USAGE, "invalid --durability '%s': use strict or batched",
+                    o->durability);
+    if (o->socket != NULL && strlen(o->socket) >= sizeof(sun.sun_path))
+        return fail(TALLYD_EXIT_USAGE, "--socket path is longer than %zu bytes",
+                    sizeof(sun.sun_path) - 1);
+    return -1;
+}
+
+static void
+timestamp(char *buf, size_t cap)
+{
+    struct timespec ts;
+    struct tm tm;
+    size_t n;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    n = strftime(buf, cap, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf + n, cap - n, ".%03ldZ", ts.tv_nsec / 1000000);
+}
+
+/* One JSON line on stderr, written with one call. `fields` is JSON already. */
+static void
+log_event(const char *event, const char *fields)
+{
+    char ts[40];
+
+    timestamp(ts, sizeof(ts));
+    fprintf(stderr, "{\"ts\":\"%s\",\"level\":\"info\",\"event\":\"%s\",%s}\n", ts, event, fields);
+}
+
+static void
+log_start(const struct tallyd *d, int port)
+{
+    char data[STORE_PATH_MAX * 6 + 1];
+    char fields[sizeof(data) + 256];
+
+    proto_http_json_escape(data, sizeof(data), d->data, strlen(d->data));
+    snprintf(fields, sizeof(fields),
+             "\"http\":\"%s%s%s:%d\",\"data\":\"%s\",\"durability\":\"%s\",\"version\":\"%s\","
+             "\"pid\":%ld",
+             d->o->ipv6 ? "[" : "", d->o->host, d->o->ipv6 ? "]" : "", port, data, d->o->durability,
+             TALLY_VERSION, (long)getpid());
+    log_event("start", fields);
+}
+
+static void
+on_request(void *app_data, const struct proto_http_request *req, struct proto_http_response *resp)
+{
+    static const char ok[] = "{\"status\":\"ok\"}";
+
+    (void)app_data;
+    if (req->route_id == ROUTE_HEALTHZ) {
+        resp->status = 200;
+        proto_http_response_write(resp, ok, sizeof(ok) - 1);
+        return;
+    }
+    proto_http_response_error(resp, 404, "not_found", NULL); /* unreachable: routed */
+}
+
+static void
+close_walk(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+static void
+on_http_closed(proto_http_server *srv)
+{
+    struct tallyd *d = proto_http_app_data(srv);
+
+    proto_http_stats(srv, &d->stats);
+    d->http = NULL;
+    uv_walk(&d->loop, close_walk, NULL); /* whatever else is still open */
+}
+
+/* Closes everything; the loop then runs dry. */
+static void
+stop(struct tallyd *d)
+{
+    if (!uv_is_closing((uv_handle_t *)&d->sig_int))
+        uv_close((uv_handle_t *)&d->sig_int, NULL);
+    if (!uv_is_closing((uv_handle_t *)&d->sig_term))
+        uv_close((uv_handle_t *)&d->sig_term, NULL);
+    if (d->http != NULL)
+        proto_http_close(d->http, on_http_closed);
+    else
+        uv_walk(&d->loop, close_walk, NULL);
+}
+
+static void
+on_signal(uv_signal_t *s, int signum)
+{
+    struct tallyd *d = s->data;
+
+    if (d->stop_signal != 0)
+        return;
+    d->stop_signal = signum;
+    stop(d);
+}
+
+static const char *
+listen_error(int rc)
+{
+    switch (rc) {
+    case TALLY_EINUSE:
+        return "address already in use";
+    case TALLY_EPERM:
+        return "permission denied";
+    case TALLY_EINVAL:
+        return "address not available";
+    default:
+        return tally_strerror(rc);
+    }
+}
+
+static int
+serve(struct tallyd *d)
+{
+    static const struct proto_http_route routes[] = {
+        {"/healthz", PROTO_HTTP_GET, ROUTE_HEALTHZ},
+    };
+    struct proto_http_config cfg = {
+        .handler = on_request,
+        .app_data = d,
+        .routes = routes,
+        .routes_count = sizeof(routes) / sizeof(routes[0]),
+    };
+    char fields[128];
+    int code = TALLYD_EXIT_FAIL;
+    int rc, port = 0;
+
+    if (uv_loop_init(&d->loop) != 0)
+        return fail(TALLYD_EXIT_FAIL, "cannot create the event loop");
+    uv_signal_init(&d->loop, &d->sig_int);
+    uv_signal_init(&d->loop, &d->sig_term);
+    d->sig_int.data = d;
+    d->sig_term.data = d;
+    rc = proto_http_open(&d->loop, &cfg, &d->http);
+    if (rc != TALLY_OK) {
+        fail(TALLYD_EXIT_FAIL, "cannot start the HTTP server: %s", tally_strerror(rc));
+        goto out;
+    }
+    rc = proto_http_listen(d->http, d->o->host, d->o->port);
+    if (rc == TALLY_OK)
+        rc = proto_http_port(d->http, &port);
+    if (rc != TALLY_OK) {
+        fail(TALLYD_EXIT_FAIL, "cannot listen on %s: %s", d->o->http, listen_error(rc));
+        goto out;
+    }
+    if (uv_signal_start(&d->sig_int, on_signal, SIGINT) != 0 ||
+        uv_signal_start(&d->sig_term, on_signal, SIGTERM) != 0) {
+        fail(TALLYD_EXIT_FAIL, "cannot watch SIGINT and SIGTERM");
+        goto out;
+    }
+    log_start(d, port);
+    code = TALLYD_EXIT_OK;
+out:
+    if (code != TALLYD_EXIT_OK)
+        stop(d);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    if (uv_loop_close(&d->loop) != 0)
+        return fail(TALLYD_EXIT_FAIL, "event loop still busy at exit");
+    if (code == TALLYD_EXIT_OK) {
+        snprintf(fields, sizeof(fields), "\"signal\":\"%s\",\"requests\":%llu,\"connections\":%llu",
+                 d->stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
+                 (unsigned long long)d->stats.requests,
+                 (unsigned long long)d->stats.connections_accepted);
+        log_event("stop", fields);
+    }
+    return code;
+}
+
+int
+main(int argc, char **argv)
+{
+    struct sigaction sa;
+    struct opts o;
+    struct tallyd d;
+    int code;
+
+    memset(&o, 0, sizeof(o));
+    memset(&d, 0, sizeof(d));
+    code = parse_args(argc, argv, &o);
+    if (code >= 0)
+        return code;
+    d.o = &o;
+    d.data = store_datadir_pick(o.data, TALLY_DEFAULT_DATA_DIR);
+    if (store_datadir_check(d.data) != TALLY_OK)
+        return fail(TALLYD_EXIT_CONFIG,
+                    "data directory %s is not initialised: run 'tally init --data %s'", d.data,
+                    d.data);
+    /* A peer that went away is UV_EPIPE on the write, not a signal. */
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = SIG_IGN;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGPIPE, &sa, NULL);
+    if (sodium_init() < 0)
+        return fail(TALLYD_EXIT_FAIL, "cannot initialise libsodium");
+    return serve(&d);
+}

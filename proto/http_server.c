@@ -1,0 +1,589 @@
+/*
+ * The HTTP server's sockets and connection lifecycle, on the caller's loop.
+ * A connection is one allocation made at accept (its handles, parser, read
+ * and write buffers) and freed in the last close callback. Requests are read
+ * into a capped buffer and parsed as they arrive; each complete one is
+ * answered synchronously by the handler, and its answer written with
+ * uv_try_write, the rest with the connection's own uv_write_t. While an
+ * answer is in flight the connection neither parses nor reads, so pipelined
+ * requests are answered in order and a client that does not read is held back
+ * by TCP. A final answer (Connection: close, or a refused request) is
+ * followed by a shutdown and a short drain so the client reads it before the
+ * close. One timer per connection enforces the idle, request and drain
+ * deadlines lazily: progress only moves a deadline, the timer re-arms itself.
+ */
+#include "proto_http_int.h"
+
+#include <arpa/inet.h>
+#include <string.h>
+
+static void conn_process(struct http_conn *c);
+static void accept_one(proto_http_server *srv);
+static void on_conn_timer(uv_timer_t *t);
+
+static int
+uv_rc(int err)
+{
+    switch (err) {
+    case 0:
+        return TALLY_OK;
+    case UV_EADDRINUSE:
+        return TALLY_EINUSE;
+    case UV_EACCES:
+    case UV_EPERM:
+        return TALLY_EPERM;
+    case UV_EINVAL:
+    case UV_EADDRNOTAVAIL:
+    case UV_EAFNOSUPPORT:
+        return TALLY_EINVAL;
+    case UV_ENOMEM:
+    case UV_ENOBUFS:
+        return TALLY_ENOMEM;
+    default:
+        return TALLY_EIO;
+    }
+}
+
+/* --- the server ------------------------------------------------------------ */
+
+/* A handle of the server (listener, connection, reject) is gone for good. */
+static void
+handle_gone(proto_http_server *srv)
+{
+    assert(srv->pending > 0);
+    srv->pending--;
+    if (srv->closing) {
+        if (srv->pending == 0) {
+            if (srv->close_cb != NULL)
+                srv->close_cb(srv);
+            tally_free(srv);
+        }
+        return;
+    }
+    if (srv->accept_waiting)
+        accept_one(srv);
+}
+
+static void
+on_listener_closed(uv_handle_t *h)
+{
+    handle_gone(h->data);
+}
+
+static void
+on_reject_closed(uv_handle_t *h)
+{
+    proto_http_server *srv = h->data;
+
+    srv->reject_busy[(uv_tcp_t *)h - srv->reject] = false;
+    handle_gone(srv);
+}
+
+/* Accepts the waiting connection into a pooled handle and closes it at once. */
+static void
+reject_one(proto_http_server *srv, enum proto_http_reject reason)
+{
+    uv_tcp_t *h = NULL;
+    size_t i;
+
+    for (i = 0; i < HTTP_REJECT_POOL && h == NULL; i++) {
+        if (!srv->reject_busy[i])
+            h = &srv->reject[i];
+    }
+    if (h == NULL) {
+        srv->accept_waiting = true; /* libuv holds the socket; retried when a handle is free */
+        return;
+    }
+    srv->stats.rejected[reason]++;
+    if (uv_tcp_init(srv->loop, h) != 0)
+        return; /* cannot happen on Unix: AF_UNSPEC creates no socket */
+    srv->reject_busy[h - srv->reject] = true;
+    srv->pending++;
+    h->data = srv;
+    (void)uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)h);
+    uv_close((uv_handle_t *)h, on_reject_closed);
+}
+
+/* --- connection lifecycle ----------------------------------------------- */
+
+static void
+on_conn_handle_closed(uv_handle_t *h)
+{
+    struct http_conn *c = h->data;
+    proto_http_server *srv = c->srv;
+
+    if (--c->pending_closes > 0)
+        return;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    srv->stats.connections_active--;
+    tally_free(c);
+    handle_gone(srv);
+}
+
+static void
+conn_close(struct http_conn *c)
+{
+    if (c->flags & CONN_CLOSING)
+        return;
+    /* The write and shutdown callbacks still run (UV_ECANCELED) and see this flag. */
+    c->flags |= CONN_CLOSING;
+    c->pending_closes = 2;
+    uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
+    uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
+}
+
+/* Arms the timer for `due_ms` unless it already fires earlier. */
+static void
+conn_arm(struct http_conn *c, uint64_t due_ms)
+{
+    uint64_t now_ms = uv_now(c->srv->loop);
+
+    if ((c->flags & CONN_CLOSING) || due_ms >= c->timer_due_ms)
+        return;
+    c->timer_due_ms = due_ms;
+    (void)uv_timer_start(&c->timer, on_conn_timer, due_ms > now_ms ? due_ms - now_ms : 0, 0);
+}
+
+static uint64_t
+conn_deadline(const struct http_conn *c, enum proto_http_reject *why /* OUT */)
+{
+    const struct http_limits *lim = &c->srv->lim;
+    uint64_t due_ms = c->progress_ms + lim->idle_timeout_ms;
+
+    *why = PROTO_HTTP_REJECT_IDLE_TIMEOUT;
+    if (c->flags & CONN_LINGER) {
+        *why = PROTO_HTTP_REJECT_COUNT; /* an expected end, not counted */
+        return c->linger_until_ms;
+    }
+    if ((c->flags & CONN_IN_REQUEST) && c->request_start_ms + lim->request_timeout_ms <= due_ms) {
+        *why = PROTO_HTTP_REJECT_REQUEST_TIMEOUT;
+        due_ms = c->request_start_ms + lim->request_timeout_ms;
+    }
+    return due_ms;
+}
+
+static void
+on_conn_timer(uv_timer_t *t)
+{
+    struct http_conn *c = t->data;
+    enum proto_http_reject why;
+    uint64_t due_ms = conn_deadline(c, &why);
+
+    c->timer_due_ms = UINT64_MAX;
+    if (uv_now(c->srv->loop) < due_ms) {
+        conn_arm(c, due_ms); /* progress moved the deadline */
+        return;
+    }
+    if (why != PROTO_HTTP_REJECT_COUNT)
+        c->srv->stats.rejected[why]++;
+    conn_close(c);
+}
+
+static void
+on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    struct http_conn *c = h->data;
+    size_t cap = c->srv->lim.read_buffer_bytes;
+
+    (void)suggested;
+    if ((c->flags & CONN_LINGER) || c->rpos == c->rlen) {
+        c->rpos = 0; /* draining discards; otherwise everything was parsed */
+        c->rlen = 0;
+    } else if (c->rlen == cap && c->rpos > 0) {
+        memmove(c->rbuf, c->rbuf + c->rpos, c->rlen - c->rpos);
+        c->rlen -= c->rpos;
+        c->rpos = 0;
+    }
+    if (c->rlen == cap) {
+        *buf = uv_buf_init(NULL, 0); /* the read sees UV_ENOBUFS */
+        return;
+    }
+    *buf = uv_buf_init(c->rbuf + c->rlen, (unsigned)(cap - c->rlen));
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+
+/* Reads while draining (until EOF) or while no answer is in flight. */
+static void
+conn_update_reading(struct http_conn *c)
+{
+    bool want;
+
+    if (c->flags & CONN_CLOSING)
+        return;
+    if (c->flags & CONN_EOF)
+        want = false;
+    else if (c->flags & CONN_LINGER)
+        want = true;
+    else
+        want = !(c->flags & (CONN_WRITING | CONN_FINAL));
+    if (want && !(c->flags & CONN_READING)) {
+        if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0) {
+            conn_close(c);
+            return;
+        }
+        c->flags |= CONN_READING;
+    } else if (!want && (c->flags & CONN_READING)) {
+        (void)uv_read_stop((uv_stream_t *)&c->tcp);
+        c->flags &= ~(unsigned)CONN_READING;
+    }
+}
+
+static void
+on_shutdown(uv_shutdown_t *req, int status)
+{
+    struct http_conn *c = req->handle->data;
+
+    if (c->flags & CONN_CLOSING)
+        return;
+    c->flags |= CONN_SHUT_DONE;
+    if (status < 0 || (c->flags & CONN_EOF))
+        conn_close(c);
+}
+
+/* After the final answer: shut down our side once it is written, and drain
+ * what the client still sends, so closing does not reset the connection
+ * before the client has read the answer. */
+static void
+conn_linger(struct http_conn *c)
+{
+    c->flags |= CONN_LINGER;
+    c->linger_until_ms = uv_now(c->srv->loop) + c->srv->lim.linger_timeout_ms;
+    if (uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, on_shutdown) != 0) {
+        conn_close(c);
+        return;
+    }
+    conn_arm(c, c->linger_until_ms);
+    conn_update_reading(c);
+}
+
+static void
+on_write(uv_write_t *req, int status)
+{
+    struct http_conn *c = req->handle->data;
+
+    c->flags &= ~(unsigned)CONN_WRITING;
+    if (c->flags & CONN_CLOSING)
+        return;
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    c->progress_ms = uv_now(c->srv->loop);
+    if (c->flags & CONN_LINGER)
+        return; /* on_shutdown follows */
+    conn_process(c);
+}
+
+/* Serialises c->resp and queues it: try_write first, the rest with write_req. */
+static void
+conn_send(struct http_conn *c, bool keep_alive, bool head_only)
+{
+    uv_buf_t b = proto__http_response_serialise(&c->resp, c->wbuf, keep_alive, head_only);
+    int n;
+
+    if (!keep_alive)
+        c->flags |= CONN_FINAL;
+    n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (n == UV_EAGAIN)
+        n = 0;
+    if (n < 0) {
+        conn_close(c);
+        return;
+    }
+    if ((size_t)n < b.len) {
+        b.base += n;
+        b.len -= (size_t)n;
+        if (uv_write(&c->write_req, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
+            conn_close(c);
+            return;
+        }
+        c->flags |= CONN_WRITING;
+        c->srv->stats.writes_queued++;
+    }
+    if (c->flags & CONN_FINAL)
+        conn_linger(c);
+}
+
+/* Answers a request the server refuses, then closes. */
+static void
+conn_refuse(struct http_conn *c)
+{
+    proto_http_server *srv = c->srv;
+    enum proto_http_reject r = c->reject_reason;
+
+    c->flags &= ~(unsigned)CONN_IN_REQUEST;
+    srv->stats.requests++;
+    srv->stats.rejected[r]++;
+    proto__http_response_reset(&c->resp, c->wbuf + HTTP_HEAD_RESERVE, srv->lim.max_response_bytes);
+    /* The reason's label is the error: {"error":"too_many_headers","detail":...}. */
+    (void)proto_http_response_error(&c->resp, c->reject_status, proto_http_reject_name(r),
+                                    c->reject_detail);
+    conn_send(c, false, false);
+}
+
+static const struct http_route *
+route_find(const proto_http_server *srv, const struct proto_http_str *path)
+{
+    size_t i;
+
+    for (i = 0; i < srv->routes_count; i++) {
+        const struct http_route *r = &srv->routes[i];
+
+        if (r->len == path->len && memcmp(r->path, path->ptr, path->len) == 0)
+            return r;
+    }
+    return NULL;
+}
+
+/* Answers one complete request: route, handler, checks, send. */
+static void
+conn_dispatch(struct http_conn *c)
+{
+    proto_http_server *srv = c->srv;
+    struct proto_http_response *resp = &c->resp;
+    struct proto_http_request req;
+    enum proto_http_reject refused = PROTO_HTTP_REJECT_COUNT;
+    bool keep_alive;
+
+    c->flags &= ~(unsigned)(CONN_MSG_DONE | CONN_IN_REQUEST);
+    srv->stats.requests++;
+    proto__http_request_view(c, &req);
+    proto__http_response_reset(resp, c->wbuf + HTTP_HEAD_RESERVE, srv->lim.max_response_bytes);
+    if (srv->routes_count > 0) {
+        const struct http_route *r = route_find(srv, &req.path);
+        unsigned allowed = r == NULL ? 0 : r->methods;
+
+        if (allowed & PROTO_HTTP_GET)
+            allowed |= PROTO_HTTP_HEAD;
+        if (r == NULL) {
+            refused = PROTO_HTTP_REJECT_NOT_FOUND;
+            (void)proto_http_response_error(resp, 404, "not_found", NULL);
+        } else if (!(allowed & (unsigned)req.method)) {
+            char allow[64];
+
+            refused = PROTO_HTTP_REJECT_METHOD;
+            proto__http_allow_value(allowed, allow, sizeof(allow));
+            (void)proto_http_response_error(resp, 405, "method_not_allowed", NULL);
+            (void)proto_http_response_header(resp, "Allow", allow);
+        } else {
+            req.route_id = r->id;
+        }
+    }
+    if (refused == PROTO_HTTP_REJECT_COUNT) {
+        srv->handler(srv->app_data, &req, resp);
+        if (!proto__http_response_valid(resp)) {
+            refused = PROTO_HTTP_REJECT_RESPONSE_ERROR;
+            proto__http_response_reset(resp, resp->body, resp->body_cap);
+            (void)proto_http_response_error(resp, 500, "internal_error", NULL);
+        }
+    }
+    if (refused != PROTO_HTTP_REJECT_COUNT)
+        srv->stats.rejected[refused]++;
+    keep_alive = req.keep_alive && !resp->close && !srv->closing;
+    conn_send(c, keep_alive, req.method == PROTO_HTTP_HEAD);
+}
+
+/* Parses and answers buffered requests until one is in flight or bytes run out. */
+static void
+conn_process(struct http_conn *c)
+{
+    while (!(c->flags & (CONN_WRITING | CONN_FINAL | CONN_CLOSING))) {
+        enum http_feed f = proto__http_request_feed(c);
+
+        if (f == HTTP_FEED_NEED_MORE)
+            break;
+        if (f == HTTP_FEED_REJECT)
+            conn_refuse(c);
+        else
+            conn_dispatch(c);
+    }
+    conn_update_reading(c);
+}
+
+void
+proto__http_request_begin(struct http_conn *c)
+{
+    proto__http_request_reset(c);
+    c->flags |= CONN_IN_REQUEST;
+    c->request_start_ms = uv_now(c->srv->loop);
+    conn_arm(c, c->request_start_ms + c->srv->lim.request_timeout_ms);
+}
+
+static void
+on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    struct http_conn *c = s->data;
+
+    (void)buf;
+    if (nread == 0 || (c->flags & CONN_CLOSING))
+        return;
+    if (nread < 0) {
+        if (nread == UV_ENOBUFS && !(c->flags & (CONN_LINGER | CONN_FINAL))) {
+            c->reject_status = 431; /* cannot happen: the buffer is parsed before reading on */
+            c->reject_reason = PROTO_HTTP_REJECT_HEAD_TOO_LARGE;
+            c->reject_detail = "request too large";
+            conn_refuse(c);
+        } else if (nread == UV_EOF && (c->flags & CONN_LINGER) && !(c->flags & CONN_SHUT_DONE)) {
+            c->flags |= CONN_EOF; /* the answer is still going out; on_shutdown closes */
+            conn_update_reading(c);
+        } else {
+            conn_close(c);
+        }
+        return;
+    }
+    c->rlen += (size_t)nread;
+    c->progress_ms = uv_now(c->srv->loop);
+    if (c->flags & CONN_LINGER)
+        return; /* drained: on_alloc reuses the space */
+    conn_process(c);
+}
+
+static struct http_conn *
+conn_new(proto_http_server *srv)
+{
+    struct http_conn *c = tally_malloc(srv->conn_size);
+    char *base = (char *)c;
+
+    if (c == NULL)
+        return NULL;
+    /* Only the struct is cleared: the buffers are written before they are read. */
+    memset(c, 0, sizeof(*c));
+    c->srv = srv;
+    c->rbuf = base + srv->off_rbuf;
+    c->url = base + srv->off_url;
+    c->body = base + srv->off_body;
+    c->kept = base + srv->off_kept;
+    c->wbuf = base + srv->off_wbuf;
+    c->kept_cur = -1;
+    c->timer_due_ms = UINT64_MAX;
+    http_parser_init(&c->parser, HTTP_REQUEST);
+    c->parser.data = c;
+    if (uv_tcp_init(srv->loop, &c->tcp) != 0) {
+        tally_free(c);
+        return NULL;
+    }
+    (void)uv_timer_init(srv->loop, &c->timer); /* cannot fail */
+    c->tcp.data = c;
+    c->timer.data = c;
+    c->next = srv->conns;
+    if (c->next != NULL)
+        c->next->prev = c;
+    srv->conns = c;
+    srv->pending++;
+    srv->stats.connections_active++;
+    return c;
+}
+
+static void
+accept_one(proto_http_server *srv)
+{
+    struct http_conn *c = NULL;
+
+    srv->accept_waiting = false;
+    if (srv->stats.connections_active >= srv->lim.max_connections) {
+        reject_one(srv, PROTO_HTTP_REJECT_CONN_LIMIT);
+        return;
+    }
+    c = conn_new(srv);
+    if (c == NULL) {
+        reject_one(srv, PROTO_HTTP_REJECT_NO_MEMORY);
+        return;
+    }
+    if (uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&c->tcp) != 0) {
+        srv->stats.rejected[PROTO_HTTP_REJECT_ACCEPT_ERROR]++;
+        conn_close(c);
+        return;
+    }
+    srv->stats.connections_accepted++;
+    (void)uv_tcp_nodelay(&c->tcp, 1);
+    c->progress_ms = uv_now(srv->loop);
+    conn_arm(c, c->progress_ms + srv->lim.idle_timeout_ms);
+    conn_update_reading(c);
+}
+
+static void
+on_connection(uv_stream_t *listener, int status)
+{
+    proto_http_server *srv = listener->data;
+
+    if (status < 0) {
+        srv->stats.rejected[PROTO_HTTP_REJECT_ACCEPT_ERROR]++;
+        return;
+    }
+    accept_one(srv);
+}
+
+/* --- public ------------------------------------------------------------------ */
+
+int
+proto_http_listen(proto_http_server *srv, const char *host, int port)
+{
+    struct sockaddr_storage ss;
+    int err;
+
+    if (srv == NULL || host == NULL || srv->listening || srv->closing || port < 0 || port > 65535)
+        return TALLY_EINVAL;
+    if (strchr(host, ':') != NULL)
+        err = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss);
+    else
+        err = uv_ip4_addr(host, port, (struct sockaddr_in *)&ss);
+    if (err != 0)
+        return TALLY_EINVAL;
+    err = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&ss, 0);
+    if (err == 0)
+        err = uv_listen((uv_stream_t *)&srv->listener, srv->lim.backlog, on_connection);
+    if (err != 0)
+        return uv_rc(err);
+    srv->listening = true;
+    return TALLY_OK;
+}
+
+int
+proto_http_port(const proto_http_server *srv, int *port)
+{
+    struct sockaddr_storage ss;
+    int len = (int)sizeof(ss);
+
+    *port = 0;
+    if (srv == NULL || !srv->listening ||
+        uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&ss, &len) != 0)
+        return TALLY_EINVAL;
+    if (ss.ss_family == AF_INET6)
+        *port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    else
+        *port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    return TALLY_OK;
+}
+
+void
+proto_http_close(proto_http_server *srv, proto_http_close_cb cb)
+{
+    struct http_conn *c;
+
+    if (srv == NULL || srv->closing)
+        return;
+    srv->closing = true;
+    srv->close_cb = cb;
+    srv->accept_waiting = false; /* closing the listener closes the socket libuv held */
+    uv_close((uv_handle_t *)&srv->listener, on_listener_closed);
+    for (c = srv->conns; c != NULL; c = c->next)
+        conn_close(c); /* unlinked only in its close callback */
+}
+
+void
+proto_http_stats(const proto_http_server *srv, struct proto_http_stats *out)
+{
+    *out = srv->stats;
+}
+
+void *
+proto_http_app_data(const proto_http_server *srv)
+{
+    return srv->app_data;
+}
