@@ -1,283 +1,154 @@
 /*
- * `tally check TOKEN ENDPOINT [--cost C]`, decided in-process from the
- * configuration database. Auth comes first: nothing is read or written for a
- * budget until the token's keyed hash resolves to a live link allowed on the
- * endpoint; unknown, revoked, expired and not-allowed tokens get the same
- * answer. The decision runs inside one BEGIN IMMEDIATE transaction, so
- * concurrent checks from any number of processes are serialised by SQLite and
- * a window never admits more than its limit. A refusal rolls back: refused
- * requests are not charged.
+ * `tally check TOKEN ENDPOINT [--cost C]` asks the running tallyd over its
+ * Unix socket (DATA/tally.sock, or --socket PATH), exactly as an application
+ * using libtally would, and maps the answer to the documented exit codes.
+ * With no daemon there it says so in one line and exits 3. Also: the
+ * notification every changing command sends so a running daemon re-reads
+ * the configuration before the command returns.
  */
 #include "tally_cli.h"
+#include "tally.h"
+#include "proto_client.h"
 #include "tenant_config.h"
-#include "tenant_count.h"
 
 #include <sodium.h>
 #include <string.h>
 
-/* Persisted form of a slot table: header, then the held entries only. */
-struct slot_blob {
-    int64_t next_id;
-    int64_t last_now_ms;
-    int64_t held;
-    struct tenant_slot v[TENANT_CONCURRENCY_MAX];
-};
+#define CHECK_TIMEOUT_MS 5000
 
-struct check_ctx {
-    store_db *db;
-    struct store_link link;
-    struct store_tenant tenant;
-    struct tenant_plan plan;
-    struct tenant_endpoint ep;
-    struct tenant_budget budgets[TENANT_PATH_MAX_BUDGETS];
-    char keys[TENANT_PATH_MAX_BUDGETS][2 * TENANT_NAME_MAX + 40];
-    struct tenant_path path;
-    struct tenant_slot slot_v[TENANT_CONCURRENCY_MAX];
-    struct tenant_slot_table slots;
-    char slot_key[TENANT_LINK_ID_LEN + 8];
-};
-
-/* Adds a budget for `ls` (skipped when empty), loading its state by key. */
-static int
-add_budget(struct check_ctx *c, enum tenant_scope scope, enum tenant_algorithm alg,
-           const struct tenant_limits *ls, const char *key)
+static void
+socket_path(const struct cli *c, const char *arg, char *buf, size_t len)
 {
-    uint32_t i = c->path.count;
-    struct tenant_budget *b = &c->budgets[i];
-    bool found = false;
-    int rc;
-
-    if (ls->count == 0)
-        return TALLY_OK;
-    rc = tenant_budget_init(b, scope, alg, ls);
-    if (rc != TALLY_OK)
-        return rc;
-    snprintf(c->keys[i], sizeof(c->keys[i]), "%c:%s", alg == TENANT_ALG_GCRA ? 'g' : 'w', key);
-    rc = store_counter_get(c->db, c->tenant.id, c->keys[i], &b->st, sizeof(b->st), &found);
-    if (rc != TALLY_OK)
-        return rc;
-    c->path.budgets[i] = b;
-    c->path.count++;
-    return TALLY_OK;
+    if (arg != NULL)
+        snprintf(buf, len, "%s", arg);
+    else
+        snprintf(buf, len, "%s/tally.sock", c->data);
 }
 
-static int
-load_slots(struct check_ctx *c, struct slot_blob *blob)
+void
+cli_notify_daemon(const struct cli *c)
 {
-    bool found = false;
-    int64_t i;
-    int rc;
+    char path[STORE_PATH_MAX];
+    tally_client *client = NULL;
 
-    snprintf(c->slot_key, sizeof(c->slot_key), "s:%s", c->link.id);
-    rc = tenant_slot_table_init(&c->slots, c->slot_v, TENANT_CONCURRENCY_MAX);
-    if (rc != TALLY_OK)
-        return rc;
-    memset(blob, 0, sizeof(*blob));
-    rc = store_counter_get(c->db, c->tenant.id, c->slot_key, blob, sizeof(*blob), &found);
-    if (rc != TALLY_OK || !found)
-        return rc;
-    if (blob->held < 0 || blob->held > TENANT_CONCURRENCY_MAX)
-        return TALLY_ECORRUPT;
-    c->slots.next_id = blob->next_id;
-    c->slots.last_now_ms = blob->last_now_ms;
-    for (i = 0; i < blob->held; i++)
-        c->slot_v[i] = blob->v[i];
-    c->path.slots = &c->slots;
-    return TALLY_OK;
-}
-
-static int
-save_slots(struct check_ctx *c, struct slot_blob *blob)
-{
-    int64_t i;
-
-    memset(blob, 0, sizeof(*blob));
-    blob->next_id = c->slots.next_id;
-    blob->last_now_ms = c->slots.last_now_ms;
-    for (i = 0; i < c->slots.capacity; i++) {
-        if (c->slot_v[i].id != 0)
-            blob->v[blob->held++] = c->slot_v[i];
-    }
-    /* Fixed size keeps the row readable by store_counter_get's size check. */
-    return store_counter_put(c->db, c->tenant.id, c->slot_key, blob, sizeof(*blob));
-}
-
-static int
-build_path(struct check_ctx *c, struct slot_blob *blob)
-{
-    char key[2 * TENANT_NAME_MAX + 32];
-    int rc;
-
-    memset(&c->path, 0, sizeof(c->path));
-    rc = add_budget(c, TENANT_SCOPE_PLAN, TENANT_ALG_WINDOW, &c->plan.limits, "plan");
-    if (rc == TALLY_OK) {
-        snprintf(key, sizeof(key), "link:%s", c->link.id);
-        rc = add_budget(c, TENANT_SCOPE_LINK, TENANT_ALG_WINDOW, &c->plan.link_limits, key);
-    }
-    if (rc == TALLY_OK) {
-        snprintf(key, sizeof(key), "ep:%s", c->ep.name);
-        rc =
-            add_budget(c, TENANT_SCOPE_ENDPOINT_TENANT, c->ep.algorithm, &c->ep.tenant_limits, key);
-    }
-    if (rc == TALLY_OK) {
-        snprintf(key, sizeof(key), "ep:%s:%s", c->ep.name, c->link.id);
-        rc = add_budget(c, TENANT_SCOPE_ENDPOINT_LINK, c->ep.algorithm, &c->ep.limits, key);
-    }
-    if (rc == TALLY_OK && c->ep.expensive && c->plan.concurrency > 0) {
-        rc = load_slots(c, blob);
-        c->path.slots = &c->slots;
-        c->path.slot_limit = c->plan.concurrency;
-    }
-    return rc;
-}
-
-static int
-save_path(struct check_ctx *c, struct slot_blob *blob)
-{
-    uint32_t i;
-    int rc = TALLY_OK;
-
-    for (i = 0; i < c->path.count && rc == TALLY_OK; i++)
-        rc = store_counter_put(c->db, c->tenant.id, c->keys[i], &c->budgets[i].st,
-                               sizeof(c->budgets[i].st));
-    if (rc == TALLY_OK && c->path.slots != NULL)
-        rc = save_slots(c, blob);
-    return rc;
+    socket_path(c, NULL, path, sizeof(path));
+    if (tally_client_open(path, 2000, &client) != TALLY_OK)
+        return; /* no daemon: it reads the configuration when it starts */
+    if (tally_reload(client) != TALLY_OK)
+        fprintf(stderr, "tally: warning: the running tallyd did not confirm the reload; it "
+                        "re-reads the configuration within a second\n");
+    tally_client_close(client);
 }
 
 static void
-print_decision(const struct tenant_decision *d, int64_t now_ms)
+print_result(const struct tally_result *r)
 {
-    if (d->admitted) {
-        printf("admitted scope=%s", tenant_scope_name(d->scope));
-        if (d->scope != TENANT_SCOPE_NONE)
-            printf(" limit=%lld remaining=%lld reset=%lld", (long long)d->limit,
-                   (long long)d->remaining,
-                   (long long)tenant_retry_after_seconds(d->reset_ms - now_ms));
-        if (d->slot_id != 0)
-            printf(" lease=%lld", (long long)d->slot_id);
+    switch (r->status) {
+    case TALLY_ADMITTED:
+        printf("admitted scope=%s", r->scope);
+        if (r->limit >= 0)
+            printf(" limit=%lld reset=%lld", (long long)r->limit,
+                   (long long)((r->reset_ms + 999) / 1000));
+        if (r->slot_id != 0)
+            printf(" lease=%lld", (long long)r->slot_id);
+        if (r->degraded)
+            printf(" degraded");
+        if (r->shadow_refused)
+            printf(" shadow_refused");
         printf("\n");
-    } else if (d->never) {
-        printf("refused scope=%s retry_after=never (cost above the limit)\n",
-               tenant_scope_name(d->scope));
-    } else {
-        printf("refused scope=%s retry_after=%lld\n", tenant_scope_name(d->scope),
-               (long long)tenant_retry_after_seconds(d->retry_after_ms));
+        break;
+    case TALLY_REFUSED:
+        if (r->never)
+            printf("refused scope=%s retry_after=never (cost above the limit)\n", r->scope);
+        else
+            printf("refused scope=%s retry_after=%lld\n", r->scope,
+                   (long long)((r->retry_after_ms + 999) / 1000));
+        break;
+    default:
+        break;
     }
-}
-
-/* Reads a token from stdin (one line) into buf. */
-static bool
-read_token(char *buf, size_t len)
-{
-    size_t n;
-
-    if (fgets(buf, (int)len, stdin) == NULL)
-        return false;
-    n = strcspn(buf, "\r\n");
-    buf[n] = '\0';
-    return true;
-}
-
-/* Resolves the link and policy; EXIT_OK or the exit code already reported. */
-static int
-authorize(struct check_ctx *c, const unsigned char hash[TENANT_HASH_BYTES], const char *endpoint,
-          int64_t now_ms)
-{
-    int rc = store_link_by_hash(c->db, hash, &c->link);
-
-    if (rc == TALLY_ENOTFOUND || (rc == TALLY_OK && !store_link_allows(&c->link, endpoint, now_ms)))
-        return cli_fail(EXIT_UNAUTH, "unauthorized");
-    if (rc == TALLY_OK)
-        rc = store_tenant_get(c->db, c->link.tenant, &c->tenant);
-    if (rc == TALLY_ENOTFOUND)
-        return cli_fail(EXIT_UNAUTH, "unauthorized");
-    if (rc == TALLY_OK)
-        rc = store_plan_get(c->db, c->tenant.plan, &c->plan);
-    if (rc == TALLY_OK)
-        rc = store_endpoint_resolve(c->db, c->tenant.plan, endpoint, &c->ep);
-    if (rc == TALLY_ENOTFOUND)
-        return cli_fail(EXIT_USAGE, "endpoint %s is not defined for plan %s", endpoint,
-                        c->tenant.plan);
-    if (rc != TALLY_OK)
-        return cli_store_fail(rc, "check");
-    return EXIT_OK;
 }
 
 int
 cli_check(struct cli *c)
 {
-    static struct check_ctx ctx; /* large (slot tables): static, one check per process */
-    static struct slot_blob blob;
-    struct tenant_decision d;
-    unsigned char hash[TENANT_HASH_BYTES];
-    unsigned char *key = NULL;
-    char token[TENANT_TOKEN_MAX + 2];
+    char path[STORE_PATH_MAX];
+    char token[PROTO_TOKEN_WIRE_MAX + 2];
+    const char *sock = NULL;
     const char *endpoint;
+    tally_client *client = NULL;
+    struct tally_result r;
     int64_t cost = 0;
-    int64_t now_ms;
     char err[256];
     int code;
     int rc;
     int i;
 
     if (c->argc < 2)
-        return cli_fail(EXIT_USAGE, "usage: tally check TOKEN ENDPOINT [--cost C]");
+        return cli_fail(EXIT_USAGE, "usage: tally check TOKEN ENDPOINT [--cost C] [--socket PATH]");
     endpoint = c->argv[1];
     if (tenant_name_check("endpoint", endpoint, err, sizeof(err)) != TALLY_OK)
         return cli_fail(EXIT_USAGE, "%s", err);
     for (i = 2; i < c->argc; i++) {
         bool missing = false;
-        const char *v = tenant_opt_value(c->argc, c->argv, &i, "--cost", &missing);
-        if (v == NULL)
+        const char *v;
+        if ((v = tenant_opt_value(c->argc, c->argv, &i, "--cost", &missing)) != NULL) {
+            if (tenant_cost_parse(v, &cost) != TALLY_OK)
+                return cli_fail(EXIT_USAGE,
+                                "invalid --cost '%.80s': a whole number from 1 to 2^32", v);
+        } else if ((v = tenant_opt_value(c->argc, c->argv, &i, "--socket", &missing)) != NULL) {
+            sock = v;
+        } else {
+            if (missing)
+                return cli_fail(EXIT_USAGE, "%s needs a value", c->argv[i]);
             return cli_fail(EXIT_USAGE, "unexpected argument '%.80s'", c->argv[i]);
-        if (tenant_cost_parse(v, &cost) != TALLY_OK)
-            return cli_fail(EXIT_USAGE, "invalid --cost '%.80s': a whole number from 1 to 2^32", v);
+        }
     }
     if (strcmp(c->argv[0], "-") == 0) {
-        if (!read_token(token, sizeof(token)))
+        if (fgets(token, sizeof(token), stdin) == NULL)
             return cli_fail(EXIT_USAGE, "no token on stdin");
+        token[strcspn(token, "\r\n")] = '\0';
     } else {
         snprintf(token, sizeof(token), "%s", c->argv[0]);
     }
-    code = cli_open(c, &ctx.db);
-    if (code != EXIT_OK)
-        goto out;
-    rc = store_key_load(c->data, &key);
+    socket_path(c, sock, path, sizeof(path));
+    rc = tally_client_open(path, CHECK_TIMEOUT_MS, &client);
     if (rc != TALLY_OK) {
-        code = cli_fail(EXIT_CONFIG, "%s", tally_strerror(rc));
-        goto out;
+        sodium_memzero(token, sizeof(token));
+        if (sock == NULL && store_datadir_check(c->data) != TALLY_OK)
+            return cli_fail(EXIT_CONFIG,
+                            "data directory %s is not initialised: run 'tally init --data %s'",
+                            c->data, c->data);
+        return cli_fail(EXIT_UNAVAIL, "tallyd is not running (no answer on %s): %s", path,
+                        tally_strerror(rc));
     }
-    rc = tenant_token_hash(key, token, hash);
+    rc = tally_check(client, token, endpoint, cost, &r);
     sodium_memzero(token, sizeof(token));
+    tally_client_close(client);
     if (rc != TALLY_OK)
-        memset(hash, 0, sizeof(hash));
-    rc = store_db_begin(ctx.db);
-    if (rc != TALLY_OK) {
-        code = cli_store_fail(rc, "check");
-        goto out;
+        return cli_fail(EXIT_UNAVAIL, "tallyd did not answer: %s", tally_strerror(rc));
+    print_result(&r);
+    switch (r.status) {
+    case TALLY_ADMITTED:
+        code = EXIT_OK;
+        break;
+    case TALLY_REFUSED:
+        code = EXIT_FAIL;
+        break;
+    case TALLY_UNAUTHORIZED:
+        code = cli_fail(EXIT_UNAUTH, "unauthorized");
+        break;
+    case TALLY_UNAVAILABLE:
+        code = cli_fail(EXIT_UNAVAIL, "unavailable: %s (retry after %llds)",
+                        r.detail[0] != '\0' ? r.detail : "authority unreachable",
+                        (long long)((r.retry_after_ms + 999) / 1000));
+        break;
+    case TALLY_BAD_REQUEST:
+        code = cli_fail(EXIT_USAGE, "bad request: %s", r.detail);
+        break;
+    default:
+        code = cli_fail(EXIT_IOERR, "tallyd could not decide: %s", r.detail);
+        break;
     }
-    now_ms = cli_now_ms();
-    code = authorize(&ctx, hash, endpoint, now_ms);
-    if (code == EXIT_OK) {
-        rc = build_path(&ctx, &blob);
-        if (rc == TALLY_OK)
-            rc = tenant_path_decide(&ctx.path, now_ms, cost > 0 ? cost : ctx.ep.cost, &d);
-        if (rc == TALLY_OK && d.admitted)
-            rc = save_path(&ctx, &blob);
-        if (rc == TALLY_OK && d.admitted)
-            rc = store_db_commit(ctx.db);
-        if (rc != TALLY_OK) {
-            code = cli_store_fail(rc, "check");
-        } else {
-            print_decision(&d, now_ms);
-            code = d.admitted ? EXIT_OK : EXIT_FAIL;
-        }
-    }
-    store_db_rollback(ctx.db);
-out:
-    sodium_memzero(hash, sizeof(hash));
-    store_key_free(key);
-    store_db_close(ctx.db);
     return code;
 }

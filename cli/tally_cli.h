@@ -36,6 +36,9 @@ int cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 int cli_store_fail(int rc, const char *what);
 /** Opens the config database of an initialised data dir, printing the error. */
 int cli_open(const struct cli *c, store_db **out /* OUT */);
+/** Tells a running tallyd to re-read the configuration now (best effort: no
+ *  daemon, nothing to do). Called after every successful change. */
+void cli_notify_daemon(const struct cli *c);
 /** Milliseconds of wall clock now. */
 int64_t cli_now_ms(void);
 

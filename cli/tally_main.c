@@ -114,6 +114,30 @@ cli_init(struct cli *c)
     return EXIT_OK;
 }
 
+/* Commands that change the configuration: a running tallyd must see the change
+ * before they return (a revoked link is refused from then on). */
+static bool
+is_change(const char *verb, int argc, char **argv)
+{
+    const char *sub = argc > 0 ? argv[0] : "";
+    int i;
+
+    if (strcmp(verb, "apply") == 0) {
+        for (i = 0; i < argc; i++) {
+            if (strcmp(argv[i], "--dry-run") == 0)
+                return false;
+        }
+        return true;
+    }
+    if (strcmp(verb, "plan") == 0 || strcmp(verb, "endpoint") == 0)
+        return strcmp(sub, "set") == 0 || strcmp(sub, "remove") == 0;
+    if (strcmp(verb, "tenant") == 0)
+        return strcmp(sub, "add") == 0 || strcmp(sub, "remove") == 0;
+    if (strcmp(verb, "link") == 0)
+        return strcmp(sub, "create") == 0 || strcmp(sub, "revoke") == 0;
+    return false;
+}
+
 static const struct {
     const char *verb;
     int (*run)(struct cli *c);
@@ -167,8 +191,12 @@ main(int argc, char **argv)
     c.argc = argc - at - 1;
     c.argv = argv + at + 1;
     for (i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++) {
-        if (strcmp(argv[at], verbs[i].verb) == 0)
-            return verbs[i].run(&c);
+        if (strcmp(argv[at], verbs[i].verb) == 0) {
+            int code = verbs[i].run(&c);
+            if (code == EXIT_OK && is_change(argv[at], c.argc, c.argv))
+                cli_notify_daemon(&c);
+            return code;
+        }
     }
     return cli_fail(EXIT_USAGE, "unknown command '%s' (see tally --help)", argv[at]);
 }

@@ -11,6 +11,11 @@
  */
 #include "proto_http.h"
 #include "store.h"
+#include "sup_front.h"
+#include "sup_paths.h"
+#include "sup_process.h"
+#include "sup_sock.h"
+#include "tenant.h"
 
 #include <signal.h>
 #include <sodium.h>
@@ -34,7 +39,8 @@ enum tallyd_route { ROUTE_HEALTHZ = 1 };
 
 static const char usage_text[] =
     "usage: tallyd [--data DIR] [--http ADDR:PORT] [--socket PATH]\n"
-    "              [--durability strict|batched] [--help] [--version]\n"
+    "              [--durability strict|batched] [--wait-ms MS] [--idle-exit-ms MS]\n"
+    "              [--help] [--version]\n"
     "\n"
     "Runs the tally daemon in the foreground until SIGINT or SIGTERM.\n"
     "\n"
@@ -42,17 +48,22 @@ static const char usage_text[] =
     "                     else " TALLY_DEFAULT_DATA_DIR ")\n"
     "  --http ADDR:PORT   HTTP listener, default 127.0.0.1:8080; IPv6 as [::1]:8080;\n"
     "                     port 0 picks a free port, reported in the start line\n"
-    "  --socket PATH      binary protocol socket, default DATA/tally.sock; accepted\n"
-    "                     but not served yet (the binary protocol comes later)\n"
-    "  --durability MODE  strict (default) or batched; accepted, used once leases\n"
-    "                     land in a later version\n"
+    "  --socket PATH      binary protocol socket (mode 0660), default DATA/tally.sock\n"
+    "  --durability MODE  strict (default): every grant and lease mark is fsynced\n"
+    "                     before use; batched: synchronous=NORMAL (safe from kill -9,\n"
+    "                     the last commits may be lost on power loss)\n"
+    "  --wait-ms MS       longest wait of a request for its tenant's supervisor\n"
+    "                     (default 50)\n"
+    "  --idle-exit-ms MS  a supervisor with no message for this long exits; the\n"
+    "                     next request brings it back (default 60000)\n"
     "\n"
-    "HTTP now: GET /healthz -> 200 {\"status\":\"ok\"}; any other path -> 404.\n"
+    "HTTP: GET /healthz -> 200 {\"status\":\"ok\"}. Binary protocol: proto/PROTOCOL.md.\n"
     "Every answer carries Cache-Control: no-store.\n"
     "Logs: one JSON line on stderr at start and one at stop, none per request.\n"
     "\n"
     "exit codes:\n"
-    "  0 stopped by SIGINT or SIGTERM    1 runtime failure (address in use, ...)\n"
+    "  0 stopped by SIGINT or SIGTERM    1 runtime failure (address in use, another\n"
+    "                                    tallyd on this data dir, ...)\n"
     "  64 usage error                    78 data dir not initialised\n";
 
 struct opts {
@@ -60,6 +71,11 @@ struct opts {
     const char *http;
     const char *socket;
     const char *durability;
+    const char *wait_ms;
+    const char *idle_exit_ms;
+    const char *supervise; /* internal: run as the supervisor of this tenant */
+    int64_t wait;
+    int64_t idle_exit;
     char host[64]; /* from --http, without brackets */
     int port;
     bool ipv6;
@@ -69,6 +85,10 @@ struct tallyd {
     uv_loop_t loop;
     uv_signal_t sig_int, sig_term;
     proto_http_server *http;
+    sup_front *front;
+    sup_sock *sock;
+    char socket_path[STORE_PATH_MAX];
+    int lock_fd;
     const char *data;
     const struct opts *o;
     int stop_signal;
@@ -135,12 +155,34 @@ parse_http(const char *s, struct opts *o)
     return true;
 }
 
+/* A whole number of milliseconds in [min, max]; absent gives dflt. */
+static bool
+parse_ms(const char *s, int64_t min, int64_t max, int64_t dflt, int64_t *out)
+{
+    int64_t v = 0;
+    const char *p;
+
+    if (s == NULL) {
+        *out = dflt;
+        return true;
+    }
+    for (p = s; *p >= '0' && *p <= '9' && v <= max; p++)
+        v = v * 10 + (*p - '0');
+    if (p == s || *p != '\0' || v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
 /* Returns -1 to go on, else the exit code (after --help, --version or an error). */
 static int
 parse_args(int argc, char **argv, struct opts *o)
 {
-    static const char *const names[] = {"--data", "--http", "--socket", "--durability"};
-    const char **slots[] = {&o->data, &o->http, &o->socket, &o->durability};
+    static const char *const names[] = {"--data",    "--http",         "--socket",
+                                        "--durability", "--wait-ms", "--idle-exit-ms",
+                                        "--supervise"};
+    const char **slots[] = {&o->data,    &o->http,         &o->socket,   &o->durability,
+                            &o->wait_ms, &o->idle_exit_ms, &o->supervise};
     struct sockaddr_un sun;
     int i;
 
@@ -184,6 +226,13 @@ parse_args(int argc, char **argv, struct opts *o)
     if (strcmp(o->durability, "strict") != 0 && strcmp(o->durability, "batched") != 0)
         return fail(TALLYD_EXIT_USAGE, "invalid --durability '%s': use strict or batched",
                     o->durability);
+    if (!parse_ms(o->wait_ms, 1, 60000, 50, &o->wait))
+        return fail(TALLYD_EXIT_USAGE, "invalid --wait-ms '%s': 1 to 60000", o->wait_ms);
+    if (!parse_ms(o->idle_exit_ms, 1, 86400000, 60000, &o->idle_exit))
+        return fail(TALLYD_EXIT_USAGE, "invalid --idle-exit-ms '%s': 1 to 86400000",
+                    o->idle_exit_ms);
+    if (o->supervise != NULL && !tenant_name_valid(o->supervise))
+        return fail(TALLYD_EXIT_USAGE, "invalid tenant name for --supervise");
     if (o->socket != NULL && strlen(o->socket) >= sizeof(sun.sun_path))
         return fail(TALLYD_EXIT_USAGE, "--socket path is longer than %zu bytes",
                     sizeof(sun.sun_path) - 1);
@@ -250,6 +299,50 @@ close_walk(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
+/* Shutdown runs as a chain: HTTP, then the socket, then the front (leases are
+ * returned to the supervisors, which commit and exit), then whatever is left. */
+static void
+stop_rest(struct tallyd *d)
+{
+    uv_walk(&d->loop, close_walk, NULL);
+}
+
+static void
+on_front_closed(void *data)
+{
+    struct tallyd *d = data;
+
+    d->front = NULL;
+    stop_rest(d);
+}
+
+static void
+stop_front(struct tallyd *d)
+{
+    if (d->front != NULL)
+        sup_front_close(d->front, on_front_closed, d);
+    else
+        stop_rest(d);
+}
+
+static void
+on_sock_closed(void *data)
+{
+    struct tallyd *d = data;
+
+    d->sock = NULL;
+    stop_front(d);
+}
+
+static void
+stop_sock(struct tallyd *d)
+{
+    if (d->sock != NULL)
+        sup_sock_close(d->sock, on_sock_closed, d);
+    else
+        stop_front(d);
+}
+
 static void
 on_http_closed(proto_http_server *srv)
 {
@@ -257,7 +350,7 @@ on_http_closed(proto_http_server *srv)
 
     proto_http_stats(srv, &d->stats);
     d->http = NULL;
-    uv_walk(&d->loop, close_walk, NULL); /* whatever else is still open */
+    stop_sock(d);
 }
 
 /* Closes everything; the loop then runs dry. */
@@ -271,7 +364,43 @@ stop(struct tallyd *d)
     if (d->http != NULL)
         proto_http_close(d->http, on_http_closed);
     else
-        uv_walk(&d->loop, close_walk, NULL);
+        stop_sock(d);
+}
+
+/* The decision service and its binary protocol socket. */
+static int
+start_front(struct tallyd *d)
+{
+    struct sup_front_config fc;
+    char exe[STORE_PATH_MAX];
+    size_t exe_len = sizeof(exe);
+    int rc;
+
+    if (uv_exepath(exe, &exe_len) != 0)
+        return fail(TALLYD_EXIT_FAIL, "cannot find the tallyd executable");
+    memset(&fc, 0, sizeof(fc));
+    fc.data = d->data;
+    fc.exe = exe;
+    fc.strict = strcmp(d->o->durability, "strict") == 0;
+    fc.wait_ms = d->o->wait;
+    fc.idle_exit_ms = d->o->idle_exit;
+    rc = sup_front_open(&d->loop, &fc, &d->front);
+    if (rc != TALLY_OK)
+        return fail(rc == TALLY_ENOKEY || rc == TALLY_EKEYMODE || rc == TALLY_ESCHEMA
+                        ? TALLYD_EXIT_CONFIG
+                        : TALLYD_EXIT_FAIL,
+                    "cannot load %s: %s", d->data, tally_strerror(rc));
+    if (d->o->socket != NULL)
+        snprintf(d->socket_path, sizeof(d->socket_path), "%s", d->o->socket);
+    else if ((size_t)snprintf(d->socket_path, sizeof(d->socket_path), "%s/tally.sock", d->data) >=
+             sizeof(((struct sockaddr_un *)0)->sun_path))
+        return fail(TALLYD_EXIT_USAGE, "socket path %s/tally.sock is too long: use --socket",
+                    d->data);
+    rc = sup_sock_open(&d->loop, d->front, d->socket_path, 0660, NULL, 0, &d->sock);
+    if (rc != TALLY_OK)
+        return fail(TALLYD_EXIT_FAIL, "cannot listen on %s: %s", d->socket_path,
+                    rc == TALLY_EINUSE ? "another process listens there" : tally_strerror(rc));
+    return TALLYD_EXIT_OK;
 }
 
 static void
@@ -334,6 +463,8 @@ serve(struct tallyd *d)
         fail(TALLYD_EXIT_FAIL, "cannot listen on %s: %s", d->o->http, listen_error(rc));
         goto out;
     }
+    if (start_front(d) != TALLYD_EXIT_OK)
+        goto out;
     if (uv_signal_start(&d->sig_int, on_signal, SIGINT) != 0 ||
         uv_signal_start(&d->sig_term, on_signal, SIGTERM) != 0) {
         fail(TALLYD_EXIT_FAIL, "cannot watch SIGINT and SIGTERM");
@@ -383,5 +514,22 @@ main(int argc, char **argv)
     sigaction(SIGPIPE, &sa, NULL);
     if (sodium_init() < 0)
         return fail(TALLYD_EXIT_FAIL, "cannot initialise libsodium");
-    return serve(&d);
+    if (o.supervise != NULL) {
+        struct sup_process_opts so = {d.data, o.supervise, strcmp(o.durability, "strict") == 0,
+                                      o.idle_exit, 3};
+        return sup_process_run(&so);
+    }
+    {
+        char lock[STORE_PATH_MAX];
+        int rc;
+        snprintf(lock, sizeof(lock), "%s/tallyd.lock", d.data);
+        rc = sup_lock_take(lock, &d.lock_fd);
+        if (rc == TALLY_ELOCKED)
+            return fail(TALLYD_EXIT_FAIL, "another tallyd is running on %s", d.data);
+        if (rc != TALLY_OK)
+            return fail(TALLYD_EXIT_FAIL, "cannot lock %s: %s", lock, tally_strerror(rc));
+    }
+    code = serve(&d);
+    close(d.lock_fd);
+    return code;
 }

@@ -23,7 +23,7 @@ finish(uint8_t *out, struct proto_writer *w, uint8_t type, uint16_t flags, uint3
 static void
 start(struct proto_writer *w, uint8_t *out)
 {
-    proto_writer_init(w, out, PROTO_FRAME_MAX);
+    proto_writer_init(w, out, PROTO_CLIENT_MSG_MAX);
     w->at = PROTO_FRAME_HEADER;
 }
 

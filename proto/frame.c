@@ -70,8 +70,8 @@ proto_frame_next(struct proto_frame_reader *r, struct proto_frame *f)
     if (avail < 4)
         return TALLY_ENOTFOUND;
     len = be32(p);
-    if (len < PROTO_FRAME_HEADER - 4 || len > PROTO_FRAME_MAX - 4)
-        return TALLY_EPROTO;
+    if (len < PROTO_FRAME_HEADER - 4 || len > PROTO_FRAME_MAX - 4 || 4 + (size_t)len > r->cap)
+        return TALLY_EPROTO; /* out of bounds, or larger than this reader takes */
     if (avail >= 5 && p[4] != PROTO_VERSION)
         return TALLY_EPROTO;
     if (avail < 4 + (size_t)len)

@@ -195,6 +195,7 @@ proto_http_open(uv_loop_t *loop, const struct proto_http_config *cfg, proto_http
     srv->loop = loop;
     srv->handler = cfg->handler;
     srv->app_data = cfg->app_data;
+    srv->on_cancel = cfg->on_cancel;
     rc = limits_apply(&srv->lim, cfg);
     if (rc == TALLY_OK)
         rc = names_copy(srv, cfg);

@@ -3,14 +3,23 @@
  * A connection is one allocation made at accept (its handles, parser, read
  * and write buffers) and freed in the last close callback. Requests are read
  * into a capped buffer and parsed as they arrive; each complete one is
- * answered synchronously by the handler, and its answer written with
- * uv_try_write, the rest with the connection's own uv_write_t. While an
- * answer is in flight the connection neither parses nor reads, so pipelined
- * requests are answered in order and a client that does not read is held back
- * by TCP. A final answer (Connection: close, or a refused request) is
- * followed by a shutdown and a short drain so the client reads it before the
- * close. One timer per connection enforces the idle, request and drain
- * deadlines lazily: progress only moves a deadline, the timer re-arms itself.
+ * answered by the handler, and its answer written with uv_try_write, the rest
+ * with the connection's own uv_write_t. While an answer is in flight the
+ * connection neither parses nor reads, so pipelined requests are answered in
+ * order and a client that does not read is held back by TCP. A final answer
+ * (Connection: close, or a refused request) is followed by a shutdown and a
+ * short drain so the client reads it before the close. One timer per
+ * connection enforces the idle, request and drain deadlines lazily: progress
+ * only moves a deadline, the timer re-arms itself.
+ *
+ * A handler may defer its answer (the app waits for something else on the
+ * loop). The deferred state is the connection's, so nothing is allocated; the
+ * connection parses nothing meanwhile and has no deadline, but keeps reading
+ * until its buffer is full, so a client that goes away is seen at once: the
+ * close cancels the answer (on_cancel, from the last close callback, just
+ * before the block is freed). Finishing sends the answer at once and parses
+ * on from the connection's timer, so the next handler never runs inside the
+ * app's call.
  */
 #include "proto_http_int.h"
 
@@ -114,6 +123,12 @@ on_conn_handle_closed(uv_handle_t *h)
 
     if (--c->pending_closes > 0)
         return;
+    if (c->flags & CONN_DEFERRED) {
+        /* The last moment d is valid: the app lets go of it before the block goes. */
+        c->flags &= ~(unsigned)CONN_DEFERRED;
+        srv->stats.deferred_cancelled++;
+        srv->on_cancel(srv->app_data, &c->deferred);
+    }
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -156,6 +171,10 @@ conn_deadline(const struct http_conn *c, enum proto_http_reject *why /* OUT */)
     uint64_t due_ms = c->progress_ms + lim->idle_timeout_ms;
 
     *why = PROTO_HTTP_REJECT_IDLE_TIMEOUT;
+    if (c->flags & CONN_DEFERRED) {
+        *why = PROTO_HTTP_REJECT_COUNT;
+        return UINT64_MAX; /* the app bounds its own wait; a client's EOF still cancels */
+    }
     if (c->flags & CONN_LINGER) {
         *why = PROTO_HTTP_REJECT_COUNT; /* an expected end, not counted */
         return c->linger_until_ms;
@@ -172,9 +191,16 @@ on_conn_timer(uv_timer_t *t)
 {
     struct http_conn *c = t->data;
     enum proto_http_reject why;
-    uint64_t due_ms = conn_deadline(c, &why);
+    uint64_t due_ms;
 
     c->timer_due_ms = UINT64_MAX;
+    if (c->flags & CONN_RESUME) {
+        c->flags &= ~(unsigned)CONN_RESUME;
+        conn_process(c); /* the request after a deferred answer */
+        if (c->flags & CONN_CLOSING)
+            return;
+    }
+    due_ms = conn_deadline(c, &why);
     if (uv_now(c->srv->loop) < due_ms) {
         conn_arm(c, due_ms); /* progress moved the deadline */
         return;
@@ -208,7 +234,8 @@ on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
-/* Reads while draining (until EOF) or while no answer is in flight. */
+/* Reads while draining (until EOF), while no answer is in flight, or while
+ * one is deferred and the buffer has room (to see the client go away). */
 static void
 conn_update_reading(struct http_conn *c)
 {
@@ -220,6 +247,8 @@ conn_update_reading(struct http_conn *c)
         want = false;
     else if (c->flags & CONN_LINGER)
         want = true;
+    else if (c->flags & CONN_DEFERRED)
+        want = c->rlen - c->rpos < c->srv->lim.read_buffer_bytes;
     else
         want = !(c->flags & (CONN_WRITING | CONN_FINAL));
     if (want && !(c->flags & CONN_READING)) {
@@ -341,7 +370,31 @@ route_find(const proto_http_server *srv, const struct proto_http_str *path)
     return NULL;
 }
 
-/* Answers one complete request: route, handler, checks, send. */
+/* Sends c->resp for c's current request: checked (an invalid answer of the
+ * handler becomes a 500), counted, queued. `refused` says why the server
+ * answered itself; PROTO_HTTP_REJECT_COUNT if the handler did. */
+static void
+conn_answer(struct http_conn *c, enum proto_http_reject refused)
+{
+    proto_http_server *srv = c->srv;
+    struct proto_http_response *resp = &c->resp;
+    bool keep_alive;
+
+    srv->stats.requests++;
+    if (refused == PROTO_HTTP_REJECT_COUNT && !proto__http_response_valid(resp)) {
+        refused = PROTO_HTTP_REJECT_RESPONSE_ERROR;
+        proto__http_response_reset(resp, resp->body, resp->body_cap);
+        (void)proto_http_response_error(resp, 500, "internal_error", NULL);
+    }
+    if (refused != PROTO_HTTP_REJECT_COUNT)
+        srv->stats.rejected[refused]++;
+    /* The request's method and keep-alive stay in c until the next one begins. */
+    keep_alive = c->keep_alive && !resp->close && !srv->closing;
+    conn_send(c, keep_alive, c->method == PROTO_HTTP_HEAD);
+}
+
+/* Answers one complete request: route, handler, then conn_answer(), unless
+ * the handler deferred the answer. */
 static void
 conn_dispatch(struct http_conn *c)
 {
@@ -349,10 +402,8 @@ conn_dispatch(struct http_conn *c)
     struct proto_http_response *resp = &c->resp;
     struct proto_http_request req;
     enum proto_http_reject refused = PROTO_HTTP_REJECT_COUNT;
-    bool keep_alive;
 
     c->flags &= ~(unsigned)(CONN_MSG_DONE | CONN_IN_REQUEST);
-    srv->stats.requests++;
     proto__http_request_view(c, &req);
     proto__http_response_reset(resp, c->wbuf + HTTP_HEAD_RESERVE, srv->lim.max_response_bytes);
     if (srv->routes_count > 0) {
@@ -376,24 +427,21 @@ conn_dispatch(struct http_conn *c)
         }
     }
     if (refused == PROTO_HTTP_REJECT_COUNT) {
+        c->flags |= CONN_IN_HANDLER;
         srv->handler(srv->app_data, &req, resp);
-        if (!proto__http_response_valid(resp)) {
-            refused = PROTO_HTTP_REJECT_RESPONSE_ERROR;
-            proto__http_response_reset(resp, resp->body, resp->body_cap);
-            (void)proto_http_response_error(resp, 500, "internal_error", NULL);
-        }
+        c->flags &= ~(unsigned)CONN_IN_HANDLER;
+        if (c->flags & CONN_DEFERRED)
+            return; /* proto_http_deferred_finish() answers */
     }
-    if (refused != PROTO_HTTP_REJECT_COUNT)
-        srv->stats.rejected[refused]++;
-    keep_alive = req.keep_alive && !resp->close && !srv->closing;
-    conn_send(c, keep_alive, req.method == PROTO_HTTP_HEAD);
+    conn_answer(c, refused);
 }
 
-/* Parses and answers buffered requests until one is in flight or bytes run out. */
+/* Parses and answers buffered requests until one is in flight or deferred, or
+ * bytes run out. */
 static void
 conn_process(struct http_conn *c)
 {
-    while (!(c->flags & (CONN_WRITING | CONN_FINAL | CONN_CLOSING))) {
+    while (!(c->flags & (CONN_WRITING | CONN_FINAL | CONN_CLOSING | CONN_DEFERRED))) {
         enum http_feed f = proto__http_request_feed(c);
 
         if (f == HTTP_FEED_NEED_MORE)
@@ -424,7 +472,7 @@ on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0 || (c->flags & CONN_CLOSING))
         return;
     if (nread < 0) {
-        if (nread == UV_ENOBUFS && !(c->flags & (CONN_LINGER | CONN_FINAL))) {
+        if (nread == UV_ENOBUFS && !(c->flags & (CONN_LINGER | CONN_FINAL | CONN_DEFERRED))) {
             c->reject_status = 431; /* cannot happen: the buffer is parsed before reading on */
             c->reject_reason = PROTO_HTTP_REJECT_HEAD_TOO_LARGE;
             c->reject_detail = "request too large";
@@ -462,6 +510,7 @@ conn_new(proto_http_server *srv)
     c->wbuf = base + srv->off_wbuf;
     c->kept_cur = -1;
     c->timer_due_ms = UINT64_MAX;
+    c->deferred.conn = c;
     http_parser_init(&c->parser, HTTP_REQUEST);
     c->parser.data = c;
     if (uv_tcp_init(srv->loop, &c->tcp) != 0) {
@@ -574,6 +623,45 @@ proto_http_close(proto_http_server *srv, proto_http_close_cb cb)
     uv_close((uv_handle_t *)&srv->listener, on_listener_closed);
     for (c = srv->conns; c != NULL; c = c->next)
         conn_close(c); /* unlinked only in its close callback */
+}
+
+proto_http_deferred *
+proto_http_defer(struct proto_http_response *resp)
+{
+    /* The handler's resp lives in its connection. */
+    struct http_conn *c = (struct http_conn *)((char *)resp - offsetof(struct http_conn, resp));
+    proto_http_deferred *d = NULL;
+
+    if ((c->flags & (CONN_IN_HANDLER | CONN_DEFERRED)) == CONN_IN_HANDLER &&
+        c->srv->on_cancel != NULL) {
+        c->flags |= CONN_DEFERRED;
+        c->srv->stats.deferred++;
+        d = &c->deferred;
+    }
+    return d;
+}
+
+struct proto_http_response *
+proto_http_deferred_response(proto_http_deferred *d)
+{
+    return &d->conn->resp;
+}
+
+void
+proto_http_deferred_finish(proto_http_deferred *d)
+{
+    struct http_conn *c = d->conn;
+
+    if (NEVER(!(c->flags & CONN_DEFERRED))) /* finished twice, or after on_cancel */
+        return;
+    c->flags &= ~(unsigned)CONN_DEFERRED;
+    if (c->flags & (CONN_IN_HANDLER | CONN_CLOSING))
+        return; /* conn_dispatch answers; or the answer is dropped and no on_cancel follows */
+    c->progress_ms = uv_now(c->srv->loop); /* the wait was the app's: idle time starts now */
+    conn_answer(c, PROTO_HTTP_REJECT_COUNT);
+    /* Parse on from the timer, so the next handler does not run inside the app's call. */
+    c->flags |= CONN_RESUME;
+    conn_arm(c, c->progress_ms);
 }
 
 void

@@ -61,7 +61,16 @@ enum http_conn_flags {
     CONN_LINGER = 1 << 6,       /* shut down for writing, draining input */
     CONN_CLOSING = 1 << 7,      /* uv_close called on both handles */
     CONN_EOF = 1 << 8,          /* the peer will send nothing more */
-    CONN_SHUT_DONE = 1 << 9     /* our side is shut down for writing */
+    CONN_SHUT_DONE = 1 << 9,    /* our side is shut down for writing */
+    CONN_IN_HANDLER = 1 << 10,  /* the handler runs: it may defer */
+    CONN_DEFERRED = 1 << 11,    /* the app owns the answer: parse nothing, no deadline */
+    CONN_RESUME = 1 << 12       /* a deferred answer was sent: the timer parses on */
+};
+
+/* A deferred answer is its connection's: the request it answers (method,
+ * keep-alive) stays in the connection, which parses nothing meanwhile. */
+struct proto_http_deferred {
+    struct http_conn *conn;
 };
 
 enum http_field_state { FIELD_NONE = 0, FIELD_NAME, FIELD_VALUE };
@@ -112,6 +121,7 @@ struct http_conn {
     /* The answer: body in wbuf + HTTP_HEAD_RESERVE, head right-aligned before it. */
     struct proto_http_response resp;
     char *wbuf;
+    struct proto_http_deferred deferred; /* handed out while CONN_DEFERRED */
 };
 
 struct proto_http_server {
@@ -119,6 +129,7 @@ struct proto_http_server {
     uv_loop_t *loop;
     proto_http_handler_fn handler;
     void *app_data;
+    proto_http_cancel_fn on_cancel;
     proto_http_close_cb close_cb;
     bool listening;
     bool closing;

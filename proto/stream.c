@@ -34,13 +34,13 @@ struct proto_conn {
     bool close_after_flush;
     int reason;
     struct proto_frame_reader reader;
-    uint8_t rbuf[PROTO_FRAME_MAX];
     uint8_t *out; /* filling while a write is in flight */
     size_t out_len;
     size_t out_cap;
     uint8_t *flight; /* handed to uv_write */
     size_t flight_len;
     size_t flight_cap;
+    uint8_t rbuf[]; /* max_frame bytes */
 };
 
 struct proto_listener {
@@ -53,6 +53,7 @@ struct proto_listener {
     struct proto_listener_cbs cbs;
     void *data;
     bool is_unix;
+    size_t max_frame;
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     void (*close_cb)(void *data);
     void *close_data;
@@ -61,9 +62,13 @@ struct proto_listener {
 static void conn_free(proto_conn *c);
 
 static proto_conn *
-conn_new(const struct proto_conn_cbs *cbs, void *data)
+conn_new(const struct proto_conn_cbs *cbs, void *data, size_t max_frame)
 {
-    proto_conn *c = tally_calloc(1, sizeof(*c));
+    proto_conn *c;
+
+    if (max_frame < PROTO_FRAME_HEADER || max_frame > PROTO_FRAME_MAX)
+        max_frame = PROTO_FRAME_MAX;
+    c = tally_calloc(1, sizeof(*c) + max_frame);
 
     if (c == NULL)
         return NULL;
@@ -71,7 +76,7 @@ conn_new(const struct proto_conn_cbs *cbs, void *data)
     c->data = data;
     c->refs = 2; /* the caller's, and the open handle's */
     c->h.handle.data = c;
-    proto_frame_reader_init(&c->reader, c->rbuf, sizeof(c->rbuf));
+    proto_frame_reader_init(&c->reader, c->rbuf, max_frame);
     return c;
 }
 
@@ -203,7 +208,7 @@ int
 proto_conn_open_fd(uv_loop_t *loop, int fd, const struct proto_conn_cbs *cbs, void *data,
                    proto_conn **out)
 {
-    proto_conn *c = conn_new(cbs, data);
+    proto_conn *c = conn_new(cbs, data, PROTO_FRAME_MAX);
 
     *out = NULL;
     if (c == NULL)
@@ -226,7 +231,7 @@ proto_conn_open_fd(uv_loop_t *loop, int fd, const struct proto_conn_cbs *cbs, vo
 int
 proto_conn_pipe_new(uv_loop_t *loop, const struct proto_conn_cbs *cbs, void *data, proto_conn **out)
 {
-    proto_conn *c = conn_new(cbs, data);
+    proto_conn *c = conn_new(cbs, data, PROTO_FRAME_MAX);
 
     *out = NULL;
     if (c == NULL)
@@ -385,7 +390,7 @@ on_connection(uv_stream_t *server, int status)
 
     if (status < 0)
         return;
-    c = conn_new(&cbs, NULL);
+    c = conn_new(&cbs, NULL, l->max_frame);
     if (c == NULL)
         return; /* the pending connection stays in the backlog; retried next time */
     rc = l->is_unix ? uv_pipe_init(server->loop, &c->h.pipe, 0)
@@ -447,6 +452,7 @@ listener_new(const struct proto_listener_cbs *cbs, void *data)
 
     if (l == NULL)
         return NULL;
+    l->max_frame = cbs->max_frame;
     l->cbs = *cbs;
     l->data = data;
     return l;

@@ -45,13 +45,7 @@ static const char *const config_migrations[] = {
     "  expires_ms INTEGER NOT NULL DEFAULT 0,"
     "  revoked_ms INTEGER NOT NULL DEFAULT 0"
     ") STRICT;"
-    "CREATE INDEX link_tenant ON link(tenant);"
-    "CREATE TABLE counter("
-    "  tenant TEXT NOT NULL REFERENCES tenant(id) ON DELETE CASCADE,"
-    "  key TEXT NOT NULL,"
-    "  state BLOB NOT NULL,"
-    "  PRIMARY KEY(tenant, key)"
-    ") STRICT;",
+    "CREATE INDEX link_tenant ON link(tenant);",
 };
 
 enum config_stmt {
@@ -74,8 +68,6 @@ enum config_stmt {
     S_LINK_BY_ID,
     S_LINK_REVOKE,
     S_LINK_EACH,
-    S_COUNTER_GET,
-    S_COUNTER_PUT,
     S__COUNT
 };
 
@@ -109,8 +101,6 @@ static const char *const config_statements[S__COUNT] = {
     [S_LINK_BY_ID] = "SELECT " LINK_COLS " FROM link WHERE id=?1",
     [S_LINK_REVOKE] = "UPDATE link SET revoked_ms=?2 WHERE id=?1 AND revoked_ms=0",
     [S_LINK_EACH] = "SELECT " LINK_COLS " FROM link WHERE tenant=?1 ORDER BY created_ms, id",
-    [S_COUNTER_GET] = "SELECT state FROM counter WHERE tenant=?1 AND key=?2",
-    [S_COUNTER_PUT] = "INSERT OR REPLACE INTO counter(tenant, key, state) VALUES(?1,?2,?3)",
 };
 
 static const struct store_schema config_schema = {
@@ -520,45 +510,4 @@ store_link_allows(const struct store_link *l, const char *endpoint, int64_t now_
     if (l->revoked_ms != 0 || (l->expires_ms != 0 && now_ms >= l->expires_ms))
         return false;
     return l->endpoints[0] == '\0' || tenant_name_list_has(l->endpoints, endpoint);
-}
-
-/* ---- counters ---- */
-
-int
-store_counter_get(store_db *db, const char *tenant, const char *key, void *state, size_t len,
-                  bool *found)
-{
-    sqlite3_stmt *st = store_db_stmt(db, S_COUNTER_GET);
-    int step;
-    int rc = TALLY_OK;
-
-    *found = false;
-    sqlite3_bind_text(st, 1, tenant, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
-    step = sqlite3_step(st);
-    if (step == SQLITE_ROW) {
-        if ((size_t)sqlite3_column_bytes(st, 0) == len) {
-            memcpy(state, sqlite3_column_blob(st, 0), len);
-            *found = true;
-        } else {
-            /* Never start afresh from a state we cannot read: that would be a
-             * second allowance. The caller refuses and says why. */
-            rc = TALLY_ECORRUPT;
-        }
-    } else if (step != SQLITE_DONE) {
-        rc = store_db_rc(db, step);
-    }
-    sqlite3_reset(st);
-    return rc;
-}
-
-int
-store_counter_put(store_db *db, const char *tenant, const char *key, const void *state, size_t len)
-{
-    sqlite3_stmt *st = store_db_stmt(db, S_COUNTER_PUT);
-
-    sqlite3_bind_text(st, 1, tenant, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
-    sqlite3_bind_blob(st, 3, state, (int)len, SQLITE_STATIC);
-    return step_change(db, st);
 }

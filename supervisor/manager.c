@@ -27,6 +27,7 @@ struct sup_proc {
     uint64_t started_ms;
     uint64_t last_used_ms;
     uint64_t not_before_ms; /* backoff: no spawn before this loop time */
+    bool answered;          /* a frame came back since the spawn */
     int64_t backoff_ms;
 };
 
@@ -153,6 +154,7 @@ on_conn_frame(proto_conn *c, const struct proto_frame *f, void *data)
     struct sup_proc *p = data;
 
     (void)c;
+    p->answered = true;
     p->last_used_ms = uv_now(p->m->loop);
     if (p->m->cbs.on_frame != NULL && !p->m->closing)
         p->m->cbs.on_frame(p->m->data, p->tenant, f);
@@ -253,6 +255,7 @@ spawn(sup_manager *m, struct sup_proc *p)
     }
     p->conn = conn;
     p->process_live = true;
+    p->answered = false;
     p->started_ms = uv_now(m->loop);
     if (m->stats.starts++ > 0 && p->backoff_ms > 0)
         m->stats.restarts++;
@@ -320,6 +323,14 @@ sup_manager_is_up(const sup_manager *m, const char *tenant)
     const struct sup_proc *p = proc_find(m, tenant);
 
     return p != NULL && p->conn != NULL && p->process_live;
+}
+
+bool
+sup_manager_is_starting(const sup_manager *m, const char *tenant)
+{
+    const struct sup_proc *p = proc_find(m, tenant);
+
+    return p != NULL && p->process_live && !p->answered;
 }
 
 int64_t

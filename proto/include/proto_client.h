@@ -7,8 +7,8 @@
  * Header-wide rules: pure codecs; decoders validate every field (names with
  * tenant_name_valid, numbers in range, no trailing bytes) and return
  * TALLY_EPROTO on anything else. Encoders write one whole frame into a caller
- * buffer of at least PROTO_FRAME_MAX bytes and return its length, or 0 when a
- * field is out of range.
+ * buffer of at least PROTO_CLIENT_MSG_MAX bytes and return its length, or 0 when
+ * a field is out of range.
  */
 #ifndef PROTO_CLIENT_H
 #define PROTO_CLIENT_H
@@ -50,6 +50,9 @@ enum proto_check_flags {
 };
 
 #define PROTO_TOKEN_WIRE_MAX 255
+/* Every client message fits in this many bytes, header included: encoders need
+ * an output buffer this large, and servers read no larger frame. */
+#define PROTO_CLIENT_MSG_MAX 512
 
 struct proto_check {
     char token[PROTO_TOKEN_WIRE_MAX + 1];
@@ -86,7 +89,7 @@ struct proto_hello_reply {
     uint32_t max_inflight; /* requests a connection may have outstanding */
 };
 
-/* Encoders: whole frame into out (>= PROTO_FRAME_MAX bytes); length, or 0. */
+/* Encoders: whole frame into out (>= PROTO_CLIENT_MSG_MAX bytes); length, or 0. */
 size_t proto_hello_encode(uint8_t *out, uint32_t id, const struct proto_hello *m);
 size_t proto_hello_reply_encode(uint8_t *out, uint32_t id, const struct proto_hello_reply *m);
 size_t proto_check_encode(uint8_t *out, uint32_t id, const struct proto_check *m);

@@ -42,8 +42,7 @@ struct proto_frame {
     size_t payload_len;
 };
 
-/* Accumulates stream bytes into whole frames. Caller-owned; the buffer is the
- * caller's (at least PROTO_FRAME_MAX bytes). */
+/* Accumulates stream bytes into whole frames. Caller-owned; so is the buffer. */
 struct proto_frame_reader {
     uint8_t *buf;
     size_t cap;
@@ -51,7 +50,8 @@ struct proto_frame_reader {
     size_t consumed; /* bytes of frames already handed out, dropped at the next feed */
 };
 
-/** Sets up a reader over `buf` (borrowed, `cap` >= PROTO_FRAME_MAX bytes). */
+/** Sets up a reader over `buf` (borrowed, `cap` bytes): frames longer than cap are
+ *  protocol errors, so cap is also the largest frame this stream accepts. */
 void proto_frame_reader_init(struct proto_frame_reader *r, uint8_t *buf, size_t cap);
 /** Space to read into: *out points into the buffer, returns its size (0 when full,
  *  which cannot happen while frames are taken out as they complete). */

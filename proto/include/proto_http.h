@@ -2,10 +2,12 @@
  * proto_http: the HTTP/1.1 server of tallyd (DESIGN.md §6) on a caller's
  * uv_loop_t. It parses with http_parser, keeps a few headers the app names,
  * enforces the limits below, routes by exact path and method, and hands each
- * request to one handler that fills a response; the server serialises it with
- * `Cache-Control: no-store`, `Content-Length` and `Connection`, in order, over
- * keep-alive and pipelined connections. Nothing is allocated per request: each
- * connection gets one block at accept, freed when its handles are closed.
+ * request to one handler that fills a response, at once or later (deferred,
+ * when the answer waits for something else on the loop); the server
+ * serialises it with `Cache-Control: no-store`, `Content-Length` and
+ * `Connection`, in order, over keep-alive and pipelined connections. Nothing
+ * is allocated per request: each connection gets one block at accept, freed
+ * when its handles are closed, and a deferred answer lives in that block.
  *
  * Header-wide rules: every function runs on the loop's thread only. Strings
  * passed in are borrowed for the call (the server copies what it keeps).
@@ -23,6 +25,8 @@
 #include "tally_common.h"
 
 typedef struct proto_http_server proto_http_server;
+/* A deferred answer: one at a time per connection, held in the connection. */
+typedef struct proto_http_deferred proto_http_deferred;
 
 /* Defaults of struct proto_http_config (and what a 0 there means). */
 #define PROTO_HTTP_DEFAULT_MAX_HEAD_BYTES     8192  /* request line + headers -> 431 */
@@ -123,10 +127,17 @@ struct proto_http_response {
     size_t body_cap;
 };
 
-/** The request handler: reads `req`, fills `resp`, synchronously. Must not
- *  call proto_http_close() on its own server. */
+/** The request handler: reads `req` and fills `resp` before it returns, or
+ *  takes the answer over with proto_http_defer() and finishes it later. Must
+ *  not call proto_http_close() on its own server. */
 typedef void (*proto_http_handler_fn)(void *app_data, const struct proto_http_request *req,
                                       struct proto_http_response *resp);
+
+/** Tells the app that deferred answer `d` will never be sent: its client went
+ *  away or the server is closing. Called once per such answer, from the loop
+ *  (never inside a call of the app into the server), and only for answers not
+ *  finished yet; `d` is invalid once it returns: do not finish it. */
+typedef void (*proto_http_cancel_fn)(void *app_data, proto_http_deferred *d);
 
 /** A route: exact `path` (no query) answered for the methods in `methods`. */
 struct proto_http_route {
@@ -136,8 +147,9 @@ struct proto_http_route {
 };
 
 struct proto_http_config {
-    proto_http_handler_fn handler; /* required */
-    void *app_data;                /* borrowed, passed to the handler; must outlive the server */
+    proto_http_handler_fn handler;  /* required */
+    void *app_data;                 /* borrowed, passed to the handler; must outlive the server */
+    proto_http_cancel_fn on_cancel; /* required to defer answers; NULL: proto_http_defer() fails */
     /* Routes: a path not listed is 404 {"error":"not_found"}, a method not listed
      * 405 with Allow. NULL: every request reaches the handler with route_id 0. */
     const struct proto_http_route *routes;
@@ -166,6 +178,8 @@ struct proto_http_stats {
     uint64_t connections_active;   /* open now */
     uint64_t requests;             /* requests answered, including 4xx/5xx from the server */
     uint64_t writes_queued;        /* answers the socket could not take at once: reading paused */
+    uint64_t deferred;             /* answers a handler deferred */
+    uint64_t deferred_cancelled;   /* deferred answers never sent (on_cancel) */
     uint64_t rejected[PROTO_HTTP_REJECT_COUNT]; /* by enum proto_http_reject */
 };
 
@@ -190,9 +204,10 @@ TALLY_MUST_CHECK int proto_http_listen(proto_http_server *srv, const char *host,
 TALLY_MUST_CHECK int proto_http_port(const proto_http_server *srv, int *port /* OUT */);
 
 /** Stops listening, closes every connection (answers not yet written are
- *  dropped) and calls `cb` (may be NULL) once all handles are closed, then frees
- *  the server. Never calls `cb` synchronously. NULL is a no-op; a second call
- *  is ignored. */
+ *  dropped; deferred ones not finished are cancelled: on_cancel runs for each
+ *  before `cb`) and calls `cb` (may be NULL) once all handles are closed, then
+ *  frees the server. Never calls `cb` or on_cancel synchronously. NULL is a
+ *  no-op; a second call is ignored. */
 void proto_http_close(proto_http_server *srv, proto_http_close_cb cb);
 
 /** Copies the counters into *out. */
@@ -230,6 +245,34 @@ int proto_http_response_printf(struct proto_http_response *resp, const char *fmt
  *  TALLY_ETOOBIG; failures latch. */
 int proto_http_response_error(struct proto_http_response *resp, int status, const char *error,
                               const char *detail);
+
+/** Takes over the answer to the request being handled: the handler returns
+ *  without answering and the app finishes `d` later with
+ *  proto_http_deferred_finish(). Until then the connection parses no further
+ *  request (pipelined answers stay in order), its idle and request deadlines
+ *  are suspended (bounding the wait is the app's job), and the bytes the
+ *  request's strings point to stay valid (the struct itself does not). A
+ *  client that closes, or proto_http_close(), cancels `d` through the
+ *  config's on_cancel instead. `resp` is the handler's (borrowed); call from
+ *  the handler only. Returns `d`, owned by the connection, valid until
+ *  proto_http_deferred_finish() or until on_cancel returns; NULL if the answer
+ *  cannot be deferred (no on_cancel in the config, already deferred, not
+ *  called from the handler): then answer synchronously. Allocates nothing. */
+proto_http_deferred *proto_http_defer(struct proto_http_response *resp);
+
+/** The response of deferred answer `d`, filled with the same fields and
+ *  functions as in the handler (what the handler already put there stays).
+ *  Owned by the connection, valid until `d` is finished or cancelled. */
+struct proto_http_response *proto_http_deferred_response(proto_http_deferred *d);
+
+/** Sends `d`'s answer (a 500 if a builder failed or the status is missing, as
+ *  in the handler; no body for HEAD; Connection as the request asked unless
+ *  resp->close) and resumes the connection: the next pipelined request is
+ *  handled on a later turn of the loop, never inside this call. May be called
+ *  from the handler itself (then it answers as if never deferred). `d` is
+ *  invalid afterwards and no on_cancel follows; if the connection is already
+ *  closing (its on_cancel still to come), the answer is dropped instead. */
+void proto_http_deferred_finish(proto_http_deferred *d);
 
 /** Writes `src` (`len` bytes) JSON-escaped, without quotes, into dst of `cap`
  *  bytes, NUL-terminated. Returns the escaped length; >= cap means truncated. */

@@ -67,6 +67,8 @@ struct proto_listener_cbs {
      *  out-parameters, or return false to refuse it (closed at once). */
     bool (*on_accept)(proto_listener *l, void *data, struct proto_conn_cbs *cbs /* OUT */,
                       void **conn_data /* OUT */);
+    /** Largest frame accepted connections take (their read buffer); 0 = PROTO_FRAME_MAX. */
+    size_t max_frame;
     /** Called with each accepted connection after it is set up; the callee owns
      *  the connection's first reference and drops it (proto_conn_unref) in its
      *  on_close. */

@@ -1,7 +1,7 @@
 /*
  * The configuration database (DATA/tally.db): plans, endpoint policies,
- * tenants, links (hashes only, never tokens) and, until the supervisor takes
- * over, the counters `tally check` decides from. Writers use one transaction
+ * tenants and links (hashes only, never tokens). Counts live elsewhere: in
+ * each tenant's supervisor ledger and child counter files. Writers use one transaction
  * per command so a failed command changes nothing.
  *
  * Header-wide rule: handles come from store_config_open(); strings are
@@ -48,7 +48,7 @@ struct store_tenant {
 TALLY_MUST_CHECK int store_tenant_add(store_db *db, const char *id, const char *plan,
                                       int64_t now_ms);
 TALLY_MUST_CHECK int store_tenant_get(store_db *db, const char *id, struct store_tenant *out);
-/** Removes the tenant, its links and its counters. */
+/** Removes the tenant and its links. */
 TALLY_MUST_CHECK int store_tenant_remove(store_db *db, const char *id);
 typedef int (*store_tenant_cb)(void *ctx, const struct store_tenant *t);
 TALLY_MUST_CHECK int store_tenant_each(store_db *db, store_tenant_cb cb, void *ctx);
@@ -74,11 +74,5 @@ typedef int (*store_link_cb)(void *ctx, const struct store_link *l);
 TALLY_MUST_CHECK int store_link_each(store_db *db, const char *tenant, store_link_cb cb, void *ctx);
 /** True iff the link is live at now_ms and may call `endpoint`. */
 bool store_link_allows(const struct store_link *l, const char *endpoint, int64_t now_ms);
-
-/* Counters: opaque state blobs keyed per (tenant, budget key), for in-process checks. */
-TALLY_MUST_CHECK int store_counter_get(store_db *db, const char *tenant, const char *key,
-                                       void *state, size_t len, bool *found /* OUT */);
-TALLY_MUST_CHECK int store_counter_put(store_db *db, const char *tenant, const char *key,
-                                       const void *state, size_t len);
 
 #endif /* STORE_CONFIG_H */

@@ -62,6 +62,9 @@ TALLY_MUST_CHECK int sup_manager_open(uv_loop_t *loop, const struct sup_manager_
 int sup_manager_send(sup_manager *m, const char *tenant, const void *frame, size_t len);
 /** True iff `tenant`'s supervisor is running. */
 bool sup_manager_is_up(const sup_manager *m, const char *tenant);
+/** True iff `tenant`'s supervisor was spawned and has not answered yet (cold
+ *  start: replaying its journal). */
+bool sup_manager_is_starting(const sup_manager *m, const char *tenant);
 /** Milliseconds until `tenant` may be spawned again (0 when it may now). */
 int64_t sup_manager_backoff_left_ms(const sup_manager *m, const char *tenant);
 void sup_manager_stats(const sup_manager *m, struct sup_manager_stats *out /* OUT */);

@@ -1,0 +1,329 @@
+/*
+ * tallyd's decision service (sup_front.h): auth against an in-memory copy of
+ * the configuration, then the child counter of (tenant, endpoint). The copy is
+ * replaced whenever the config database changes (checked every second and on
+ * a RELOAD from `tally`), so a revocation is in force before `tally link
+ * revoke` returns.
+ */
+#include "sup_front_int.h"
+
+#include <sodium.h>
+#include <string.h>
+#include <time.h>
+
+#define RELOAD_CHECK_MS 1000
+
+struct sup_time
+front_now(void)
+{
+    struct sup_time t;
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t.mono_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    t.wall_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return t;
+}
+
+void
+front_reply(sup_front *f, struct sup_front_req *r, const struct proto_check_reply *reply)
+{
+    switch (reply->status) {
+    case PROTO_ADMITTED:
+        f->stats.admitted++;
+        if (reply->flags & PROTO_F_DEGRADED)
+            f->stats.degraded++;
+        break;
+    case PROTO_REFUSED:
+        f->stats.refused++;
+        if (reply->scope < sizeof(f->stats.refused_by_scope) / sizeof(f->stats.refused_by_scope[0]))
+            f->stats.refused_by_scope[reply->scope]++;
+        break;
+    case PROTO_UNAUTHORIZED:
+        f->stats.unauthorized++;
+        break;
+    case PROTO_BAD_REQUEST:
+        f->stats.bad_request++;
+        break;
+    case PROTO_UNAVAILABLE:
+        f->stats.unavailable++;
+        break;
+    default:
+        f->stats.internal++;
+        break;
+    }
+    r->child = NULL;
+    r->stage = 0;
+    r->done(r, reply);
+}
+
+void
+front_reply_status(sup_front *f, struct sup_front_req *r, uint8_t status, int64_t retry_after_ms,
+                   const char *detail)
+{
+    struct proto_check_reply reply;
+
+    memset(&reply, 0, sizeof(reply));
+    reply.status = status;
+    reply.retry_after_ms = retry_after_ms;
+    reply.limit = -1;
+    reply.remaining = -1;
+    snprintf(reply.detail, sizeof(reply.detail), "%s", detail != NULL ? detail : "");
+    front_reply(f, r, &reply);
+}
+
+int
+sup_front_reload(sup_front *f, bool force)
+{
+    store_snapshot *snap = NULL;
+    int rc;
+
+    if (!force && f->snap != NULL &&
+        store_data_version(f->config) == store_snapshot_version(f->snap))
+        return TALLY_OK;
+    rc = store_snapshot_load(f->config, NULL, &snap);
+    if (rc != TALLY_OK)
+        return rc;
+    store_snapshot_free(f->snap);
+    f->snap = snap;
+    f->stats.reloads++;
+    f->stats.live_links = (uint32_t)store_snapshot_link_count(snap);
+    return TALLY_OK;
+}
+
+static void
+on_reload_timer(uv_timer_t *t)
+{
+    (void)sup_front_reload(t->data, false);
+}
+
+static void
+on_mgr_frame(void *data, const char *tenant, const struct proto_frame *fr)
+{
+    front_child_on_frame(data, tenant, fr);
+}
+
+static void
+on_mgr_down(void *data, const char *tenant, int status)
+{
+    (void)status;
+    front_child_on_down(data, tenant);
+}
+
+int
+sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **out)
+{
+    static const struct sup_manager_cbs mgr_cbs = {on_mgr_frame, on_mgr_down};
+    struct sup_manager_config mc;
+    sup_front *f = NULL;
+    int rc = TALLY_ENOMEM;
+
+    *out = NULL;
+    f = tally_calloc(1, sizeof(*f));
+    if (f == NULL)
+        goto out;
+    f->loop = loop;
+    f->cfg = *cfg;
+    snprintf(f->data, sizeof(f->data), "%s", cfg->data);
+    snprintf(f->exe, sizeof(f->exe), "%s", cfg->exe);
+    f->cfg.data = f->data;
+    f->cfg.exe = f->exe;
+    if (f->cfg.wait_ms <= 0)
+        f->cfg.wait_ms = SUP_CHILD_WAIT_MS_DEFAULT;
+    if (f->cfg.cold_start_ms <= 0)
+        f->cfg.cold_start_ms = 2000;
+    rc = store_config_open(f->data, false, &f->config);
+    if (rc == TALLY_OK)
+        rc = store_key_load(f->data, &f->key);
+    if (rc == TALLY_OK)
+        rc = sup_front_reload(f, true);
+    if (rc != TALLY_OK)
+        goto out;
+    memset(&mc, 0, sizeof(mc));
+    mc.data_dir = f->data;
+    mc.exe = f->exe;
+    mc.durability = cfg->strict ? "strict" : "batched";
+    mc.idle_exit_ms = cfg->idle_exit_ms;
+    mc.max_supervisors = cfg->max_supervisors;
+    rc = sup_manager_open(loop, &mc, &mgr_cbs, f, &f->mgr);
+    if (rc != TALLY_OK)
+        goto out;
+    uv_timer_init(loop, &f->reload_timer);
+    f->reload_timer.data = f;
+    uv_timer_start(&f->reload_timer, on_reload_timer, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
+    *out = f;
+    f = NULL; /* ownership moved to the caller */
+out:
+    if (f != NULL) {
+        store_key_free(f->key);
+        store_snapshot_free(f->snap);
+        store_db_close(f->config);
+        tally_free(f);
+    }
+    return rc;
+}
+
+/* Auth: the keyed hash of the token must name a live link allowed here. */
+static const struct store_snap_link *
+authenticate(sup_front *f, const char *token, const char *endpoint, int64_t wall_ms)
+{
+    unsigned char hash[TENANT_HASH_BYTES];
+    const struct store_snap_link *l = NULL;
+
+    if (tenant_token_hash(f->key, token, hash) == TALLY_OK)
+        l = store_snapshot_link(f->snap, hash);
+    sodium_memzero(hash, sizeof(hash));
+    if (l != NULL && !store_snap_link_allows(l, endpoint, wall_ms))
+        l = NULL;
+    return l;
+}
+
+void
+sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const char *endpoint,
+                int64_t cost)
+{
+    const struct store_snap_link *l;
+    const struct tenant_endpoint *policy;
+    struct front_child *fc = NULL;
+    struct sup_time now = front_now();
+    int rc;
+
+    f->stats.checks++;
+    r->child = NULL;
+    r->stage = 0;
+    r->next = r->prev = NULL;
+    if (f->closing) {
+        front_reply_status(f, r, PROTO_UNAVAILABLE, 1000, "shutting down");
+        return;
+    }
+    l = authenticate(f, token, endpoint, now.wall_ms);
+    if (l == NULL) {
+        front_reply_status(f, r, PROTO_UNAUTHORIZED, 0, NULL);
+        return;
+    }
+    policy = tenant_name_valid(endpoint)
+                 ? store_snapshot_endpoint(f->snap, l->tenant->plan->name, endpoint)
+                 : NULL;
+    if (policy == NULL) {
+        front_reply_status(f, r, PROTO_BAD_REQUEST, 0, "unknown endpoint");
+        return;
+    }
+    if (cost < 0 || cost > TENANT_COST_MAX) {
+        front_reply_status(f, r, PROTO_BAD_REQUEST, 0, "bad cost");
+        return;
+    }
+    rc = front_child_get(f, l->tenant->id, policy, &fc);
+    if (rc != TALLY_OK) {
+        front_reply_status(f, r, PROTO_INTERNAL, 0, tally_strerror(rc));
+        return;
+    }
+    snprintf(r->link, sizeof(r->link), "%s", l->id);
+    r->cost = cost > 0 ? cost : policy->cost;
+    r->degraded = false;
+    front_child_run(fc, r, 0);
+    front_child_pump(fc);
+}
+
+int
+sup_front_release(sup_front *f, const char *token, int64_t slot_id)
+{
+    unsigned char hash[TENANT_HASH_BYTES];
+    const struct store_snap_link *l = NULL;
+    struct sup_time now = front_now();
+    uint32_t i;
+
+    if (tenant_token_hash(f->key, token, hash) == TALLY_OK)
+        l = store_snapshot_link(f->snap, hash);
+    sodium_memzero(hash, sizeof(hash));
+    if (l == NULL || slot_id < 1)
+        return l == NULL ? PROTO_UNAUTHORIZED : PROTO_BAD_REQUEST;
+    /* A slot belongs to the link; any child of its tenant can carry the release. */
+    for (i = 0; i < f->n_children; i++) {
+        struct front_child *fc = f->children[i];
+        if (strcmp(fc->tenant, l->tenant->id) == 0 &&
+            sup_child_slot_release(fc->child, l->id, slot_id, now) == TALLY_OK) {
+            front_child_pump(fc);
+            return PROTO_ADMITTED;
+        }
+    }
+    return PROTO_BAD_REQUEST; /* no child of this tenant: no slot was ever taken here */
+}
+
+void
+sup_front_cancel(sup_front *f, struct sup_front_req *r)
+{
+    (void)f;
+    if (r->child != NULL)
+        front_child_unpark(r->child, r);
+    r->child = NULL;
+    r->stage = 0;
+}
+
+void
+sup_front_stats(const sup_front *f, struct sup_front_stats *out)
+{
+    *out = f->stats;
+    out->children = f->n_children;
+    sup_manager_stats(f->mgr, &out->sup);
+}
+
+sup_manager *
+sup_front_manager(sup_front *f)
+{
+    return f->mgr;
+}
+
+static void
+front_free(sup_front *f)
+{
+    void (*cb)(void *) = f->close_cb;
+    void *data = f->close_data;
+
+    store_key_free(f->key);
+    store_snapshot_free(f->snap);
+    store_db_close(f->config);
+    tally_free(f->children);
+    tally_free(f);
+    if (cb != NULL)
+        cb(data);
+}
+
+static void
+on_manager_closed(void *data)
+{
+    sup_front *f = data;
+
+    if (--f->pending == 0)
+        front_free(f);
+}
+
+static void
+on_reload_timer_closed(uv_handle_t *h)
+{
+    sup_front *f = h->data;
+
+    if (--f->pending == 0)
+        front_free(f);
+}
+
+static void
+on_children_closed(sup_front *f)
+{
+    /* RETURNs are queued on the channels: closing them lets each supervisor read
+     * them, commit and exit. */
+    sup_manager_close(f->mgr, on_manager_closed, f);
+}
+
+void
+sup_front_close(sup_front *f, void (*cb)(void *data), void *data)
+{
+    if (f == NULL || f->closing)
+        return;
+    f->closing = true;
+    f->close_cb = cb;
+    f->close_data = data;
+    f->pending = 2; /* the manager and the reload timer */
+    uv_close((uv_handle_t *)&f->reload_timer, on_reload_timer_closed);
+    front_children_close(f, on_children_closed);
+}

@@ -1,0 +1,590 @@
+/*
+ * Child counters inside tallyd (sup_child.h) and what they need from the
+ * outside world: their own SQLite file (lease rows and an incarnation
+ * counter), a timer, the lease channel to the tenant's supervisor, and the
+ * requests parked while a grant, a durable mark or a slot is on its way. A
+ * parked request is re-run when its link changes and given up at its
+ * deadline (then the child decides without the supervisor: degraded or 503
+ * per the endpoint's policy), so no request waits longer than wait_ms for
+ * another process.
+ */
+#include "sup_front_int.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sup_paths.h"
+
+static const char *const child_migrations[] = {
+    "CREATE TABLE meta(k TEXT PRIMARY KEY, v INTEGER NOT NULL) STRICT;"
+    "CREATE TABLE lease(id INTEGER PRIMARY KEY, rec BLOB NOT NULL) STRICT;",
+};
+enum { C_META_GET, C_META_PUT, C_LEASE_PUT, C_LEASE_DEL, C_LEASE_ALL, C__COUNT };
+static const char *const child_statements[C__COUNT] = {
+    [C_META_GET] = "SELECT v FROM meta WHERE k = ?1",
+    [C_META_PUT] = "INSERT OR REPLACE INTO meta(k, v) VALUES(?1, ?2)",
+    [C_LEASE_PUT] = "INSERT OR REPLACE INTO lease(id, rec) VALUES(?1, ?2)",
+    [C_LEASE_DEL] = "DELETE FROM lease WHERE id = ?1",
+    [C_LEASE_ALL] = "SELECT rec FROM lease ORDER BY id",
+};
+static const struct store_schema child_schema = {"child", child_migrations, 1, child_statements,
+                                                 C__COUNT};
+
+#define PERSIST_BATCH 64
+
+/* ---- the child's file ---- */
+
+/* Bumps and returns the incarnation counter: every start is a new incarnation. */
+static int
+next_incarnation(store_db *db, uint64_t *out)
+{
+    sqlite3_stmt *st;
+    int64_t v = 0;
+    int rc = store_db_begin(db);
+
+    if (rc != TALLY_OK)
+        return rc;
+    st = store_db_stmt(db, C_META_GET);
+    sqlite3_bind_text(st, 1, "incarnation", -1, SQLITE_STATIC);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    st = store_db_stmt(db, C_META_PUT);
+    sqlite3_bind_text(st, 1, "incarnation", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, v + 1);
+    rc = store_db_rc(db, sqlite3_step(st));
+    sqlite3_reset(st);
+    if (rc == TALLY_OK)
+        rc = store_db_commit(db);
+    else
+        store_db_rollback(db);
+    *out = (uint64_t)(v + 1);
+    return rc;
+}
+
+static int
+resume_rows(struct front_child *fc)
+{
+    sqlite3_stmt *st = store_db_stmt(fc->db, C_LEASE_ALL);
+    struct sup_child_lease_rec rec;
+    struct sup_time now = front_now();
+    int rc = TALLY_OK;
+
+    while (rc == TALLY_OK && sqlite3_step(st) == SQLITE_ROW) {
+        if ((size_t)sqlite3_column_bytes(st, 0) != sizeof(rec))
+            continue; /* not ours: its lease expires as spent at the supervisor */
+        memcpy(&rec, sqlite3_column_blob(st, 0), sizeof(rec));
+        rc = sup_child_resume(fc->child, &rec, now);
+        if (rc == TALLY_EINVAL)
+            rc = TALLY_OK;
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+/* Writes the child's pending rows in one transaction, then tells it they are
+ * durable. Returns the links whose parked requests may go on. */
+static void
+persist(struct front_child *fc)
+{
+    struct sup_child_persist p[PERSIST_BATCH];
+    size_t n = 0;
+    size_t i;
+    int rc;
+
+    while (n < PERSIST_BATCH && sup_child_next_persist(fc->child, &p[n]) == TALLY_OK)
+        n++;
+    if (n == 0)
+        return;
+    rc = store_db_begin(fc->db);
+    for (i = 0; i < n && rc == TALLY_OK; i++) {
+        sqlite3_stmt *st;
+        if (p[i].op == SUP_PERSIST_PUT) {
+            st = store_db_stmt(fc->db, C_LEASE_PUT);
+            sqlite3_bind_int64(st, 1, (int64_t)p[i].rec.lease_id);
+            sqlite3_bind_blob(st, 2, &p[i].rec, sizeof(p[i].rec), SQLITE_STATIC);
+        } else {
+            st = store_db_stmt(fc->db, C_LEASE_DEL);
+            sqlite3_bind_int64(st, 1, (int64_t)p[i].rec.lease_id);
+        }
+        rc = store_db_rc(fc->db, sqlite3_step(st));
+        sqlite3_reset(st);
+    }
+    if (rc == TALLY_OK)
+        rc = store_db_commit(fc->db);
+    else
+        store_db_rollback(fc->db);
+    if (rc != TALLY_OK) {
+        /* Not durable: the child keeps waiting for these writes and its requests
+         * are given up at their deadline. */
+        fprintf(stderr,
+                "{\"level\":\"error\",\"event\":\"child_write_failed\",\"tenant\":\"%s\","
+                "\"endpoint\":\"%s\",\"error\":\"%s\"}\n",
+                fc->tenant, fc->endpoint, tally_strerror(rc));
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        struct sup_child_event ev;
+        memset(&ev, 0, sizeof(ev));
+        sup_child_persisted(fc->child, &p[i], &ev);
+        if (ev.kind == SUP_EV_LINK) {
+            struct sup_front_req *r = fc->parked;
+            /* Re-run the parked requests of that link, in arrival order. */
+            while (r != NULL) {
+                struct sup_front_req *next = r->next;
+                if (r->stage == 1 && strcmp(r->link, ev.link) == 0) {
+                    front_child_unpark(fc, r);
+                    front_child_run(fc, r, 0);
+                }
+                r = next;
+            }
+        }
+    }
+}
+
+/* ---- parked requests ---- */
+
+static void
+park(struct front_child *fc, struct sup_front_req *r, int stage, int64_t give_up_ms)
+{
+    r->child = fc;
+    r->stage = stage;
+    r->give_up_ms = give_up_ms;
+    r->next = NULL;
+    if (fc->parked == NULL) {
+        r->prev = r;
+        fc->parked = r;
+    } else {
+        struct sup_front_req *tail = fc->parked->prev;
+        tail->next = r;
+        r->prev = tail;
+        fc->parked->prev = r;
+    }
+    fc->f->stats.waits++;
+}
+
+void
+front_child_unpark(struct front_child *fc, struct sup_front_req *r)
+{
+    if (r->child != fc)
+        return;
+    if (fc->parked == r) {
+        fc->parked = r->next;
+        if (fc->parked != NULL)
+            fc->parked->prev = r->prev;
+    } else {
+        r->prev->next = r->next;
+        if (r->next != NULL)
+            r->next->prev = r->prev;
+        else
+            fc->parked->prev = r->prev;
+    }
+    if (r->stage == 2)
+        sup_child_slot_cancel(fc->child, r->slot_op);
+    r->next = r->prev = NULL;
+    r->child = NULL;
+}
+
+/* The limit reported with an admission: the link's own window on this endpoint
+ * when there is one, else the widest scope's first. */
+static void
+fill_admitted(struct front_child *fc, struct proto_check_reply *reply, int64_t wall_ms)
+{
+    const struct tenant_limits *ls = &fc->policy.limits;
+    uint8_t scope = TENANT_SCOPE_ENDPOINT_LINK;
+
+    if (ls->count == 0) {
+        ls = &fc->policy.tenant_limits;
+        scope = TENANT_SCOPE_ENDPOINT_TENANT;
+    }
+    reply->scope = scope;
+    reply->limit = -1;
+    reply->remaining = -1;
+    if (ls->count > 0) {
+        int64_t period = ls->v[0].period_ms;
+        reply->limit = ls->v[0].n;
+        reply->period_ms = period;
+        reply->reset_ms = tenant_window_end_ms(tenant_window_id(wall_ms, period), period) - wall_ms;
+    }
+}
+
+static void
+answer_admit(struct front_child *fc, struct sup_front_req *r, const struct sup_admit *a,
+             int64_t slot_id)
+{
+    struct proto_check_reply reply;
+
+    memset(&reply, 0, sizeof(reply));
+    reply.status = PROTO_ADMITTED;
+    reply.slot_id = slot_id;
+    if (a != NULL && a->degraded)
+        reply.flags |= PROTO_F_DEGRADED;
+    if (r->degraded)
+        reply.flags |= PROTO_F_DEGRADED;
+    fill_admitted(fc, &reply, front_now().wall_ms);
+    front_reply(fc->f, r, &reply);
+}
+
+static void
+answer_refused(struct front_child *fc, struct sup_front_req *r, enum tenant_scope scope,
+               int64_t retry_after_ms, int64_t limit)
+{
+    struct proto_check_reply reply;
+
+    memset(&reply, 0, sizeof(reply));
+    reply.status = PROTO_REFUSED;
+    reply.scope = (uint8_t)scope;
+    reply.limit = limit > 0 ? limit : -1;
+    reply.remaining = 0;
+    if (retry_after_ms == TENANT_RETRY_NEVER) {
+        reply.flags |= PROTO_F_NEVER;
+        reply.retry_after_ms = -1;
+    } else {
+        reply.retry_after_ms = retry_after_ms;
+    }
+    front_reply(fc->f, r, &reply);
+}
+
+/* Gives back what an expensive operation took when it got no slot. A lease that
+ * ended meanwhile has nothing to give back (its tokens count as spent). */
+static void
+refund(struct front_child *fc, struct sup_front_req *r, uint64_t lease_id)
+{
+    int rc = sup_child_refund(fc->child, r->link, lease_id, r->cost);
+
+    (void)NEVER(rc != TALLY_OK && rc != TALLY_ENOTFOUND);
+}
+
+static bool
+needs_slot(struct front_child *fc, struct sup_front_req *r)
+{
+    const struct store_snap_tenant *t = store_snapshot_tenant(fc->f->snap, fc->tenant);
+
+    (void)r;
+    return fc->policy.expensive && t != NULL && t->plan->concurrency > 0;
+}
+
+void
+front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
+{
+    struct sup_admit a;
+    struct sup_time now = front_now();
+    int rc = sup_child_admit(fc->child, r->link, r->cost, now, flags, &a);
+
+    if (rc != TALLY_OK) {
+        front_reply_status(fc->f, r, rc == TALLY_EFULL ? PROTO_UNAVAILABLE : PROTO_INTERNAL, 1000,
+                           tally_strerror(rc));
+        return;
+    }
+    switch (a.verdict) {
+    case SUP_ADMIT_OK:
+        if (!needs_slot(fc, r)) {
+            answer_admit(fc, r, &a, 0);
+            return;
+        }
+        r->lease_id = a.lease_id;
+        if (a.degraded) {
+            /* No slot can be had without the supervisor: expensive operations
+             * fail closed while degraded. */
+            refund(fc, r, a.lease_id);
+            front_reply_status(fc->f, r, PROTO_UNAVAILABLE, 1000, "concurrency authority unreachable");
+            return;
+        }
+        if (sup_child_slot_acquire(fc->child, r->link, now, &r->slot_op) != TALLY_OK) {
+            refund(fc, r, a.lease_id);
+            front_reply_status(fc->f, r, PROTO_UNAVAILABLE, 1000, "too many operations pending");
+            return;
+        }
+        park(fc, r, 2, now.mono_ms + fc->f->cfg.wait_ms);
+        return;
+    case SUP_ADMIT_REFUSED:
+        answer_refused(fc, r, a.scope, a.retry_after_ms, a.limit);
+        return;
+    case SUP_ADMIT_WAIT:
+        /* A supervisor that is starting (spawned, replaying its journal) is not
+         * unreachable: give a cold start its own, longer deadline. */
+        if (!(flags & SUP_ADMIT_GIVE_UP) && sup_manager_is_starting(fc->f->mgr, fc->tenant) &&
+            a.give_up_ms < now.mono_ms + fc->f->cfg.cold_start_ms)
+            a.give_up_ms = now.mono_ms + fc->f->cfg.cold_start_ms;
+        park(fc, r, 1, a.give_up_ms);
+        return;
+    case SUP_ADMIT_UNAVAILABLE:
+        front_reply_status(fc->f, r, PROTO_UNAVAILABLE, a.retry_after_ms, "authority unreachable");
+        return;
+    case SUP_ADMIT_UNAUTHORIZED:
+        front_reply_status(fc->f, r, PROTO_UNAUTHORIZED, 0, NULL);
+        return;
+    }
+}
+
+/* A slot answer for the parked request that asked for it. */
+static void
+on_slot_event(struct front_child *fc, const struct sup_child_event *ev)
+{
+    struct sup_front_req *r;
+
+    for (r = fc->parked; r != NULL; r = r->next) {
+        if (r->stage == 2 && r->slot_op == ev->op)
+            break;
+    }
+    if (r == NULL)
+        return;
+    r->stage = 3; /* answered: unpark must not cancel the slot */
+    front_child_unpark(fc, r);
+    if (ev->kind == SUP_EV_SLOT_GRANTED) {
+        answer_admit(fc, r, NULL, ev->slot_id);
+        return;
+    }
+    refund(fc, r, r->lease_id);
+    if (ev->kind == SUP_EV_SLOT_DENIED)
+        answer_refused(fc, r, TENANT_SCOPE_CONCURRENCY, ev->retry_after_ms, 0);
+    else
+        front_reply_status(fc->f, r, PROTO_UNAVAILABLE, ev->retry_after_ms > 0 ? ev->retry_after_ms : 1000,
+                           "slot refused");
+}
+
+static void
+on_event(struct front_child *fc, const struct sup_child_event *ev)
+{
+    struct sup_front_req *r;
+    struct sup_front_req *next;
+
+    if (ev->kind == SUP_EV_SLOT_GRANTED || ev->kind == SUP_EV_SLOT_DENIED ||
+        ev->kind == SUP_EV_SLOT_FAILED) {
+        on_slot_event(fc, ev);
+        return;
+    }
+    if (ev->kind != SUP_EV_LINK)
+        return;
+    for (r = fc->parked; r != NULL; r = next) {
+        next = r->next;
+        if (r->stage == 1 && strcmp(r->link, ev->link) == 0) {
+            front_child_unpark(fc, r);
+            front_child_run(fc, r, 0);
+        }
+    }
+}
+
+/* ---- timers and messages ---- */
+
+static void on_timer(uv_timer_t *t);
+
+static void
+arm(struct front_child *fc)
+{
+    int64_t wake = sup_child_next_wake_ms(fc->child);
+    struct sup_front_req *r;
+    int64_t now = front_now().mono_ms;
+
+    for (r = fc->parked; r != NULL; r = r->next) {
+        if (r->give_up_ms < wake)
+            wake = r->give_up_ms;
+    }
+    if (wake == INT64_MAX) {
+        uv_timer_stop(&fc->timer);
+        return;
+    }
+    uv_timer_start(&fc->timer, on_timer, wake > now ? (uint64_t)(wake - now) : 0, 0);
+}
+
+void
+front_child_pump(struct front_child *fc)
+{
+    sup_front *f = fc->f;
+    struct proto_lease_msg m;
+    struct sup_time now = front_now();
+    int guard;
+
+    for (guard = 0; guard < 4; guard++) {
+        bool sent = false;
+        while (sup_child_next_message(fc->child, now, &m) == TALLY_OK) {
+            size_t len = 0;
+            if (proto_lease_encode(&m, 0, f->frame, sizeof(f->frame), &len) == TALLY_OK) {
+                (void)sup_manager_send(f->mgr, fc->tenant, f->frame, len);
+                f->stats.lease_messages++;
+                sent = true;
+            }
+        }
+        persist(fc); /* may re-run parked requests, which may queue more */
+        if (!sent)
+            break;
+    }
+    if (fc->timer_live)
+        arm(fc);
+}
+
+static void
+on_timer(uv_timer_t *t)
+{
+    struct front_child *fc = t->data;
+    struct sup_time now = front_now();
+    struct sup_front_req *r;
+    struct sup_front_req *next;
+
+    sup_child_tick(fc->child, now);
+    for (r = fc->parked; r != NULL; r = next) {
+        next = r->next;
+        if (r->give_up_ms > now.mono_ms)
+            continue;
+        if (r->stage == 1) {
+            front_child_unpark(fc, r);
+            front_child_run(fc, r, SUP_ADMIT_GIVE_UP);
+        } else {
+            front_child_unpark(fc, r); /* cancels the slot request */
+            refund(fc, r, r->lease_id);
+            front_reply_status(fc->f, r, PROTO_UNAVAILABLE, 1000, "concurrency authority unreachable");
+        }
+    }
+    front_child_pump(fc);
+}
+
+static struct front_child *
+find_child(sup_front *f, const char *tenant, const char *endpoint)
+{
+    uint32_t i;
+
+    for (i = 0; i < f->n_children; i++) {
+        struct front_child *fc = f->children[i];
+        if (strcmp(fc->endpoint, endpoint) == 0 && strcmp(fc->tenant, tenant) == 0)
+            return fc;
+    }
+    return NULL;
+}
+
+void
+front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame *fr)
+{
+    struct proto_lease_msg m;
+    struct sup_child_event ev;
+    struct front_child *fc;
+
+    if (proto_lease_decode(fr, &m) != TALLY_OK)
+        return;
+    fc = find_child(f, tenant, m.origin.child);
+    if (fc == NULL)
+        return;
+    memset(&ev, 0, sizeof(ev));
+    if (sup_child_on_message(fc->child, front_now(), &m, &ev) == TALLY_OK)
+        on_event(fc, &ev);
+    front_child_pump(fc);
+}
+
+void
+front_child_on_down(sup_front *f, const char *tenant)
+{
+    uint32_t i;
+
+    /* The children retransmit on their own timers; the next send respawns the
+     * supervisor (after the backoff, if it crashed). */
+    for (i = 0; i < f->n_children; i++) {
+        if (strcmp(f->children[i]->tenant, tenant) == 0)
+            front_child_pump(f->children[i]);
+    }
+}
+
+/* ---- lifecycle ---- */
+
+static void
+child_free(struct front_child *fc)
+{
+    sup_child_close(fc->child);
+    store_db_close(fc->db);
+    tally_free(fc);
+}
+
+int
+front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *policy,
+                struct front_child **out)
+{
+    struct sup_child_config cfg;
+    struct front_child *fc = find_child(f, tenant, policy->name);
+    char path[SUP_PATH_MAX];
+    int rc;
+
+    *out = NULL;
+    if (fc != NULL) {
+        *out = fc;
+        return TALLY_OK;
+    }
+    if (f->n_children == f->cap_children) {
+        uint32_t cap = f->cap_children == 0 ? 16 : f->cap_children * 2;
+        struct front_child **n = tally_realloc(f->children, cap * sizeof(*n));
+        if (n == NULL)
+            return TALLY_ENOMEM;
+        f->children = n;
+        f->cap_children = cap;
+    }
+    fc = tally_calloc(1, sizeof(*fc));
+    if (fc == NULL)
+        return TALLY_ENOMEM;
+    fc->f = f;
+    snprintf(fc->tenant, sizeof(fc->tenant), "%s", tenant);
+    snprintf(fc->endpoint, sizeof(fc->endpoint), "%s", policy->name);
+    fc->policy = *policy;
+    rc = sup_tenant_dirs(f->data, tenant);
+    if (rc == TALLY_OK)
+        rc = sup_path_endpoint_db(f->data, tenant, policy->name, path, sizeof(path));
+    if (rc == TALLY_OK)
+        rc = store_db_open(path, &child_schema,
+                           STORE_OPEN_CREATE | (f->cfg.strict ? STORE_OPEN_SYNC_FULL : 0), &fc->db);
+    memset(&cfg, 0, sizeof(cfg));
+    snprintf(cfg.tenant, sizeof(cfg.tenant), "%s", tenant);
+    cfg.policy = *policy;
+    cfg.persist_marks = f->cfg.strict;
+    cfg.wait_ms = f->cfg.wait_ms;
+    if (rc == TALLY_OK)
+        rc = next_incarnation(fc->db, &cfg.incarnation);
+    if (rc == TALLY_OK)
+        rc = sup_child_open(&cfg, &fc->child);
+    if (rc == TALLY_OK)
+        rc = resume_rows(fc);
+    if (rc != TALLY_OK) {
+        child_free(fc);
+        return rc;
+    }
+    uv_timer_init(f->loop, &fc->timer);
+    fc->timer.data = fc;
+    fc->timer_live = true;
+    f->children[f->n_children++] = fc;
+    *out = fc;
+    return TALLY_OK;
+}
+
+static void
+on_child_timer_closed(uv_handle_t *h)
+{
+    struct front_child *fc = h->data;
+    sup_front *f = fc->f;
+
+    child_free(fc);
+    if (--f->children_pending == 0 && f->children_done != NULL)
+        f->children_done(f);
+}
+
+void
+front_children_close(sup_front *f, void (*done)(sup_front *f))
+{
+    struct sup_time now = front_now();
+    uint32_t i;
+
+    f->children_done = done;
+    f->children_pending = (int)f->n_children;
+    if (f->n_children == 0) {
+        done(f);
+        return;
+    }
+    for (i = 0; i < f->n_children; i++) {
+        struct front_child *fc = f->children[i];
+        while (fc->parked != NULL) {
+            struct sup_front_req *r = fc->parked;
+            front_child_unpark(fc, r);
+            front_reply_status(f, r, PROTO_UNAVAILABLE, 1000, "shutting down");
+        }
+        sup_child_shutdown(fc->child, now);
+        fc->timer_live = false;
+        front_child_pump(fc); /* RETURNs out, rows deleted */
+        uv_close((uv_handle_t *)&fc->timer, on_child_timer_closed);
+    }
+    f->n_children = 0;
+}

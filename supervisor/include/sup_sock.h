@@ -1,0 +1,37 @@
+/*
+ * sup_sock: tallyd's binary protocol server (proto/PROTOCOL.md) in front of a
+ * sup_front: a Unix socket (mode 0660 by default) and optionally TCP. Each
+ * connection must open with HELLO, then may pipeline up to
+ * SUP_SOCK_MAX_INFLIGHT requests; answers carry the request id and may come
+ * back out of order.
+ *
+ * Header-wide rules: loop thread only.
+ */
+#ifndef SUP_SOCK_H
+#define SUP_SOCK_H
+
+#include "sup_front.h"
+
+#define SUP_SOCK_MAX_INFLIGHT 128
+
+typedef struct sup_sock sup_sock;
+
+struct sup_sock_stats {
+    uint64_t connections;
+    uint64_t active;
+    uint64_t requests;
+    uint64_t protocol_errors;
+};
+
+/** Serves `front` (borrowed, must outlive the server) on the Unix socket `path`
+ *  (mode `mode`) and, if tcp_host is not NULL, on tcp_host:tcp_port. *out is owned
+ *  by the caller, release with sup_sock_close(). TALLY_EINUSE when another tallyd
+ *  listens on `path`. */
+TALLY_MUST_CHECK int sup_sock_open(uv_loop_t *loop, sup_front *front, const char *path, int mode,
+                                   const char *tcp_host, int tcp_port, sup_sock **out /* OUT */);
+void sup_sock_stats(const sup_sock *s, struct sup_sock_stats *out /* OUT */);
+/** Stops listening (the socket file is removed), closes every connection (their
+ *  requests are cancelled), then calls cb. */
+void sup_sock_close(sup_sock *s, void (*cb)(void *data), void *data);
+
+#endif /* SUP_SOCK_H */

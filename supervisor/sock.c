@@ -1,0 +1,302 @@
+/*
+ * The binary protocol server of tallyd (sup_sock.h): frames in, sup_front
+ * requests out, answers back with the request's id. Request slots are
+ * allocated with the connection (no allocation per request); a connection
+ * that closes cancels its requests, so no answer is ever written to a gone
+ * peer. A token read from the wire is wiped as soon as it has been hashed.
+ */
+#include "sup_sock.h"
+
+#include <sodium.h>
+#include <string.h>
+
+#include "proto_stream.h"
+
+struct sock_conn;
+
+struct sock_req {
+    struct sup_front_req r;
+    struct sock_conn *sc;
+    uint32_t id;
+    bool busy;
+};
+
+struct sock_conn {
+    sup_sock *s;
+    proto_conn *c;
+    bool hello;
+    bool closed;
+    uint32_t inflight;
+    struct sock_conn *next, *prev;
+    struct sock_req reqs[SUP_SOCK_MAX_INFLIGHT];
+    uint8_t out[PROTO_CLIENT_MSG_MAX];
+};
+
+struct sup_sock {
+    sup_front *front;
+    proto_listener *unix_l;
+    proto_listener *tcp_l;
+    struct sock_conn *conns;
+    struct sup_sock_stats stats;
+    int pending;
+    bool closing;
+    void (*close_cb)(void *data);
+    void *close_data;
+};
+
+static void
+send_frame(struct sock_conn *sc, size_t len)
+{
+    if (len > 0 && !sc->closed)
+        (void)proto_conn_send(sc->c, sc->out, len);
+}
+
+static void
+protocol_error(struct sock_conn *sc, uint32_t id, int code, const char *msg)
+{
+    sc->s->stats.protocol_errors++;
+    send_frame(sc, proto_error_encode(sc->out, id, code, msg));
+    proto_conn_close_after_flush(sc->c);
+}
+
+static void
+on_done(struct sup_front_req *r, const struct proto_check_reply *reply)
+{
+    struct sock_req *q = (struct sock_req *)r;
+    struct sock_conn *sc = q->sc;
+
+    send_frame(sc, proto_check_reply_encode(sc->out, q->id, reply));
+    q->busy = false;
+    sc->inflight--;
+}
+
+static struct sock_req *
+free_slot(struct sock_conn *sc)
+{
+    size_t i;
+
+    for (i = 0; i < SUP_SOCK_MAX_INFLIGHT; i++) {
+        if (!sc->reqs[i].busy)
+            return &sc->reqs[i];
+    }
+    return NULL;
+}
+
+static void
+handle_check(struct sock_conn *sc, const struct proto_frame *f)
+{
+    struct proto_check m;
+    struct sock_req *q;
+
+    if (proto_check_decode(f, &m) != TALLY_OK) {
+        sodium_memzero(&m, sizeof(m));
+        protocol_error(sc, f->request_id, TALLY_EPROTO, "malformed CHECK");
+        return;
+    }
+    q = free_slot(sc);
+    if (q == NULL) {
+        sodium_memzero(&m, sizeof(m));
+        protocol_error(sc, f->request_id, TALLY_ETOOBIG, "too many requests in flight");
+        return;
+    }
+    q->busy = true;
+    q->sc = sc;
+    q->id = f->request_id;
+    q->r.done = on_done;
+    q->r.data = q;
+    sc->inflight++;
+    sc->s->stats.requests++;
+    sup_front_check(sc->s->front, &q->r, m.token, m.endpoint, m.cost);
+    sodium_memzero(&m, sizeof(m));
+}
+
+static void
+on_frame(proto_conn *c, const struct proto_frame *f, void *data)
+{
+    struct sock_conn *sc = data;
+
+    (void)c;
+    if (!sc->hello) {
+        struct proto_hello h;
+        struct proto_hello_reply hr = {PROTO_VERSION, PROTO_FRAME_MAX, SUP_SOCK_MAX_INFLIGHT};
+        if (f->type != PROTO_C_HELLO || proto_hello_decode(f, &h) != TALLY_OK) {
+            protocol_error(sc, f->request_id, TALLY_EPROTO, "HELLO first");
+            return;
+        }
+        if (h.min_version > PROTO_VERSION || h.max_version < PROTO_VERSION) {
+            protocol_error(sc, f->request_id, TALLY_EPROTO, "no common protocol version");
+            return;
+        }
+        sc->hello = true;
+        send_frame(sc, proto_hello_reply_encode(sc->out, f->request_id, &hr));
+        return;
+    }
+    switch (f->type) {
+    case PROTO_C_CHECK:
+        handle_check(sc, f);
+        return;
+    case PROTO_C_RELEASE: {
+        struct proto_release m;
+        int st;
+        if (proto_release_decode(f, &m) != TALLY_OK) {
+            sodium_memzero(&m, sizeof(m));
+            protocol_error(sc, f->request_id, TALLY_EPROTO, "malformed RELEASE");
+            return;
+        }
+        st = sup_front_release(sc->s->front, m.token, m.slot_id);
+        sodium_memzero(&m, sizeof(m));
+        send_frame(sc, proto_status_encode(sc->out, PROTO_C_RELEASE_REPLY, f->request_id,
+                                           (uint8_t)st));
+        return;
+    }
+    case PROTO_C_RELOAD: {
+        int rc = f->payload_len == 0 ? sup_front_reload(sc->s->front, true) : TALLY_EPROTO;
+        send_frame(sc, proto_status_encode(sc->out, PROTO_C_RELOAD_REPLY, f->request_id,
+                                           rc == TALLY_OK ? 0 : 1));
+        return;
+    }
+    default:
+        protocol_error(sc, f->request_id, TALLY_EPROTO, "unknown message type");
+        return;
+    }
+}
+
+static void
+maybe_done(sup_sock *s)
+{
+    if (s->closing && s->pending == 0 && s->conns == NULL) {
+        void (*cb)(void *) = s->close_cb;
+        void *data = s->close_data;
+        tally_free(s);
+        if (cb != NULL)
+            cb(data);
+    }
+}
+
+static void
+on_close(proto_conn *c, int reason, void *data)
+{
+    struct sock_conn *sc = data;
+    sup_sock *s = sc->s;
+    size_t i;
+
+    (void)reason;
+    sc->closed = true;
+    for (i = 0; i < SUP_SOCK_MAX_INFLIGHT; i++) {
+        if (sc->reqs[i].busy) {
+            sup_front_cancel(s->front, &sc->reqs[i].r);
+            sc->reqs[i].busy = false;
+        }
+    }
+    if (sc->prev != NULL)
+        sc->prev->next = sc->next;
+    else
+        s->conns = sc->next;
+    if (sc->next != NULL)
+        sc->next->prev = sc->prev;
+    s->stats.active--;
+    proto_conn_unref(c);
+    tally_free(sc);
+    maybe_done(s);
+}
+
+static bool
+on_accept(proto_listener *l, void *data, struct proto_conn_cbs *cbs, void **conn_data)
+{
+    sup_sock *s = data;
+    struct sock_conn *sc;
+
+    (void)l;
+    if (s->closing)
+        return false;
+    sc = tally_calloc(1, sizeof(*sc));
+    if (sc == NULL)
+        return false;
+    sc->s = s;
+    cbs->on_frame = on_frame;
+    cbs->on_close = on_close;
+    *conn_data = sc;
+    return true;
+}
+
+static void
+on_conn(proto_listener *l, proto_conn *c, void *data)
+{
+    sup_sock *s = data;
+    struct sock_conn *sc = proto_conn_data(c);
+
+    (void)l;
+    sc->c = c;
+    sc->next = s->conns;
+    if (s->conns != NULL)
+        s->conns->prev = sc;
+    s->conns = sc;
+    s->stats.connections++;
+    s->stats.active++;
+}
+
+int
+sup_sock_open(uv_loop_t *loop, sup_front *front, const char *path, int mode, const char *tcp_host,
+              int tcp_port, sup_sock **out)
+{
+    static const struct proto_listener_cbs cbs = {on_accept, PROTO_CLIENT_MSG_MAX, on_conn};
+    sup_sock *s = tally_calloc(1, sizeof(*s));
+    int rc;
+
+    *out = NULL;
+    if (s == NULL)
+        return TALLY_ENOMEM;
+    s->front = front;
+    rc = proto_listener_unix(loop, path, mode, &cbs, s, &s->unix_l);
+    if (rc == TALLY_OK && tcp_host != NULL)
+        rc = proto_listener_tcp(loop, tcp_host, tcp_port, &cbs, s, &s->tcp_l);
+    if (rc != TALLY_OK) {
+        s->closing = true;
+        if (s->unix_l != NULL) {
+            s->pending++;
+            proto_listener_close(s->unix_l, NULL, NULL);
+        }
+        tally_free(s); /* listener close callbacks do not touch s */
+        return rc;
+    }
+    *out = s;
+    return TALLY_OK;
+}
+
+void
+sup_sock_stats(const sup_sock *s, struct sup_sock_stats *out)
+{
+    *out = s->stats;
+}
+
+static void
+on_listener_closed(void *data)
+{
+    sup_sock *s = data;
+
+    s->pending--;
+    maybe_done(s);
+}
+
+void
+sup_sock_close(sup_sock *s, void (*cb)(void *data), void *data)
+{
+    struct sock_conn *sc;
+
+    if (s == NULL || s->closing)
+        return;
+    s->closing = true;
+    s->close_cb = cb;
+    s->close_data = data;
+    if (s->unix_l != NULL) {
+        s->pending++;
+        proto_listener_close(s->unix_l, on_listener_closed, s);
+    }
+    if (s->tcp_l != NULL) {
+        s->pending++;
+        proto_listener_close(s->tcp_l, on_listener_closed, s);
+    }
+    for (sc = s->conns; sc != NULL; sc = sc->next)
+        proto_conn_close(sc->c);
+    maybe_done(s);
+}

@@ -1,0 +1,70 @@
+/*
+ * Internals shared by front.c (auth, configuration, requests) and
+ * front_child.c (child counters, their files, timers and parked requests).
+ */
+#ifndef SUP_FRONT_INT_H
+#define SUP_FRONT_INT_H
+
+#include "proto_lease.h"
+#include "store_snapshot.h"
+#include "sup_child.h"
+#include "sup_front.h"
+
+struct front_child {
+    sup_front *f;
+    char tenant[TENANT_NAME_MAX + 1];
+    char endpoint[TENANT_NAME_MAX + 1];
+    struct tenant_endpoint policy;
+    sup_child *child;
+    store_db *db;
+    uv_timer_t timer;
+    bool timer_live;
+    struct sup_front_req *parked; /* FIFO: head; tail via head->prev */
+};
+
+struct sup_front {
+    uv_loop_t *loop;
+    struct sup_front_config cfg;
+    char data[4096];
+    char exe[4096];
+    store_db *config;
+    store_snapshot *snap;
+    unsigned char *key;
+    sup_manager *mgr;
+    struct front_child **children;
+    uint32_t n_children;
+    uint32_t cap_children;
+    uv_timer_t reload_timer;
+    struct sup_front_stats stats;
+    bool closing;
+    int pending;
+    void (*close_cb)(void *data);
+    void *close_data;
+    int children_pending;
+    void (*children_done)(sup_front *f);
+    uint8_t frame[PROTO_LEASE_FRAME_MAX];
+};
+
+struct sup_time front_now(void);
+/** The child of (tenant, endpoint), created (file, incarnation, resumed leases) on
+ *  first use. TALLY_OK or an error (nothing created). */
+int front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *policy,
+                    struct front_child **out);
+/** Runs r (link, cost set) on its child: answers it or parks it. */
+void front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags);
+/** Carries out the child's intents: messages, writes, timer. */
+void front_child_pump(struct front_child *fc);
+/** Routes a reply from the tenant's supervisor to the child it is for. */
+void front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame *fr);
+/** The tenant's supervisor went away. */
+void front_child_on_down(sup_front *f, const char *tenant);
+void front_child_unpark(struct front_child *fc, struct sup_front_req *r);
+/** Shuts every child down (RETURNs sent, files flushed) and closes it; calls done
+ *  when the last timer handle is closed. */
+void front_children_close(sup_front *f, void (*done)(sup_front *f));
+/** Answers r and counts it. */
+void front_reply(sup_front *f, struct sup_front_req *r, const struct proto_check_reply *reply);
+void front_reply_status(sup_front *f, struct sup_front_req *r, uint8_t status,
+                        int64_t retry_after_ms, const char *detail);
+
+#endif /* SUP_FRONT_INT_H */
