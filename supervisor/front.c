@@ -192,6 +192,7 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
     f->stats.checks++;
     r->child = NULL;
     r->stage = 0;
+    r->give_up_ms = 0;
     r->next = r->prev = NULL;
     if (f->closing) {
         front_reply_status(f, r, PROTO_UNAVAILABLE, 1000, "shutting down");

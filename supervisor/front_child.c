@@ -12,6 +12,7 @@
 
 #include <sqlite3.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sup_paths.h"
@@ -83,6 +84,35 @@ resume_rows(struct front_child *fc)
     return rc;
 }
 
+static void park(struct front_child *fc, struct sup_front_req *r, int stage, int64_t give_up_ms);
+
+/* Re-runs the requests of `link` waiting for a lease, in arrival order. They are
+ * taken off the list first: one that parks again goes to the back of the list
+ * and is not run twice in this pass. */
+static void
+rerun_link(struct front_child *fc, const char *link)
+{
+    struct sup_front_req *batch = NULL;
+    struct sup_front_req **tail = &batch;
+    struct sup_front_req *r = fc->parked;
+
+    while (r != NULL) {
+        struct sup_front_req *next = r->next;
+        if (r->stage == 1 && strcmp(r->link, link) == 0) {
+            front_child_unpark(fc, r);
+            *tail = r;
+            tail = &r->next;
+        }
+        r = next;
+    }
+    while (batch != NULL) {
+        r = batch;
+        batch = r->next;
+        r->next = NULL;
+        front_child_run(fc, r, 0);
+    }
+}
+
 /* Writes the child's pending rows in one transaction, then tells it they are
  * durable. Returns the links whose parked requests may go on. */
 static void
@@ -128,18 +158,8 @@ persist(struct front_child *fc)
         struct sup_child_event ev;
         memset(&ev, 0, sizeof(ev));
         sup_child_persisted(fc->child, &p[i], &ev);
-        if (ev.kind == SUP_EV_LINK) {
-            struct sup_front_req *r = fc->parked;
-            /* Re-run the parked requests of that link, in arrival order. */
-            while (r != NULL) {
-                struct sup_front_req *next = r->next;
-                if (r->stage == 1 && strcmp(r->link, ev.link) == 0) {
-                    front_child_unpark(fc, r);
-                    front_child_run(fc, r, 0);
-                }
-                r = next;
-            }
-        }
+        if (ev.kind == SUP_EV_LINK)
+            rerun_link(fc, ev.link);
     }
 }
 
@@ -150,7 +170,10 @@ park(struct front_child *fc, struct sup_front_req *r, int stage, int64_t give_up
 {
     r->child = fc;
     r->stage = stage;
-    r->give_up_ms = give_up_ms;
+    /* A request re-parked (a grant came, then it waits for a durable mark) keeps
+     * its first deadline: no request waits longer than it was promised. */
+    if (r->give_up_ms == 0 || give_up_ms < r->give_up_ms)
+        r->give_up_ms = give_up_ms;
     r->next = NULL;
     if (fc->parked == NULL) {
         r->prev = r;
@@ -265,6 +288,18 @@ needs_slot(struct front_child *fc, struct sup_front_req *r)
     return fc->policy.expensive && t != NULL && t->plan->concurrency > 0;
 }
 
+/* True when the tenant's supervisor is not running and may be started now, or
+ * was started and has not answered yet: a cold start, not an outage. */
+static bool
+cold(struct front_child *fc)
+{
+    sup_manager *m = fc->f->mgr;
+
+    if (sup_manager_is_starting(m, fc->tenant))
+        return true;
+    return !sup_manager_is_up(m, fc->tenant) && sup_manager_backoff_left_ms(m, fc->tenant) == 0;
+}
+
 void
 front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
 {
@@ -288,7 +323,8 @@ front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
             /* No slot can be had without the supervisor: expensive operations
              * fail closed while degraded. */
             refund(fc, r, a.lease_id);
-            front_reply_status(fc->f, r, PROTO_UNAVAILABLE, 1000, "concurrency authority unreachable");
+            front_reply_status(fc->f, r, PROTO_UNAVAILABLE, 1000,
+                               "concurrency authority unreachable");
             return;
         }
         if (sup_child_slot_acquire(fc->child, r->link, now, &r->slot_op) != TALLY_OK) {
@@ -296,6 +332,7 @@ front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
             front_reply_status(fc->f, r, PROTO_UNAVAILABLE, 1000, "too many operations pending");
             return;
         }
+        r->give_up_ms = 0; /* a new wait, for another process's answer */
         park(fc, r, 2, now.mono_ms + fc->f->cfg.wait_ms);
         return;
     case SUP_ADMIT_REFUSED:
@@ -304,7 +341,7 @@ front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
     case SUP_ADMIT_WAIT:
         /* A supervisor that is starting (spawned, replaying its journal) is not
          * unreachable: give a cold start its own, longer deadline. */
-        if (!(flags & SUP_ADMIT_GIVE_UP) && sup_manager_is_starting(fc->f->mgr, fc->tenant) &&
+        if (!(flags & SUP_ADMIT_GIVE_UP) && cold(fc) &&
             a.give_up_ms < now.mono_ms + fc->f->cfg.cold_start_ms)
             a.give_up_ms = now.mono_ms + fc->f->cfg.cold_start_ms;
         park(fc, r, 1, a.give_up_ms);
@@ -340,30 +377,20 @@ on_slot_event(struct front_child *fc, const struct sup_child_event *ev)
     if (ev->kind == SUP_EV_SLOT_DENIED)
         answer_refused(fc, r, TENANT_SCOPE_CONCURRENCY, ev->retry_after_ms, 0);
     else
-        front_reply_status(fc->f, r, PROTO_UNAVAILABLE, ev->retry_after_ms > 0 ? ev->retry_after_ms : 1000,
-                           "slot refused");
+        front_reply_status(fc->f, r, PROTO_UNAVAILABLE,
+                           ev->retry_after_ms > 0 ? ev->retry_after_ms : 1000, "slot refused");
 }
 
 static void
 on_event(struct front_child *fc, const struct sup_child_event *ev)
 {
-    struct sup_front_req *r;
-    struct sup_front_req *next;
-
     if (ev->kind == SUP_EV_SLOT_GRANTED || ev->kind == SUP_EV_SLOT_DENIED ||
         ev->kind == SUP_EV_SLOT_FAILED) {
         on_slot_event(fc, ev);
         return;
     }
-    if (ev->kind != SUP_EV_LINK)
-        return;
-    for (r = fc->parked; r != NULL; r = next) {
-        next = r->next;
-        if (r->stage == 1 && strcmp(r->link, ev->link) == 0) {
-            front_child_unpark(fc, r);
-            front_child_run(fc, r, 0);
-        }
-    }
+    if (ev->kind == SUP_EV_LINK)
+        rerun_link(fc, ev->link);
 }
 
 /* ---- timers and messages ---- */
@@ -433,7 +460,8 @@ on_timer(uv_timer_t *t)
         } else {
             front_child_unpark(fc, r); /* cancels the slot request */
             refund(fc, r, r->lease_id);
-            front_reply_status(fc->f, r, PROTO_UNAVAILABLE, 1000, "concurrency authority unreachable");
+            front_reply_status(fc->f, r, PROTO_UNAVAILABLE, 1000,
+                               "concurrency authority unreachable");
         }
     }
     front_child_pump(fc);
@@ -461,6 +489,10 @@ front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame 
 
     if (proto_lease_decode(fr, &m) != TALLY_OK)
         return;
+    if (getenv("TALLY_DEBUG_LEASES") != NULL)
+        fprintf(stderr, "lease %s from %s seq=%llu code=%d\n", proto_lease_type_name(m.type),
+                tenant, (unsigned long long)m.origin.seq,
+                m.type == PROTO_LEASE_ERROR ? m.error.code : 0);
     fc = find_child(f, tenant, m.origin.child);
     if (fc == NULL)
         return;

@@ -24,7 +24,7 @@
 #include "sup_lease.h"
 #include "sup_paths.h"
 
-#define BATCH_RECORDS 256
+#define BATCH_RECORDS   256
 #define RELOAD_CHECK_MS 1000
 
 static const char *const journal_migrations[] = {
@@ -185,6 +185,8 @@ queue_reply(struct sp *s, const struct proto_lease_msg *reply, uint32_t request_
     return rc;
 }
 
+static void on_reload(uv_timer_t *h);
+
 static void
 on_frame(proto_conn *c, const struct proto_frame *f, void *data)
 {
@@ -201,6 +203,13 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
     }
     if (s->batch.count == s->batch.cap || s->out_len > PROTO_CONN_OUT_MAX / 2)
         flush(s);
+    /* A link created a moment ago may be newer than our copy of the configuration:
+     * look again before refusing it. */
+    if ((in.type == PROTO_LEASE_ACQUIRE || in.type == PROTO_LEASE_SLOT_ACQUIRE) &&
+        store_snapshot_link_by_id(s->snap, in.type == PROTO_LEASE_ACQUIRE
+                                               ? in.acquire.link
+                                               : in.slot_acquire.link) == NULL)
+        on_reload(&s->reload_timer);
     if (s->stopping)
         return;
     rc = sup_ledger_handle(s->ledger, wall_ms(), &in, &reply, &s->batch);
@@ -448,7 +457,8 @@ sup_process_run(const struct sup_process_opts *o)
     s.expire_timer.data = &s;
     uv_timer_init(&s.loop, &s.idle_timer);
     s.idle_timer.data = &s;
-    uv_timer_start(&s.idle_timer, on_idle, (uint64_t)(o->idle_exit_ms > 0 ? o->idle_exit_ms : 60000),
+    uv_timer_start(&s.idle_timer, on_idle,
+                   (uint64_t)(o->idle_exit_ms > 0 ? o->idle_exit_ms : 60000),
                    (uint64_t)(o->idle_exit_ms > 0 ? o->idle_exit_ms : 60000));
     uv_timer_init(&s.loop, &s.reload_timer);
     s.reload_timer.data = &s;

@@ -145,8 +145,8 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
         }
         st = sup_front_release(sc->s->front, m.token, m.slot_id);
         sodium_memzero(&m, sizeof(m));
-        send_frame(sc, proto_status_encode(sc->out, PROTO_C_RELEASE_REPLY, f->request_id,
-                                           (uint8_t)st));
+        send_frame(sc,
+                   proto_status_encode(sc->out, PROTO_C_RELEASE_REPLY, f->request_id, (uint8_t)st));
         return;
     }
     case PROTO_C_RELOAD: {

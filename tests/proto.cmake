@@ -1,8 +1,18 @@
 # proto: the HTTP server in-process (raw libuv clients on the same loop), its
-# API without traffic, and tallyd as a real process (spawned with libuv).
+# API without traffic, deferred answers, and tallyd as a real process (spawned
+# with libuv).
+
+# The raw HTTP client and the standard server fixture the HTTP suites share.
+add_library(tally_test_http STATIC support/test_http_client.c)
+target_include_directories(tally_test_http PUBLIC support ${HTTP_PARSER_INCLUDE})
+target_link_libraries(tally_test_http PUBLIC tally_proto PkgConfig::CMOCKA ${HTTP_PARSER_LIB}
+                      PRIVATE tally_warnings)
+
 tally_add_test(test_proto_http test_proto_http.c)
-target_link_libraries(test_proto_http PRIVATE tally_proto ${HTTP_PARSER_LIB})
-target_include_directories(test_proto_http PRIVATE ${HTTP_PARSER_INCLUDE})
+target_link_libraries(test_proto_http PRIVATE tally_test_http)
+
+tally_add_test(test_proto_http_defer test_proto_http_defer.c)
+target_link_libraries(test_proto_http_defer PRIVATE tally_test_http)
 
 tally_add_test(test_proto_http_api test_proto_http_api.c)
 target_link_libraries(test_proto_http_api PRIVATE tally_proto)

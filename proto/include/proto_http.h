@@ -97,7 +97,8 @@ struct proto_http_str {
     size_t len;
 };
 
-/** What the handler sees. Every pointer is valid until the handler returns. */
+/** What the handler sees. Every pointer is valid until the handler returns
+ *  or, if it deferred the answer, until the answer is finished or cancelled. */
 struct proto_http_request {
     enum proto_http_method method; /* HEAD is answered like GET, without the body */
     int http_minor;                /* 0 for HTTP/1.0, 1 for HTTP/1.1 */
@@ -111,9 +112,10 @@ struct proto_http_request {
     struct proto_http_str headers[PROTO_HTTP_KEPT_MAX];
 };
 
-/** What the handler fills. Owned by the connection and reset per request; the
- *  handler sets the public fields directly and the rest with the functions below.
- *  A failed proto_http_response_*() call latches: the answer becomes a 500. */
+/** What the handler fills (or the app, through proto_http_deferred_response()).
+ *  Owned by the connection and reset per request; the handler sets the public
+ *  fields directly and the rest with the functions below. A failed
+ *  proto_http_response_*() call latches: the answer becomes a 500. */
 struct proto_http_response {
     int status;               /* 200..599; left 0 or out of range: 500 */
     const char *content_type; /* static storage, <= 127 bytes; default "application/json" */
@@ -270,8 +272,9 @@ struct proto_http_response *proto_http_deferred_response(proto_http_deferred *d)
  *  resp->close) and resumes the connection: the next pipelined request is
  *  handled on a later turn of the loop, never inside this call. May be called
  *  from the handler itself (then it answers as if never deferred). `d` is
- *  invalid afterwards and no on_cancel follows; if the connection is already
- *  closing (its on_cancel still to come), the answer is dropped instead. */
+ *  invalid afterwards and no on_cancel follows for it; if the connection is
+ *  already closing (the client left or the server closes, and on_cancel has
+ *  not run yet), the answer is dropped. */
 void proto_http_deferred_finish(proto_http_deferred *d);
 
 /** Writes `src` (`len` bytes) JSON-escaped, without quotes, into dst of `cap`

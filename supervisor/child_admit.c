@@ -1,0 +1,360 @@
+/*
+ * The child's hot path (sup_child_admit) and its leases. A request is admitted from the live
+ * lease of its link with the earliest deadline that still has room (used + cost <= n, now before
+ * the deadline, and in strict mode used + cost <= the durable mark); no allocation, no I/O, no
+ * clock. Admitting may ask for more ahead of need: an ACQUIRE at the low watermark
+ * max(rate * lead, n/4) (LEASES.md Q3) so a steady stream never waits, and the next mark when
+ * used crosses mark - chunk/2. Without a lease that fits, a cached refusal answers (envoy's
+ * over-limit cache), or the request waits for the ACQUIRE in flight, or, when the supervisor is
+ * out of reach (or the wait is over), it is decided by the endpoint's on_unavailable policy: 503
+ * when closed, the degraded local limit when open, counted as debt for the supervisor.
+ * Lease sizes start small and grow (slow start: doubled when a lease runs out within T_renew,
+ * halved when one ends more than half unused), or follow the measured rate: rate * T_renew.
+ */
+#include "sup_child_int.h"
+
+#include <string.h>
+
+#define RATE_STEP_MS 250
+
+static bool
+lease_live(const struct child_lease *cl, int64_t now_mono)
+{
+    return cl->state == CL_LIVE && now_mono < cl->deadline_mono;
+}
+
+struct child_lease *
+sup__child_lease_by_id(struct child_link *k, uint64_t id)
+{
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        if (k->l[j].state != CL_FREE && k->l[j].id == id)
+            return &k->l[j];
+    }
+    return NULL;
+}
+
+bool
+sup__child_link_idle(const struct child_link *k, int64_t now_mono)
+{
+    (void)now_mono;
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        if (k->l[j].state != CL_FREE)
+            return false;
+    }
+    return !k->acq_due && k->acq_seq == 0 && k->debt_new == 0 && k->debt_sent == 0;
+}
+
+static int64_t
+chunk_of(const sup_child *c, int64_t n)
+{
+    int64_t chunk = n < c->mark_chunk_min ? n : c->mark_chunk_min;
+
+    return n / 4 > chunk ? n / 4 : chunk;
+}
+
+/* Raises the wanted mark of `cl` to cover `upto`, a chunk at a time. */
+static void
+mark_ahead(const sup_child *c, struct child_lease *cl, int64_t upto)
+{
+    int64_t chunk = chunk_of(c, cl->n);
+
+    while (cl->mark_want < upto)
+        cl->mark_want += chunk;
+    if (cl->mark_want > cl->n)
+        cl->mark_want = cl->n;
+}
+
+void
+sup__child_retire(sup_child *c, struct child_link *k, struct child_lease *cl)
+{
+    if (cl->state != CL_LIVE)
+        return;
+    cl->state = CL_RETIRED;
+    cl->report_due = !cl->foreign && cl->used < cl->n;
+    cl->report_seq = 0;
+    cl->delete_due = cl->row;
+    /* Slow start: a lease that ends mostly unused was too big. */
+    if (!cl->foreign && !cl->pass && cl->used * 2 < cl->n) {
+        k->l_slow /= 2;
+        if (k->l_slow < c->l_min)
+            k->l_slow = c->l_min;
+    }
+    if (!cl->report_due && cl->used < cl->n)
+        c->stats.leases_spent++; /* left over and never reported: spent */
+}
+
+void
+sup__child_link_roll(sup_child *c, struct child_link *k, int64_t now_mono)
+{
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        struct child_lease *cl = &k->l[j];
+
+        if (cl->state == CL_LIVE && now_mono >= cl->deadline_mono)
+            sup__child_retire(c, k, cl);
+        /* Done: nothing to report, the row gone (or never written). */
+        if (cl->state == CL_RETIRED && !cl->report_due && !cl->row)
+            memset(cl, 0, sizeof(*cl));
+    }
+}
+
+void
+sup__child_rate_update(struct child_link *k, int64_t now_mono)
+{
+    int64_t dt = now_mono - k->rate_since;
+
+    if (dt < RATE_STEP_MS)
+        return;
+    /* Quiet steps decay the estimate (x3/4 each); the last step blends in what was admitted. */
+    for (int64_t steps = dt / RATE_STEP_MS; steps > 1 && steps < 64 && k->rate_milli > 0; steps--)
+        k->rate_milli = k->rate_milli * 3 / 4;
+    if (dt / RATE_STEP_MS >= 64)
+        k->rate_milli = 0;
+    {
+        int64_t inst = k->acc * 1000000 / dt; /* milli-tokens per second */
+
+        k->rate_milli = k->rate_milli == 0 ? inst : (3 * k->rate_milli + inst) / 4;
+    }
+    if (k->rate_milli > PROTO_LEASE_RATE_MAX)
+        k->rate_milli = PROTO_LEASE_RATE_MAX;
+    k->acc = 0;
+    k->rate_since = now_mono;
+}
+
+int64_t
+sup__child_want(const sup_child *c, const struct child_link *k, int64_t need)
+{
+    /* ceil(rate * T_renew): rate_milli is 1/1000 token per second, T_renew in ms. */
+    int64_t by_rate = (k->rate_milli * c->renew_ms + 999999) / 1000000;
+    int64_t want = k->l_slow > by_rate ? k->l_slow : by_rate;
+
+    if (want < c->l_min)
+        want = c->l_min;
+    if (want > c->l_max)
+        want = c->l_max;
+    return want > need ? want : need;
+}
+
+void
+sup__child_want_acquire(struct child_link *k, int64_t need)
+{
+    if (k->acq_seq != 0)
+        return;
+    if (!k->acq_due || need > k->acq_need)
+        k->acq_need = need;
+    k->acq_due = true;
+}
+
+/* Tokens left on the live leases of `k`, and whether one is still waiting to be used. */
+static int64_t
+left_live(const struct child_link *k, int64_t now_mono)
+{
+    int64_t left = 0;
+
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        if (lease_live(&k->l[j], now_mono))
+            left += k->l[j].n - k->l[j].used;
+    }
+    return left;
+}
+
+/* After a charge: the next mark, the watermark prefetch, and a used-up lease. */
+static void
+after_charge(sup_child *c, struct child_link *k, struct child_lease *cl, int64_t now_mono)
+{
+    int64_t chunk = chunk_of(c, cl->n), n = cl->n;
+
+    if (c->persist_marks && cl->mark_want < n && cl->used >= cl->mark_want - chunk / 2)
+        mark_ahead(c, cl, cl->mark_want + 1);
+    if (cl->used == n) {
+        /* Slow start: a lease used up within T_renew was too small. */
+        if (!cl->foreign && now_mono - cl->got_mono < c->renew_ms) {
+            k->l_slow *= 2;
+            if (k->l_slow > c->l_max)
+                k->l_slow = c->l_max;
+        }
+        sup__child_retire(c, k, cl);
+    }
+    if (!k->pass && k->acq_seq == 0 && !k->acq_due) {
+        int64_t by_rate = (k->rate_milli * c->lead_ms + 999999) / 1000000;
+        int64_t mark = (n + 3) / 4 > by_rate ? (n + 3) / 4 : by_rate;
+
+        if (left_live(k, now_mono) <= mark) {
+            sup__child_want_acquire(k, 0);
+            c->stats.prefetches++;
+        }
+    }
+}
+
+/* The live lease with the earliest deadline that fits `cost`; *blocked when one fits but for its
+ * mark. */
+static struct child_lease *
+lease_pick(const sup_child *c, struct child_link *k, int64_t cost, int64_t now_mono,
+           struct child_lease **blocked)
+{
+    struct child_lease *best = NULL;
+
+    *blocked = NULL;
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        struct child_lease *cl = &k->l[j];
+
+        if (!lease_live(cl, now_mono) || cl->used > cl->n - cost)
+            continue;
+        if (c->persist_marks && cl->used + cost > cl->mark_durable) {
+            if (*blocked == NULL || cl->deadline_mono < (*blocked)->deadline_mono)
+                *blocked = cl;
+            continue;
+        }
+        if (best == NULL || cl->deadline_mono < best->deadline_mono)
+            best = cl;
+    }
+    return best;
+}
+
+/* The supervisor cannot help this request: on_unavailable decides (DESIGN.md §4). */
+static void
+admit_unavailable(sup_child *c, struct child_link *k, int64_t cost, struct sup_time now,
+                  struct sup_admit *out)
+{
+    struct tenant_verdict v;
+
+    if (c->policy.on_unavailable == TENANT_UNAVAIL_CLOSED) {
+        out->verdict = SUP_ADMIT_UNAVAILABLE;
+        out->retry_after_ms = 1000;
+        c->stats.unavailable++;
+        return;
+    }
+    out->degraded = true;
+    if (tenant_window_decide(&c->policy.degraded_limits, &c->degraded, now.wall_ms, cost, &v) !=
+        TALLY_OK) {
+        out->verdict = SUP_ADMIT_UNAVAILABLE;
+        out->retry_after_ms = 1000;
+        c->stats.unavailable++;
+        return;
+    }
+    if (!v.admitted) {
+        out->verdict = SUP_ADMIT_REFUSED;
+        out->scope = TENANT_SCOPE_ENDPOINT_TENANT;
+        out->retry_after_ms = v.retry_after_ms;
+        out->limit = v.count > 0 ? v.v[v.bound].limit : 0;
+        c->stats.refused++;
+        return;
+    }
+    out->verdict = SUP_ADMIT_OK;
+    k->debt_new += cost;
+    k->last_use = now.mono_ms;
+    c->stats.degraded++;
+}
+
+int
+sup_child_admit(sup_child *c, const char *link, int64_t cost, struct sup_time now, unsigned flags,
+                struct sup_admit *out)
+{
+    struct child_lease *cl, *blocked;
+    struct child_link *k;
+    int32_t index;
+    int rc;
+
+    if (cost < 1 || cost > TENANT_COST_MAX)
+        return TALLY_ECOST;
+    k = sup__child_link_get(c, link, &rc, &index);
+    if (k == NULL)
+        return rc;
+    memset(out, 0, sizeof(*out));
+    sup__child_link_roll(c, k, now.mono_ms);
+    sup__child_rate_update(k, now.mono_ms);
+    if (k->unauth_until > now.mono_ms) {
+        out->verdict = SUP_ADMIT_UNAUTHORIZED;
+        return TALLY_OK;
+    }
+    cl = lease_pick(c, k, cost, now.mono_ms, &blocked);
+    if (cl != NULL) {
+        cl->used += cost;
+        k->acc += cost;
+        k->last_use = now.mono_ms;
+        out->verdict = SUP_ADMIT_OK;
+        out->lease_id = cl->id;
+        c->stats.admits++;
+        after_charge(c, k, cl, now.mono_ms);
+        return TALLY_OK;
+    }
+    if (blocked != NULL && !(flags & SUP_ADMIT_GIVE_UP)) {
+        /* The lease has room but the mark is not durable yet: ask for it and wait. */
+        mark_ahead(c, blocked, blocked->used + cost);
+        out->verdict = SUP_ADMIT_WAIT;
+        out->wait = SUP_WAIT_MARK;
+        out->give_up_ms = now.mono_ms + c->wait_ms;
+        c->stats.waits++;
+        return TALLY_OK;
+    }
+    if (k->deny_until > now.mono_ms && cost >= k->deny_cost) {
+        out->verdict = SUP_ADMIT_REFUSED;
+        out->scope = (enum tenant_scope)k->deny_scope;
+        out->retry_after_ms = k->deny_never ? TENANT_RETRY_NEVER : k->deny_until - now.mono_ms;
+        out->limit = k->deny_limit;
+        c->stats.refused++;
+        return TALLY_OK;
+    }
+    sup__child_want_acquire(k, cost);
+    if ((flags & SUP_ADMIT_GIVE_UP) || k->unavail_until > now.mono_ms ||
+        !sup__child_reachable(c, now.mono_ms)) {
+        admit_unavailable(c, k, cost, now, out);
+        return TALLY_OK;
+    }
+    out->verdict = SUP_ADMIT_WAIT;
+    out->wait = SUP_WAIT_GRANT;
+    out->give_up_ms = now.mono_ms + c->wait_ms;
+    c->stats.waits++;
+    return TALLY_OK;
+}
+
+int
+sup_child_refund(sup_child *c, const char *link, uint64_t lease_id, int64_t cost)
+{
+    struct child_link *k = sup__child_link_find(c, link, NULL);
+    struct child_lease *cl = k != NULL ? sup__child_lease_by_id(k, lease_id) : NULL;
+
+    (void)c;
+    if (cl == NULL || cl->state != CL_LIVE || cost < 1 || cost > cl->used)
+        return TALLY_ENOTFOUND;
+    cl->used -= cost;
+    return TALLY_OK;
+}
+
+struct child_lease *
+sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_lease_grant *g,
+                     const struct child_req *r, int64_t now_mono)
+{
+    struct child_lease *cl = NULL;
+    int64_t margin = (g->ttl_ms * c->epsilon_ppm + 999999) / 1000000;
+
+    for (int j = 0; j < CHILD_LEASES && cl == NULL; j++) {
+        if (k->l[j].state == CL_FREE)
+            cl = &k->l[j];
+    }
+    if (cl == NULL) {
+        /* Every entry busy: give up the oldest pending report (it only strands tokens). */
+        for (int j = 0; j < CHILD_LEASES && cl == NULL; j++) {
+            if (k->l[j].state == CL_RETIRED && !k->l[j].row)
+                cl = &k->l[j];
+        }
+    }
+    if (cl == NULL)
+        return NULL;
+    memset(cl, 0, sizeof(*cl));
+    cl->state = CL_LIVE;
+    cl->id = g->lease_id;
+    cl->n = g->n;
+    cl->ttl_ms = g->ttl_ms;
+    cl->pass = (g->flags & PROTO_LEASE_GRANT_PASS) != 0;
+    cl->got_mono = now_mono;
+    /* Gray & Cheriton: measured from when the request was first sent, shortened by the drift
+     * bound, so it ends before the supervisor's grant time + ttl on any clock within epsilon. */
+    cl->sent_mono = r->first_mono;
+    cl->deadline_mono = r->first_mono + g->ttl_ms - margin;
+    cl->deadline_wall = r->first_wall + g->ttl_ms - margin;
+    if (c->persist_marks)
+        mark_ahead(c, cl, 1); /* the first chunk, written before the first admission */
+    if (cl->deadline_mono <= now_mono)
+        sup__child_retire(c, k, cl);
+    return cl;
+}

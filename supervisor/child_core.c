@@ -1,0 +1,395 @@
+/*
+ * The child counter's lifecycle and storage side (sup_child.h): opening with its configuration,
+ * the link table (created on first use, idle links evicted when full), reachability, and the
+ * lease rows of the child's own file: which writes to hand out (a PUT raising a lease's mark
+ * ahead of need, a DELETE for a lease that is done), what a durable write unblocks, and resuming
+ * rows after a restart. A resumed lease starts at used := mark, the most that can have been
+ * admitted on it, and its deadline is the earlier of the stored monotonic and wall-clock
+ * deadlines, so neither a restart nor a wall clock stepping back can stretch it.
+ */
+#include "sup_child_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define LINKS_DEFAULT 256
+
+static int64_t
+or_default(int64_t v, int64_t def)
+{
+    return v > 0 ? v : def;
+}
+
+void
+sup_child_close(sup_child *c)
+{
+    if (c == NULL)
+        return;
+    for (uint32_t i = 0; c->links != NULL && i < c->max_links; i++)
+        tally_free(c->links[i]);
+    tally_free(c->links);
+    sup__index_release(&c->link_index);
+    tally_free(c);
+}
+
+int
+sup_child_open(const struct sup_child_config *cfg, sup_child **out)
+{
+    struct tenant_budget probe;
+    sup_child *c = NULL;
+    int rc = TALLY_EINVAL;
+
+    *out = NULL;
+    if (cfg == NULL || !tenant_name_valid(cfg->tenant) || !tenant_name_valid(cfg->policy.name) ||
+        cfg->incarnation == 0 || cfg->incarnation > PROTO_LEASE_ID_MAX)
+        goto out;
+    rc = TALLY_ECONFIG;
+    if (tenant_budget_init(&probe, TENANT_SCOPE_ENDPOINT_TENANT, TENANT_ALG_WINDOW,
+                           &cfg->policy.degraded_limits) != TALLY_OK)
+        goto out;
+    rc = TALLY_ENOMEM;
+    c = tally_calloc(1, sizeof(*c));
+    if (c == NULL)
+        goto out;
+    snprintf(c->tenant, sizeof(c->tenant), "%s", cfg->tenant);
+    c->policy = cfg->policy;
+    c->incarnation = cfg->incarnation;
+    c->persist_marks = cfg->persist_marks;
+    c->wait_ms = or_default(cfg->wait_ms, SUP_CHILD_WAIT_MS_DEFAULT);
+    c->idle_ms = or_default(cfg->idle_ms, SUP_CHILD_IDLE_MS_DEFAULT);
+    c->heartbeat_ms = or_default(cfg->heartbeat_ms, 1000);
+    c->retransmit_ms = or_default(cfg->retransmit_ms, SUP_CHILD_RETRANSMIT_MS_DEFAULT);
+    c->unreachable_ms = or_default(cfg->unreachable_ms, SUP_CHILD_UNREACHABLE_MS_DEFAULT);
+    c->renew_ms = or_default(cfg->renew_ms, SUP_CHILD_RENEW_MS_DEFAULT);
+    c->lead_ms = or_default(cfg->lead_ms, SUP_CHILD_LEAD_MS_DEFAULT);
+    c->epsilon_ppm = or_default(cfg->epsilon_ppm, SUP_CHILD_EPSILON_PPM_DEFAULT);
+    c->mark_chunk_min = or_default(cfg->mark_chunk_min, SUP_CHILD_MARK_CHUNK_MIN_DEFAULT);
+    c->l_min = or_default(cfg->l_min, 1);
+    c->l_max = or_default(cfg->l_max, (int64_t)1 << 20);
+    c->max_links = cfg->max_links > 0 ? cfg->max_links : LINKS_DEFAULT;
+    c->connected = true;
+    c->last_reply_mono = INT64_MIN / 2;
+    rc = TALLY_EINVAL;
+    if (c->epsilon_ppm >= 1000000 || c->l_min > c->l_max || c->l_max > PROTO_LEASE_N_MAX)
+        goto out;
+    rc = sup__index_init(&c->link_index, c->max_links);
+    if (rc != TALLY_OK)
+        goto out;
+    rc = TALLY_ENOMEM;
+    c->links = tally_calloc(c->max_links, sizeof(*c->links));
+    if (c->links == NULL)
+        goto out;
+    *out = c;
+    c = NULL; /* ownership moved to the caller */
+    rc = TALLY_OK;
+out:
+    sup_child_close(c);
+    return rc;
+}
+
+/* ---- links ---- */
+
+static const char *
+link_key(const void *ctx, uint32_t item)
+{
+    const sup_child *c = ctx;
+
+    return c->links[item]->id;
+}
+
+struct child_link *
+sup__child_link_find(const sup_child *c, const char *id, int32_t *index)
+{
+    int64_t i = sup__index_find(&c->link_index, id, link_key, c);
+
+    if (index != NULL)
+        *index = (int32_t)i;
+    return i >= 0 ? c->links[i] : NULL;
+}
+
+static bool
+link_in_flight(const sup_child *c, int32_t index)
+{
+    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+        if (c->req[i].seq != 0 && c->req[i].link == index)
+            return true;
+    }
+    return false;
+}
+
+struct child_link *
+sup__child_link_get(sup_child *c, const char *id, int *rc, int32_t *index)
+{
+    struct child_link *k = sup__child_link_find(c, id, index);
+    uint32_t slot = 0;
+
+    *rc = TALLY_OK;
+    if (k != NULL)
+        return k;
+    if (!tenant_link_id_valid(id)) {
+        *rc = TALLY_EINVAL;
+        return NULL;
+    }
+    if (c->link_count == c->max_links) {
+        int64_t now = c->last_reply_mono; /* any instant: idle links have nothing timed */
+        uint32_t v;
+
+        for (v = 0; v < c->max_links; v++) {
+            if (!link_in_flight(c, (int32_t)v) && sup__child_link_idle(c->links[v], now))
+                break;
+        }
+        if (v == c->max_links) {
+            *rc = TALLY_EFULL;
+            return NULL;
+        }
+        sup__index_remove(&c->link_index,
+                          sup__index_pos(&c->link_index, c->links[v]->id, link_key, c), link_key,
+                          c);
+        tally_free(c->links[v]);
+        c->links[v] = NULL;
+        c->link_count--;
+        while (c->link_hw > 0 && c->links[c->link_hw - 1] == NULL)
+            c->link_hw--;
+    }
+    while (c->links[slot] != NULL)
+        slot++;
+    k = tally_calloc(1, sizeof(*k));
+    if (k == NULL) {
+        *rc = TALLY_ENOMEM;
+        return NULL;
+    }
+    snprintf(k->id, sizeof(k->id), "%s", id);
+    k->l_slow = c->l_min;
+    c->links[slot] = k;
+    c->link_index.slot[sup__index_pos(&c->link_index, id, link_key, c)] = slot + 1;
+    c->link_count++;
+    if (slot + 1 > c->link_hw)
+        c->link_hw = slot + 1;
+    *index = (int32_t)slot;
+    return k;
+}
+
+/* ---- reachability ---- */
+
+bool
+sup__child_reachable(const sup_child *c, int64_t now_mono)
+{
+    int64_t oldest = INT64_MAX, since;
+
+    if (!c->connected)
+        return false;
+    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+        const struct child_req *r = &c->req[i];
+
+        if (r->seq != 0 && r->first_mono >= 0 && r->first_mono < oldest)
+            oldest = r->first_mono;
+    }
+    if (oldest == INT64_MAX)
+        return true; /* nothing asked, nothing unanswered */
+    since = oldest > c->last_reply_mono ? oldest : c->last_reply_mono;
+    return now_mono - since < c->unreachable_ms;
+}
+
+bool
+sup_child_reachable(const sup_child *c, struct sup_time now)
+{
+    return sup__child_reachable(c, now.mono_ms);
+}
+
+void
+sup_child_set_connected(sup_child *c, bool connected, struct sup_time now)
+{
+    if (connected && !c->connected)
+        c->last_reply_mono = now.mono_ms; /* give a new connection its full patience */
+    c->connected = connected;
+}
+
+/* ---- persistence ---- */
+
+static void
+lease_rec(const sup_child *c, const struct child_link *k, const struct child_lease *cl,
+          struct sup_child_lease_rec *rec)
+{
+    memset(rec, 0, sizeof(*rec));
+    rec->lease_id = cl->id;
+    rec->incarnation = c->incarnation;
+    snprintf(rec->link, sizeof(rec->link), "%s", k->id);
+    rec->n = cl->n;
+    rec->mark = cl->mark_want;
+    rec->ttl_ms = cl->ttl_ms;
+    rec->sent_mono_ms = cl->sent_mono;
+    rec->deadline_mono_ms = cl->deadline_mono;
+    rec->deadline_wall_ms = cl->deadline_wall;
+}
+
+int
+sup_child_next_persist(sup_child *c, struct sup_child_persist *out)
+{
+    if (!c->persist_marks)
+        return TALLY_ENOTFOUND;
+    for (uint32_t i = 0; i < c->link_hw; i++) {
+        struct child_link *k = c->links[i];
+
+        for (int j = 0; k != NULL && j < CHILD_LEASES; j++) {
+            struct child_lease *cl = &k->l[j];
+
+            if (cl->state == CL_LIVE && cl->mark_want > cl->mark_sent) {
+                out->op = SUP_PERSIST_PUT;
+                lease_rec(c, k, cl, &out->rec);
+                cl->mark_sent = cl->mark_want;
+                cl->row = true;
+                c->stats.writes++;
+                return TALLY_OK;
+            }
+            if (cl->state == CL_RETIRED && cl->delete_due) {
+                memset(out, 0, sizeof(*out));
+                out->op = SUP_PERSIST_DELETE;
+                out->rec.lease_id = cl->id;
+                snprintf(out->rec.link, sizeof(out->rec.link), "%s", k->id);
+                cl->delete_due = false;
+                c->stats.writes++;
+                return TALLY_OK;
+            }
+        }
+    }
+    return TALLY_ENOTFOUND;
+}
+
+void
+sup_child_persisted(sup_child *c, const struct sup_child_persist *p, struct sup_child_event *ev)
+{
+    struct child_link *k = sup__child_link_find(c, p->rec.link, NULL);
+    struct child_lease *cl = k != NULL ? sup__child_lease_by_id(k, p->rec.lease_id) : NULL;
+
+    if (ev != NULL)
+        memset(ev, 0, sizeof(*ev));
+    if (cl == NULL)
+        return;
+    if (p->op == SUP_PERSIST_PUT && cl->state == CL_LIVE) {
+        if (p->rec.mark > cl->mark_durable)
+            cl->mark_durable = p->rec.mark;
+    } else if (p->op == SUP_PERSIST_DELETE && cl->state == CL_RETIRED && !cl->delete_due) {
+        /* Only now may the lease be reported: it can no longer be resumed. */
+        cl->row = false;
+    } else {
+        return;
+    }
+    if (ev != NULL) {
+        ev->kind = SUP_EV_LINK;
+        snprintf(ev->link, sizeof(ev->link), "%s", k->id);
+    }
+}
+
+int
+sup_child_resume(sup_child *c, const struct sup_child_lease_rec *rec, struct sup_time now)
+{
+    struct child_lease *cl = NULL;
+    struct child_link *k;
+    int64_t left;
+    int32_t index;
+    int rc;
+
+    if (rec == NULL || rec->lease_id == 0 || rec->incarnation >= c->incarnation || rec->n < 1 ||
+        rec->mark < 0 || rec->mark > rec->n || rec->ttl_ms < 1)
+        return TALLY_EINVAL;
+    k = sup__child_link_get(c, rec->link, &rc, &index);
+    if (k == NULL)
+        return rc;
+    for (int j = 0; j < CHILD_LEASES && cl == NULL; j++) {
+        if (k->l[j].state == CL_FREE)
+            cl = &k->l[j];
+    }
+    if (cl == NULL)
+        return TALLY_EFULL;
+    memset(cl, 0, sizeof(*cl));
+    cl->state = CL_LIVE;
+    cl->id = rec->lease_id;
+    cl->n = rec->n;
+    cl->used = rec->mark; /* whatever was admitted before the crash, at most the mark */
+    cl->ttl_ms = rec->ttl_ms;
+    cl->foreign = true;
+    cl->row = true;
+    cl->mark_durable = cl->mark_want = cl->mark_sent = rec->mark;
+    cl->got_mono = now.mono_ms;
+    cl->sent_mono = rec->sent_mono_ms;
+    /* The monotonic clock is trusted only on the same boot (it did not go back) and bounds the
+     * wall clock, which may have stepped back since. */
+    left = rec->deadline_wall_ms - now.wall_ms;
+    if (now.mono_ms < rec->sent_mono_ms || rec->deadline_mono_ms > rec->sent_mono_ms + rec->ttl_ms)
+        left = 0;
+    else if (rec->deadline_mono_ms - now.mono_ms < left)
+        left = rec->deadline_mono_ms - now.mono_ms;
+    cl->deadline_mono = now.mono_ms + (left > 0 ? left : 0);
+    cl->deadline_wall = now.wall_ms + (left > 0 ? left : 0);
+    if (left <= 0 || cl->used >= cl->n) {
+        sup__child_retire(c, k, cl);
+        return TALLY_OK;
+    }
+    c->stats.resumed++;
+    return TALLY_OK;
+}
+
+void
+sup_child_shutdown(sup_child *c, struct sup_time now)
+{
+    for (uint32_t i = 0; i < c->link_hw; i++) {
+        struct child_link *k = c->links[i];
+
+        for (int j = 0; k != NULL && j < CHILD_LEASES; j++) {
+            if (k->l[j].state == CL_LIVE)
+                sup__child_retire(c, k, &k->l[j]);
+        }
+        if (k != NULL)
+            k->acq_due = false;
+    }
+    (void)now;
+}
+
+/* ---- introspection ---- */
+
+void
+sup_child_stats(const sup_child *c, struct sup_time now, struct sup_child_stats *out)
+{
+    *out = c->stats;
+    out->links = c->link_count;
+    out->live_leases = 0;
+    out->inflight = 0;
+    for (uint32_t i = 0; i < c->link_hw; i++) {
+        for (int j = 0; c->links[i] != NULL && j < CHILD_LEASES; j++)
+            out->live_leases += c->links[i]->l[j].state == CL_LIVE;
+    }
+    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++)
+        out->inflight += c->req[i].seq != 0;
+    out->reachable = sup__child_reachable(c, now.mono_ms);
+}
+
+int
+sup_child_each_lease(const sup_child *c, int (*cb)(void *ctx, const struct sup_child_lease_info *l),
+                     void *ctx)
+{
+    for (uint32_t i = 0; i < c->link_hw; i++) {
+        const struct child_link *k = c->links[i];
+
+        for (int j = 0; k != NULL && j < CHILD_LEASES; j++) {
+            const struct child_lease *cl = &k->l[j];
+            struct sup_child_lease_info info;
+            int rc;
+
+            if (cl->state == CL_FREE)
+                continue;
+            info.link = k->id;
+            info.lease_id = cl->id;
+            info.n = cl->n;
+            info.used = cl->used;
+            info.mark = cl->mark_durable;
+            info.deadline_mono_ms = cl->deadline_mono;
+            info.live = cl->state == CL_LIVE;
+            info.foreign = cl->foreign;
+            info.pass = cl->pass;
+            rc = cb(ctx, &info);
+            if (rc != 0)
+                return rc;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,555 @@
+/*
+ * The child's side of the lease channel: requests in flight, the messages it pulls out, the
+ * replies it takes in, and its timers. Every request gets the next seq of this incarnation and
+ * is kept, byte for byte, until its reply arrives, retransmitted after 20 ms, 40 ms, ... up to
+ * 1 s (the supervisor answers a retransmission from its dedupe window). The seqs in flight span
+ * less than the supervisor's window, so a retransmission is never stale. Nothing but HELLO goes
+ * out until WELCOME. A report of a lease (in an ACQUIRE, or a RETURN) goes out only after the
+ * lease stopped being used and, in strict mode, after its row is durably deleted; degraded debt
+ * rides on the next ACQUIRE or HEARTBEAT and counts as charged once its reply arrives.
+ */
+#include "sup_child_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+struct child_req *
+sup__child_req_new(sup_child *c, uint8_t type, int32_t link, int64_t now_mono)
+{
+    struct child_req *r = NULL;
+    uint64_t oldest = c->next_seq + 1;
+
+    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+        if (c->req[i].seq == 0) {
+            if (r == NULL)
+                r = &c->req[i];
+        } else if (c->req[i].seq < oldest) {
+            oldest = c->req[i].seq;
+        }
+    }
+    if (r == NULL || c->next_seq + 1 - oldest >= CHILD_SEQ_WINDOW ||
+        c->next_seq >= PROTO_LEASE_ID_MAX)
+        return NULL;
+    memset(r, 0, sizeof(*r));
+    r->seq = ++c->next_seq;
+    r->link = link;
+    r->first_mono = -1;
+    r->first_wall = -1;
+    r->next_mono = now_mono;
+    r->backoff = c->retransmit_ms;
+    r->msg.type = type;
+    snprintf(r->msg.origin.child, sizeof(r->msg.origin.child), "%s", c->policy.name);
+    r->msg.origin.incarnation = c->incarnation;
+    r->msg.origin.seq = r->seq;
+    return r;
+}
+
+static struct child_req *
+req_find(sup_child *c, uint64_t seq)
+{
+    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+        if (seq != 0 && c->req[i].seq == seq)
+            return &c->req[i];
+    }
+    return NULL;
+}
+
+static void
+req_send(sup_child *c, struct child_req *r, struct sup_time now, struct proto_lease_msg *out)
+{
+    if (r->first_mono < 0) {
+        r->first_mono = now.mono_ms;
+        r->first_wall = now.wall_ms;
+    } else {
+        c->stats.retransmits++;
+    }
+    r->next_mono = now.mono_ms + r->backoff;
+    r->backoff = r->backoff * 2 < CHILD_BACKOFF_MAX_MS ? r->backoff * 2 : CHILD_BACKOFF_MAX_MS;
+    *out = r->msg;
+    c->stats.messages++;
+}
+
+static struct child_lease *
+report_ready(struct child_link *k)
+{
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        struct child_lease *cl = &k->l[j];
+
+        if (cl->state == CL_RETIRED && cl->report_due && cl->report_seq == 0 && !cl->row)
+            return cl;
+    }
+    return NULL;
+}
+
+static bool
+build_acquire(sup_child *c, struct child_link *k, int32_t index, struct sup_time now,
+              struct proto_lease_msg *out)
+{
+    struct child_req *r = sup__child_req_new(c, PROTO_LEASE_ACQUIRE, index, now.mono_ms);
+    struct proto_lease_acquire *a;
+    struct child_lease *rep;
+
+    if (r == NULL)
+        return false;
+    a = &r->msg.acquire;
+    snprintf(a->endpoint, sizeof(a->endpoint), "%s", c->policy.name);
+    snprintf(a->link, sizeof(a->link), "%s", k->id);
+    a->need = k->acq_need;
+    a->want = sup__child_want(c, k, k->acq_need);
+    a->rate_milli = k->rate_milli;
+    rep = report_ready(k);
+    if (rep != NULL) {
+        /* The swap: the leftover of a lease no longer used rides on the renewal. */
+        a->report_lease = rep->id;
+        a->report_used = rep->used;
+        rep->report_seq = r->seq;
+        r->report_lease = rep->id;
+    }
+    a->debt = k->debt_new < PROTO_LEASE_N_MAX ? k->debt_new : PROTO_LEASE_N_MAX;
+    k->debt_new -= a->debt;
+    k->debt_sent += a->debt;
+    r->debt = a->debt;
+    k->acq_seq = r->seq;
+    k->acq_due = false;
+    c->stats.acquires++;
+    req_send(c, r, now, out);
+    return true;
+}
+
+static bool
+build_return(sup_child *c, struct child_link *k, int32_t index, struct sup_time now,
+             struct proto_lease_msg *out)
+{
+    struct child_lease *rep = report_ready(k);
+    struct child_req *r;
+
+    if (rep == NULL)
+        return false;
+    r = sup__child_req_new(c, PROTO_LEASE_RETURN, index, now.mono_ms);
+    if (r == NULL)
+        return false;
+    r->msg.ret.lease_id = rep->id;
+    r->msg.ret.used = rep->used;
+    r->report_lease = rep->id;
+    rep->report_seq = r->seq;
+    c->stats.returns++;
+    req_send(c, r, now, out);
+    return true;
+}
+
+/* A heartbeat is worth sending while there is debt to report or traffic to describe. */
+static bool
+hb_wanted(const sup_child *c, int64_t now_mono)
+{
+    for (uint32_t i = 0; i < c->link_hw; i++) {
+        const struct child_link *k = c->links[i];
+
+        if (k != NULL && (k->debt_new > 0 || now_mono - k->last_use < 2 * c->heartbeat_ms))
+            return true;
+    }
+    return false;
+}
+
+static bool
+build_heartbeat(sup_child *c, struct sup_time now, struct proto_lease_msg *out)
+{
+    struct child_req *r = sup__child_req_new(c, PROTO_LEASE_HEARTBEAT, -1, now.mono_ms);
+    struct proto_lease_heartbeat *h;
+
+    if (r == NULL)
+        return false;
+    h = &r->msg.heartbeat;
+    snprintf(h->endpoint, sizeof(h->endpoint), "%s", c->policy.name);
+    /* Debt first, then recent traffic. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (uint32_t i = 0; i < c->link_hw && h->count < PROTO_LEASE_HB_MAX; i++) {
+            struct child_link *k = c->links[i];
+            struct proto_lease_hb_entry *e;
+            bool listed = false;
+
+            if (k == NULL || (pass == 0 && k->debt_new == 0) ||
+                (pass == 1 && now.mono_ms - k->last_use >= 2 * c->heartbeat_ms))
+                continue;
+            for (uint32_t j = 0; j < h->count; j++)
+                listed = listed || r->hb_link[j] == (int32_t)i;
+            if (listed)
+                continue;
+            e = &h->e[h->count];
+            snprintf(e->link, sizeof(e->link), "%s", k->id);
+            e->rate_milli = k->rate_milli;
+            e->debt = k->debt_new < PROTO_LEASE_N_MAX ? k->debt_new : PROTO_LEASE_N_MAX;
+            k->debt_new -= e->debt;
+            k->debt_sent += e->debt;
+            r->hb_link[h->count] = (int32_t)i;
+            r->hb_debt[h->count] = e->debt;
+            h->count++;
+        }
+    }
+    c->hb_seq = r->seq;
+    c->hb_next_mono = now.mono_ms + c->heartbeat_ms;
+    req_send(c, r, now, out);
+    return true;
+}
+
+int
+sup_child_next_message(sup_child *c, struct sup_time now, struct proto_lease_msg *out)
+{
+    struct child_req *due = NULL;
+
+    if (!c->welcomed) {
+        struct child_req *h = req_find(c, c->hello_seq);
+
+        if (h == NULL) {
+            h = sup__child_req_new(c, PROTO_LEASE_HELLO, -1, now.mono_ms);
+            if (h == NULL)
+                return TALLY_ENOTFOUND;
+            snprintf(h->msg.hello.tenant, sizeof(h->msg.hello.tenant), "%s", c->tenant);
+            c->hello_seq = h->seq;
+        }
+        if (h->next_mono > now.mono_ms)
+            return TALLY_ENOTFOUND;
+        req_send(c, h, now, out);
+        return TALLY_OK;
+    }
+    /* Due first sends and retransmissions, oldest first. */
+    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+        struct child_req *r = &c->req[i];
+
+        if (r->seq != 0 && r->next_mono <= now.mono_ms && (due == NULL || r->seq < due->seq))
+            due = r;
+    }
+    if (due != NULL) {
+        req_send(c, due, now, out);
+        return TALLY_OK;
+    }
+    for (uint32_t n = 0; n < c->link_hw; n++) {
+        uint32_t i = (c->scan + n) % c->link_hw;
+        struct child_link *k = c->links[i];
+
+        if (k == NULL)
+            continue;
+        if ((k->acq_due && k->acq_seq == 0 && build_acquire(c, k, (int32_t)i, now, out)) ||
+            build_return(c, k, (int32_t)i, now, out)) {
+            c->scan = i + 1;
+            return TALLY_OK;
+        }
+    }
+    if (c->hb_seq == 0 && now.mono_ms >= c->hb_next_mono && hb_wanted(c, now.mono_ms) &&
+        build_heartbeat(c, now, out))
+        return TALLY_OK;
+    return TALLY_ENOTFOUND;
+}
+
+/* The reply to `r` arrived: whatever it carried (report, debt) was applied by the supervisor. */
+static void
+req_complete(sup_child *c, struct child_req *r, int64_t now_mono)
+{
+    struct child_link *k = r->link >= 0 ? c->links[r->link] : NULL;
+    struct child_lease *cl = k != NULL ? sup__child_lease_by_id(k, r->report_lease) : NULL;
+
+    if (cl != NULL && cl->report_seq == r->seq)
+        cl->report_due = false;
+    if (k != NULL && r->msg.type == PROTO_LEASE_ACQUIRE) {
+        k->acq_seq = 0;
+        k->debt_sent -= r->debt;
+    }
+    if (r->msg.type == PROTO_LEASE_HEARTBEAT) {
+        for (uint32_t i = 0; i < r->msg.heartbeat.count; i++) {
+            if (c->links[r->hb_link[i]] != NULL)
+                c->links[r->hb_link[i]]->debt_sent -= r->hb_debt[i];
+        }
+        c->hb_seq = 0;
+    }
+    if (r->seq == c->hello_seq)
+        c->hello_seq = 0;
+    memset(r, 0, sizeof(*r));
+    if (k != NULL)
+        sup__child_link_roll(c, k, now_mono);
+}
+
+static bool
+reply_matches(uint8_t req, uint8_t rep)
+{
+    switch (rep) {
+    case PROTO_LEASE_WELCOME:
+        return req == PROTO_LEASE_HELLO;
+    case PROTO_LEASE_GRANT:
+    case PROTO_LEASE_DENY:
+        return req == PROTO_LEASE_ACQUIRE;
+    case PROTO_LEASE_RETURN_ACK:
+        return req == PROTO_LEASE_RETURN;
+    case PROTO_LEASE_HB_ACK:
+        return req == PROTO_LEASE_HEARTBEAT;
+    case PROTO_LEASE_SLOT_GRANT:
+    case PROTO_LEASE_SLOT_DENY:
+        return req == PROTO_LEASE_SLOT_ACQUIRE;
+    case PROTO_LEASE_SLOT_RELEASE_ACK:
+        return req == PROTO_LEASE_SLOT_RELEASE;
+    default:
+        return rep == PROTO_LEASE_ERROR;
+    }
+}
+
+static void
+on_error(sup_child *c, struct child_req *r, const struct proto_lease_error *e, struct sup_time now,
+         struct sup_child_event *ev)
+{
+    struct child_link *k = r->link >= 0 ? c->links[r->link] : NULL;
+    int64_t until = now.mono_ms + (e->retry_after_ms > 0 ? e->retry_after_ms : 1000);
+    uint8_t type = r->msg.type;
+    uint64_t seq = r->seq;
+
+    if (e->code == PROTO_LEASE_E_HELLO) {
+        /* The supervisor does not know this incarnation: register again, then resend. */
+        c->welcomed = false;
+        if (type == PROTO_LEASE_HELLO)
+            req_complete(c, r, now.mono_ms);
+        return;
+    }
+    if (k != NULL && e->code == PROTO_LEASE_E_LINK)
+        k->unauth_until = until;
+    else if (k != NULL && e->code != PROTO_LEASE_E_STALE)
+        k->unavail_until = until;
+    req_complete(c, r, now.mono_ms);
+    if (type == PROTO_LEASE_SLOT_ACQUIRE) {
+        ev->kind = SUP_EV_SLOT_FAILED;
+        ev->op = seq;
+        ev->retry_after_ms = until - now.mono_ms;
+    } else if (k != NULL) {
+        ev->kind = SUP_EV_LINK;
+    }
+}
+
+static void
+on_grant(sup_child *c, struct child_req *r, const struct proto_lease_msg *m, struct sup_time now)
+{
+    struct child_link *k = c->links[r->link];
+    struct child_req copy = *r;
+
+    req_complete(c, r, now.mono_ms);
+    if (sup__child_lease_by_id(k, m->grant.lease_id) == NULL)
+        (void)sup__child_lease_add(c, k, &m->grant, &copy, now.mono_ms);
+    k->pass = (m->grant.flags & PROTO_LEASE_GRANT_PASS) != 0;
+    k->deny_until = 0;
+    c->stats.grants++;
+}
+
+static void
+on_deny(sup_child *c, struct child_req *r, const struct proto_lease_deny *d, struct sup_time now)
+{
+    struct child_link *k = c->links[r->link];
+    int64_t need = r->msg.acquire.need;
+
+    req_complete(c, r, now.mono_ms);
+    c->stats.denies++;
+    if (d->flags & PROTO_LEASE_DENY_PASS) {
+        k->pass = true; /* ask again with a request, not ahead of one */
+        return;
+    }
+    k->deny_never = (d->flags & PROTO_LEASE_DENY_NEVER) != 0;
+    k->deny_until = now.mono_ms + (k->deny_never ? CHILD_NEVER_CACHE_MS : d->retry_after_ms);
+    k->deny_cost = need > 0 ? need : 1;
+    k->deny_scope = d->scope;
+    k->deny_limit = d->limit;
+}
+
+int
+sup_child_on_message(sup_child *c, struct sup_time now, const struct proto_lease_msg *m,
+                     struct sup_child_event *ev)
+{
+    struct child_req *r;
+    struct child_link *k;
+
+    memset(ev, 0, sizeof(*ev));
+    if (m == NULL || !proto_lease_is_reply(m->type))
+        return TALLY_EPROTO;
+    if (strcmp(m->origin.child, c->policy.name) != 0 || m->origin.incarnation != c->incarnation)
+        return TALLY_OK;
+    r = req_find(c, m->origin.seq);
+    if (r == NULL || !reply_matches(r->msg.type, m->type))
+        return TALLY_OK; /* a duplicate, or a reply to something already answered */
+    c->last_reply_mono = now.mono_ms;
+    k = r->link >= 0 ? c->links[r->link] : NULL;
+    if (k != NULL)
+        snprintf(ev->link, sizeof(ev->link), "%s", k->id);
+    switch (m->type) {
+    case PROTO_LEASE_WELCOME:
+        c->welcomed = true;
+        c->children = m->welcome.children;
+        c->lease_ttl_ms = m->welcome.lease_ttl_ms;
+        req_complete(c, r, now.mono_ms);
+        /* Whatever waited for the registration goes out now. */
+        for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+            if (c->req[i].seq != 0)
+                c->req[i].next_mono = now.mono_ms;
+        }
+        c->hb_next_mono = now.mono_ms;
+        break;
+    case PROTO_LEASE_ERROR:
+        on_error(c, r, &m->error, now, ev);
+        break;
+    case PROTO_LEASE_GRANT:
+        on_grant(c, r, m, now);
+        ev->kind = SUP_EV_LINK;
+        break;
+    case PROTO_LEASE_DENY:
+        on_deny(c, r, &m->deny, now);
+        ev->kind = SUP_EV_LINK;
+        break;
+    case PROTO_LEASE_SLOT_GRANT: {
+        bool cancelled = r->cancelled;
+        uint64_t op = r->seq;
+
+        req_complete(c, r, now.mono_ms);
+        if (cancelled) {
+            /* Nobody waits for it any more: give it straight back. */
+            if (m->slot_grant.slot_id > 0) {
+                int rc = sup_child_slot_release(c, m->slot_grant.link, m->slot_grant.slot_id, now);
+
+                (void)rc; /* no room: the slot frees itself at its TTL */
+            }
+            break;
+        }
+        ev->kind = SUP_EV_SLOT_GRANTED;
+        ev->op = op;
+        ev->slot_id = m->slot_grant.slot_id;
+        break;
+    }
+    case PROTO_LEASE_SLOT_DENY:
+        ev->kind = r->cancelled ? SUP_EV_NONE : SUP_EV_SLOT_DENIED;
+        ev->op = r->seq;
+        ev->retry_after_ms = m->slot_deny.retry_after_ms;
+        req_complete(c, r, now.mono_ms);
+        break;
+    default: /* RETURN_ACK, HB_ACK, SLOT_RELEASE_ACK */
+        req_complete(c, r, now.mono_ms);
+        break;
+    }
+    return TALLY_OK;
+}
+
+/* ---- timers ---- */
+
+void
+sup_child_tick(sup_child *c, struct sup_time now)
+{
+    for (uint32_t i = 0; i < c->link_hw; i++) {
+        struct child_link *k = c->links[i];
+        bool idle, old = true, any = false;
+
+        if (k == NULL)
+            continue;
+        sup__child_link_roll(c, k, now.mono_ms);
+        sup__child_rate_update(k, now.mono_ms);
+        idle = now.mono_ms - k->last_use >= c->idle_ms;
+        for (int j = 0; j < CHILD_LEASES; j++) {
+            struct child_lease *cl = &k->l[j];
+
+            if (cl->state != CL_LIVE)
+                continue;
+            /* Idle for a second: give the tokens back (LEASES.md Q9). */
+            if (idle && !cl->foreign && now.mono_ms - cl->got_mono >= c->idle_ms) {
+                sup__child_retire(c, k, cl);
+                continue;
+            }
+            any = true;
+            /* A lease cut short by a window end cannot be renewed past that end: no age
+             * renewal for it, the next window starts with a fresh ACQUIRE. */
+            old = old && cl->ttl_ms >= c->lease_ttl_ms &&
+                  now.mono_ms - cl->sent_mono >= cl->ttl_ms * 6 / 10;
+        }
+        /* Renew by age: traffic continues but every lease is past 0.6 of its ttl. */
+        if (any && old && !idle && !k->pass && k->acq_seq == 0 && !k->acq_due) {
+            sup__child_want_acquire(k, 0);
+            c->stats.prefetches++;
+        }
+        sup__child_link_roll(c, k, now.mono_ms);
+    }
+}
+
+int64_t
+sup_child_next_wake_ms(const sup_child *c)
+{
+    int64_t next = INT64_MAX;
+
+    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+        if (c->req[i].seq != 0 && c->req[i].next_mono < next &&
+            (c->welcomed || c->req[i].seq == c->hello_seq))
+            next = c->req[i].next_mono;
+    }
+    if (!c->welcomed && c->hello_seq == 0)
+        next = 0; /* a HELLO is due now */
+    if (c->welcomed && c->hb_seq == 0 && hb_wanted(c, c->hb_next_mono) && c->hb_next_mono < next)
+        next = c->hb_next_mono;
+    for (uint32_t i = 0; i < c->link_hw; i++) {
+        const struct child_link *k = c->links[i];
+
+        for (int j = 0; k != NULL && j < CHILD_LEASES; j++) {
+            const struct child_lease *cl = &k->l[j];
+
+            if (cl->state != CL_LIVE)
+                continue;
+            if (cl->deadline_mono < next)
+                next = cl->deadline_mono;
+            if (k->last_use + c->idle_ms < next)
+                next = k->last_use + c->idle_ms;
+            if (cl->ttl_ms >= c->lease_ttl_ms && cl->sent_mono + cl->ttl_ms * 6 / 10 < next)
+                next = cl->sent_mono + cl->ttl_ms * 6 / 10;
+        }
+    }
+    return next;
+}
+
+/* ---- slots ---- */
+
+int
+sup_child_slot_acquire(sup_child *c, const char *link, struct sup_time now, uint64_t *op)
+{
+    struct child_link *k;
+    struct child_req *r;
+    int32_t index;
+    int rc;
+
+    *op = 0;
+    k = sup__child_link_get(c, link, &rc, &index);
+    if (k == NULL)
+        return rc;
+    r = sup__child_req_new(c, PROTO_LEASE_SLOT_ACQUIRE, index, now.mono_ms);
+    if (r == NULL)
+        return TALLY_EFULL;
+    snprintf(r->msg.slot_acquire.endpoint, sizeof(r->msg.slot_acquire.endpoint), "%s",
+             c->policy.name);
+    snprintf(r->msg.slot_acquire.link, sizeof(r->msg.slot_acquire.link), "%s", k->id);
+    *op = r->seq;
+    return TALLY_OK;
+}
+
+void
+sup_child_slot_cancel(sup_child *c, uint64_t op)
+{
+    struct child_req *r = req_find(c, op);
+
+    if (r != NULL && r->msg.type == PROTO_LEASE_SLOT_ACQUIRE)
+        r->cancelled = true;
+}
+
+int
+sup_child_slot_release(sup_child *c, const char *link, int64_t slot_id, struct sup_time now)
+{
+    struct child_link *k;
+    struct child_req *r;
+    int32_t index;
+    int rc;
+
+    if (slot_id < 1)
+        return TALLY_EINVAL;
+    k = sup__child_link_get(c, link, &rc, &index);
+    if (k == NULL)
+        return rc;
+    r = sup__child_req_new(c, PROTO_LEASE_SLOT_RELEASE, index, now.mono_ms);
+    if (r == NULL)
+        return TALLY_EFULL;
+    snprintf(r->msg.slot_release.link, sizeof(r->msg.slot_release.link), "%s", k->id);
+    r->msg.slot_release.slot_id = slot_id;
+    return TALLY_OK;
+}

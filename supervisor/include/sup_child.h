@@ -1,0 +1,223 @@
+/*
+ * sup_child: the child counter for one (tenant, endpoint), a pure state machine (LEASES.md §3
+ * "Child admit path", docs/LEASE-PROTOCOL.md). It holds leases per link and admits locally from
+ * them: the hot path sup_child_admit does no I/O, reads no clock and allocates nothing once the
+ * link is known. Everything else is an intent the caller carries out:
+ *   messages: sup_child_next_message() until TALLY_ENOTFOUND; encode and send each one;
+ *   timers:   arm one timer at sup_child_next_wake_ms() (monotonic) and call sup_child_tick();
+ *   writes:   sup_child_next_persist() until TALLY_ENOTFOUND; write each to the child's SQLite
+ *             file (PUT = upsert by lease id, DELETE), then report it with sup_child_persisted();
+ *   replies:  sup_child_on_message() for every decoded reply; its event says which parked
+ *             requests to re-run.
+ * A request that gets SUP_ADMIT_WAIT is parked by the caller and re-run with sup_child_admit
+ * when an event names its link (or after sup_child_persisted), or at give_up_ms with
+ * SUP_ADMIT_GIVE_UP, which decides it as if the supervisor were unreachable.
+ *
+ * Start: open with a fresh incarnation (the caller persists a counter and adds one per start),
+ * then sup_child_resume() each stored lease row before anything else: a row whose deadline is
+ * still ahead is resumed with used := its persisted mark (strict: nothing admitted before the
+ * crash is admitted twice), the others are deleted. Shutdown: sup_child_shutdown(), then drain
+ * messages (RETURNs) and writes.
+ *
+ * Strict mode (persist_marks): the child admits on a lease only up to a mark `reserved_upto` that
+ * is durable; it asks for the next mark ahead of need, in chunks, and a lease it reports back is
+ * deleted durably first, so a lease can never be both credited and resumed.
+ *
+ * Header-wide rules: a handle belongs to one thread. Times come in a struct sup_time: mono_ms
+ * (the host's monotonic clock, which survives a process restart on the same boot) for deadlines
+ * and durations, wall_ms for degraded windows and persisted deadlines. Strings passed in are
+ * borrowed for the call. A refusal is a verdict, not an error.
+ */
+#ifndef SUP_CHILD_H
+#define SUP_CHILD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto_lease.h"
+#include "tally_common.h"
+#include "tenant.h"
+#include "tenant_count.h"
+
+typedef struct sup_child sup_child;
+
+struct sup_time {
+    int64_t mono_ms;
+    int64_t wall_ms;
+};
+
+/* Defaults (docs/LEASE-PROTOCOL.md §4). */
+#define SUP_CHILD_WAIT_MS_DEFAULT        50    /* how long a request waits for a grant */
+#define SUP_CHILD_IDLE_MS_DEFAULT        1000  /* RETURN leases unused this long */
+#define SUP_CHILD_RETRANSMIT_MS_DEFAULT  20    /* first retransmission; doubles up to 1 s */
+#define SUP_CHILD_UNREACHABLE_MS_DEFAULT 1000  /* no answer this long: supervisor unreachable */
+#define SUP_CHILD_RENEW_MS_DEFAULT       2000  /* T_renew: a lease lasts about this long */
+#define SUP_CHILD_LEAD_MS_DEFAULT        50    /* RTT p99 + slack, for the watermark */
+#define SUP_CHILD_EPSILON_PPM_DEFAULT    20000 /* clock drift bound: 2% */
+#define SUP_CHILD_MARK_CHUNK_MIN_DEFAULT 4
+#define SUP_CHILD_INFLIGHT               32 /* requests in flight; half the supervisor's window */
+
+struct sup_child_config {
+    char tenant[TENANT_NAME_MAX + 1];
+    struct tenant_endpoint policy; /* name = the child's name; on_unavailable, degraded_limits */
+    uint64_t incarnation;          /* 1.., larger than any earlier run of this child */
+    uint32_t max_links;            /* 0 = 256; idle links are evicted when full */
+    bool persist_marks;            /* strict durability (see above) */
+    int64_t wait_ms;               /* 0 = the defaults above, likewise the rest */
+    int64_t idle_ms;
+    int64_t heartbeat_ms;
+    int64_t retransmit_ms;
+    int64_t unreachable_ms;
+    int64_t renew_ms;
+    int64_t lead_ms;
+    int64_t epsilon_ppm;
+    int64_t mark_chunk_min;
+    int64_t l_min;
+    int64_t l_max;
+};
+
+enum sup_admit_verdict {
+    SUP_ADMIT_OK = 0,       /* admitted; degraded when the supervisor was out of reach */
+    SUP_ADMIT_REFUSED,      /* over a limit: scope, retry_after_ms (TENANT_RETRY_NEVER) */
+    SUP_ADMIT_WAIT,         /* park until an event for the link, at most until give_up_ms */
+    SUP_ADMIT_UNAVAILABLE,  /* on_unavailable closed and no lease: 503 with retry_after_ms */
+    SUP_ADMIT_UNAUTHORIZED, /* the supervisor refuses the link (revoked, expired, not allowed) */
+};
+
+enum sup_admit_flags {
+    SUP_ADMIT_GIVE_UP = 1 << 0, /* the wait is over: decide without the supervisor */
+};
+
+enum sup_wait_reason { SUP_WAIT_GRANT = 1, SUP_WAIT_MARK = 2 };
+
+struct sup_admit {
+    enum sup_admit_verdict verdict;
+    bool degraded;           /* OK or REFUSED under the endpoint's degraded limits */
+    enum tenant_scope scope; /* REFUSED: the scope that fired */
+    int64_t retry_after_ms;  /* REFUSED and UNAVAILABLE */
+    int64_t limit;           /* REFUSED: that bound's N when known, else 0 */
+    int64_t give_up_ms;      /* WAIT: monotonic instant to re-run with SUP_ADMIT_GIVE_UP */
+    enum sup_wait_reason wait;
+    uint64_t lease_id; /* OK, not degraded: the lease charged (for sup_child_refund) */
+};
+
+/* What a reply (or a durable write) changed for the caller. */
+enum sup_child_event_kind {
+    SUP_EV_NONE = 0,
+    SUP_EV_LINK,         /* leases or refusals of `link` changed: re-run its parked requests */
+    SUP_EV_SLOT_GRANTED, /* op got slot_id (0: nothing bounds it, nothing to release) */
+    SUP_EV_SLOT_DENIED,  /* op refused: retry_after_ms */
+    SUP_EV_SLOT_FAILED,  /* op refused by an error (link, endpoint): retry_after_ms */
+};
+
+struct sup_child_event {
+    enum sup_child_event_kind kind;
+    char link[PROTO_LEASE_LINK_BUF];
+    uint64_t op;
+    int64_t slot_id;
+    int64_t retry_after_ms;
+};
+
+/* A lease row of the child's own file (written by the caller, never read on the hot path). */
+struct sup_child_lease_rec {
+    uint64_t lease_id;
+    uint64_t incarnation;
+    char link[PROTO_LEASE_LINK_BUF];
+    int64_t n;
+    int64_t mark;             /* reserved_upto: admissions never pass it before it is durable */
+    int64_t ttl_ms;           /* as granted */
+    int64_t sent_mono_ms;     /* when the ACQUIRE was first sent (monotonic) */
+    int64_t deadline_mono_ms; /* sent_mono_ms + ttl * (1 - epsilon) */
+    int64_t deadline_wall_ms; /* the same instant on the wall clock */
+};
+
+enum sup_persist_op { SUP_PERSIST_PUT = 1, SUP_PERSIST_DELETE = 2 };
+
+struct sup_child_persist {
+    enum sup_persist_op op;
+    struct sup_child_lease_rec rec; /* DELETE: lease_id only */
+};
+
+struct sup_child_stats {
+    uint64_t admits, degraded, refused, unavailable, waits, acquires, grants, denies, returns;
+    uint64_t retransmits, messages, writes, resumed, leases_spent, prefetches;
+    uint32_t links, live_leases, inflight;
+    bool reachable;
+};
+
+/** Opens a child counter for `cfg` (borrowed, copied). *out is owned by the caller, release with
+ *  sup_child_close(). TALLY_OK, TALLY_EINVAL/TALLY_ECONFIG, TALLY_ENOMEM. */
+TALLY_MUST_CHECK int sup_child_open(const struct sup_child_config *cfg, sup_child **out /* OUT */);
+/** Frees the child; NULL is a no-op. Leases still held are left to expire as spent. */
+void sup_child_close(sup_child *c);
+
+/** Decides a request of `cost` on `link` at `now`. Never allocates for a known link (a new link
+ *  allocates once; TALLY_EFULL when the table is full of busy links). TALLY_OK with *out filled,
+ *  TALLY_ECOST, TALLY_EINVAL (bad link id), TALLY_EFULL, TALLY_ENOMEM. */
+TALLY_MUST_CHECK int sup_child_admit(sup_child *c, const char *link, int64_t cost,
+                                     struct sup_time now, unsigned flags,
+                                     struct sup_admit *out /* OUT */);
+/** Gives back `cost` admitted on lease `lease_id` of `link` (an expensive operation that got no
+ *  slot). TALLY_OK; TALLY_ENOTFOUND when that lease is no longer in use (nothing to do). */
+TALLY_MUST_CHECK int sup_child_refund(sup_child *c, const char *link, uint64_t lease_id,
+                                      int64_t cost);
+
+/** Queues a SLOT_ACQUIRE for an expensive operation on `link`; *op identifies it in events.
+ *  TALLY_OK, TALLY_EFULL (too many operations pending), TALLY_EINVAL. */
+TALLY_MUST_CHECK int sup_child_slot_acquire(sup_child *c, const char *link, struct sup_time now,
+                                            uint64_t *op /* OUT */);
+/** Gives up waiting for op: a slot granted later is released at once. */
+void sup_child_slot_cancel(sup_child *c, uint64_t op);
+/** Queues an idempotent SLOT_RELEASE of slot_id on `link` (retransmitted until acknowledged).
+ *  TALLY_OK, TALLY_EFULL, TALLY_EINVAL. */
+TALLY_MUST_CHECK int sup_child_slot_release(sup_child *c, const char *link, int64_t slot_id,
+                                            struct sup_time now);
+
+/** Next message to send at `now`, into *out (owned by the caller). TALLY_OK, or TALLY_ENOTFOUND
+ *  when nothing is due. */
+TALLY_MUST_CHECK int sup_child_next_message(sup_child *c, struct sup_time now,
+                                            struct proto_lease_msg *out /* OUT */);
+/** Handles a decoded reply `m` (borrowed). Replies for another child or incarnation, and
+ *  duplicates, are ignored. *ev tells what changed. TALLY_OK, or TALLY_EPROTO for a request type.
+ */
+TALLY_MUST_CHECK int sup_child_on_message(sup_child *c, struct sup_time now,
+                                          const struct proto_lease_msg *m,
+                                          struct sup_child_event *ev /* OUT */);
+/** Runs the timers due at `now`: lease expiry, idle returns, prefetch by age, heartbeats. */
+void sup_child_tick(sup_child *c, struct sup_time now);
+/** Monotonic instant of the next timer (INT64_MAX when none). */
+int64_t sup_child_next_wake_ms(const sup_child *c);
+/** The caller's view of the connection: false makes the supervisor unreachable at once. */
+void sup_child_set_connected(sup_child *c, bool connected, struct sup_time now);
+/** True iff the supervisor counts as reachable at `now`. */
+bool sup_child_reachable(const sup_child *c, struct sup_time now);
+
+/** Next row write, into *out. TALLY_OK or TALLY_ENOTFOUND. */
+TALLY_MUST_CHECK int sup_child_next_persist(sup_child *c, struct sup_child_persist *out /* OUT */);
+/** Reports that write `p` (borrowed) is durable; *ev (may be NULL) names a link whose parked
+ *  requests may now proceed. */
+void sup_child_persisted(sup_child *c, const struct sup_child_persist *p,
+                         struct sup_child_event *ev /* OUT */);
+/** Resumes a stored row at start (before the first message). TALLY_OK whether it was resumed or
+ *  scheduled for deletion; TALLY_EINVAL for a malformed row. */
+TALLY_MUST_CHECK int sup_child_resume(sup_child *c, const struct sup_child_lease_rec *rec,
+                                      struct sup_time now);
+/** Stops using every lease and queues their RETURNs. */
+void sup_child_shutdown(sup_child *c, struct sup_time now);
+
+void sup_child_stats(const sup_child *c, struct sup_time now,
+                     struct sup_child_stats *out /* OUT */);
+
+/* A lease as the simulation sees it (tests and metrics). */
+struct sup_child_lease_info {
+    const char *link; /* borrowed, valid during the callback */
+    uint64_t lease_id;
+    int64_t n, used, mark, deadline_mono_ms;
+    bool live, foreign, pass;
+};
+/** Calls cb for every lease the child holds (live or waiting to be reported). */
+int sup_child_each_lease(const sup_child *c,
+                         int (*cb)(void *ctx, const struct sup_child_lease_info *l), void *ctx);
+
+#endif /* SUP_CHILD_H */

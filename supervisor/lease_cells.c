@@ -1,0 +1,235 @@
+/*
+ * Ledger cells: per (budget, period, window id) the tokens granted G, credited C and charged as
+ * degraded debt D, so that remaining = N - (G - C) - D (LEASES.md §3). A cell rolls to a new
+ * window when something is charged in a later one (window ids come from tenant_window_id and
+ * the ledger's high-water clock, so they never go back: I8); a credit lands only in the window
+ * its lease reserved in. Decisions never read cells directly: sup__budget_view turns a budget
+ * into a tenant_budget whose counts are G - C + D, and tenant_path_decide does the arithmetic,
+ * the scope that fired and the exact Retry-After, exactly as for a request decided alone.
+ */
+#include "sup_lease_int.h"
+
+#include <string.h>
+
+static const enum tenant_scope kind_scope[SUP_BUDGETS] = {
+    [SUP_B_PLAN] = TENANT_SCOPE_PLAN,
+    [SUP_B_LINK] = TENANT_SCOPE_LINK,
+    [SUP_B_EP] = TENANT_SCOPE_ENDPOINT_TENANT,
+    [SUP_B_EPLINK] = TENANT_SCOPE_ENDPOINT_LINK,
+};
+
+struct sup_cell *
+sup__cell_find(struct sup_budget *b, int64_t period_ms)
+{
+    for (int i = 0; i < TENANT_MAX_WINDOWS; i++) {
+        if (b->cells[i].period_ms == period_ms && period_ms != 0)
+            return &b->cells[i];
+    }
+    return NULL;
+}
+
+void
+sup__cells_match(struct sup_budget *b, const struct tenant_limits *ls)
+{
+    struct sup_cell next[TENANT_MAX_WINDOWS];
+
+    memset(next, 0, sizeof(next));
+    for (uint32_t i = 0; i < ls->count; i++) {
+        const struct sup_cell *c = sup__cell_find(b, ls->v[i].period_ms);
+
+        if (c != NULL)
+            next[i] = *c;
+        else
+            next[i].period_ms = ls->v[i].period_ms;
+    }
+    memcpy(b->cells, next, sizeof(next));
+}
+
+struct sup_cell *
+sup__cell_roll(struct sup_budget *b, const struct tenant_limit *lim, int64_t now_ms)
+{
+    struct sup_cell *c = sup__cell_find(b, lim->period_ms);
+    int64_t window_id = tenant_window_id(now_ms, lim->period_ms);
+
+    if (NEVER(c == NULL))
+        return NULL;
+    if (c->window_id < window_id) {
+        c->window_id = window_id;
+        c->granted = 0;
+        c->credited = 0;
+        c->debt = 0;
+    }
+    return c;
+}
+
+/* True iff `lease` reserved on budget `kind` of path `p`. */
+static bool
+lease_on_path(const struct sup_lease *lease, const struct sup_path *p, int kind)
+{
+    switch (kind) {
+    case SUP_B_PLAN:
+        return true;
+    case SUP_B_LINK:
+        return lease->link == p->link;
+    case SUP_B_EP:
+        return p->ep != NULL && strcmp(lease->endpoint, p->ep->policy.name) == 0;
+    default:
+        return lease->link == p->link && p->ep != NULL &&
+               strcmp(lease->endpoint, p->ep->policy.name) == 0;
+    }
+}
+
+/* Tokens of `credit` that land on the cell of `period_ms` in window `window_id`. */
+static int64_t
+credit_on(const struct sup_lease *lease, const struct sup_path *p, int kind, int64_t period_ms,
+          int64_t window_id, int64_t credit)
+{
+    if (lease == NULL || credit == 0 || !lease_on_path(lease, p, kind))
+        return 0;
+    for (int i = 0; i < TENANT_MAX_WINDOWS; i++) {
+        if (lease->periods[kind][i] == period_ms &&
+            tenant_window_id(lease->granted_ms, period_ms) == window_id)
+            return credit;
+    }
+    return 0;
+}
+
+int
+sup__budget_view(const struct sup_path *p, int kind, int64_t eval_ms, const struct sup_lease *lease,
+                 int64_t credit, int64_t extra, struct tenant_budget *out)
+{
+    const struct tenant_limits *ls = p->ls[kind];
+    const struct sup_budget *b = p->b[kind];
+    struct tenant_window_state *st;
+    int rc = tenant_budget_init(out, kind_scope[kind], p->alg[kind], ls);
+
+    if (rc != TALLY_OK)
+        return rc;
+    if (p->alg[kind] == TENANT_ALG_GCRA) {
+        if (b != NULL)
+            out->st.gcra = b->gcra;
+        if (extra > 0)
+            rc = tenant_gcra_charge(ls, out->burst, &out->st.gcra, eval_ms, extra);
+        return rc;
+    }
+    st = &out->st.window;
+    st->last_now_ms = eval_ms;
+    for (uint32_t i = 0; i < ls->count; i++) {
+        int64_t period_ms = ls->v[i].period_ms;
+        int64_t window_id = tenant_window_id(eval_ms, period_ms);
+        const struct sup_cell *c =
+            b != NULL ? sup__cell_find((struct sup_budget *)b, period_ms) : NULL;
+        int64_t used = extra;
+
+        if (c != NULL && c->window_id == window_id) {
+            used += c->granted - c->credited + c->debt;
+            used -= credit_on(lease, p, kind, period_ms, window_id, credit);
+        }
+        st->period_ms[i] = period_ms;
+        st->window_id[i] = window_id;
+        st->used[i] = used > 0 ? used : 0;
+    }
+    return TALLY_OK;
+}
+
+int
+sup__path_charge_debt(sup_ledger *l, struct sup_path *p, int64_t now_ms, int64_t d)
+{
+    (void)l;
+    for (int kind = 0; kind < SUP_BUDGETS; kind++) {
+        struct sup_budget *b = p->b[kind];
+        const struct tenant_limits *ls = p->ls[kind];
+
+        if (b == NULL || ls == NULL || ls->count == 0)
+            continue;
+        if (p->alg[kind] == TENANT_ALG_GCRA) {
+            int rc = tenant_gcra_charge(ls, NULL, &b->gcra, now_ms, d);
+
+            if (rc != TALLY_OK)
+                return rc;
+            continue;
+        }
+        for (uint32_t i = 0; i < ls->count; i++) {
+            struct sup_cell *c = sup__cell_roll(b, &ls->v[i], now_ms);
+
+            if (c != NULL)
+                c->debt += d;
+        }
+    }
+    return TALLY_OK;
+}
+
+int
+sup__path_reserve(sup_ledger *l, struct sup_path *p, struct sup_lease *lease)
+{
+    (void)l;
+    for (int kind = 0; kind < SUP_BUDGETS; kind++) {
+        struct sup_budget *b = p->b[kind];
+        const struct tenant_limits *ls = p->ls[kind];
+
+        if (b == NULL)
+            continue;
+        b->leases_out++;
+        if (ls == NULL || ls->count == 0)
+            continue;
+        if (p->alg[kind] == TENANT_ALG_GCRA) {
+            /* GCRA has nothing to give back: the lease is charged once, like a request. */
+            int rc = tenant_gcra_charge(ls, NULL, &b->gcra, lease->granted_ms, lease->n);
+
+            if (rc != TALLY_OK)
+                return rc;
+            continue;
+        }
+        for (uint32_t i = 0; i < ls->count; i++) {
+            struct sup_cell *c = sup__cell_roll(b, &ls->v[i], lease->granted_ms);
+
+            if (c == NULL)
+                continue;
+            c->granted += lease->n;
+            lease->periods[kind][i] = ls->v[i].period_ms;
+        }
+    }
+    return TALLY_OK;
+}
+
+/* The budget of `lease` of `kind`, as it exists now (NULL when gone). */
+static struct sup_budget *
+lease_budget(sup_ledger *l, const struct sup_lease *lease, int kind)
+{
+    struct sup_endpoint *ep;
+    struct sup_pair *pair;
+
+    switch (kind) {
+    case SUP_B_PLAN:
+        return &l->plan_b;
+    case SUP_B_LINK:
+        return &lease->link->b;
+    case SUP_B_EP:
+        ep = sup__endpoint_find(l, lease->endpoint);
+        return ep != NULL ? &ep->b : NULL;
+    default:
+        pair = sup__pair_find(lease->link, lease->endpoint);
+        return pair != NULL ? &pair->b : NULL;
+    }
+}
+
+void
+sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int64_t credit)
+{
+    for (int kind = 0; kind < SUP_BUDGETS; kind++) {
+        struct sup_budget *b = lease_budget(l, lease, kind);
+
+        if (b == NULL)
+            continue;
+        if (b->leases_out > 0)
+            b->leases_out--;
+        for (int i = 0; i < TENANT_MAX_WINDOWS && credit > 0; i++) {
+            int64_t period_ms = lease->periods[kind][i];
+            struct sup_cell *c = period_ms != 0 ? sup__cell_find(b, period_ms) : NULL;
+
+            /* A credit after the window rolled over has nothing left to give back. */
+            if (c != NULL && c->window_id == tenant_window_id(lease->granted_ms, period_ms))
+                c->credited += credit;
+        }
+    }
+}

@@ -1,0 +1,250 @@
+/*
+ * Reading the ledger without changing it: counters for metrics, visitors over cells and leases
+ * for the simulation's invariant checks, slots held per link, and a digest of the durable state.
+ * The digest hashes each entity (budget, link, lease, child) on its own and adds the hashes up,
+ * so it does not depend on table order; a live ledger and its replay must agree on it.
+ */
+#include "sup_lease_int.h"
+
+#include <string.h>
+
+void
+sup_ledger_stats(const sup_ledger *l, struct sup_ledger_stats *out)
+{
+    *out = l->stats;
+    out->leases = l->lease_count;
+    out->links = l->link_count;
+    out->children = l->peer_count;
+}
+
+int64_t
+sup_ledger_now_ms(const sup_ledger *l)
+{
+    return l->now_ms;
+}
+
+int64_t
+sup_ledger_slots_held(const sup_ledger *l, const char *link, int64_t now_ms)
+{
+    const struct sup_link *k = sup__link_find(l, link);
+
+    if (k == NULL || k->slot_v == NULL)
+        return 0;
+    return tenant_slot_held(&k->slots, sup__eval_ms(l, now_ms));
+}
+
+static int64_t
+limit_of(const struct tenant_limits *ls, int64_t period_ms)
+{
+    for (uint32_t i = 0; ls != NULL && i < ls->count; i++) {
+        if (ls->v[i].period_ms == period_ms)
+            return ls->v[i].n;
+    }
+    return 0;
+}
+
+static int
+visit_budget(const struct sup_budget *b, enum tenant_scope scope, const char *endpoint,
+             const char *link, const struct tenant_limits *ls,
+             int (*cb)(void *ctx, const struct sup_cell_info *c), void *ctx)
+{
+    for (int i = 0; i < TENANT_MAX_WINDOWS; i++) {
+        const struct sup_cell *c = &b->cells[i];
+        struct sup_cell_info info;
+        int rc;
+
+        if (c->period_ms == 0)
+            continue;
+        info.scope = scope;
+        info.endpoint = endpoint;
+        info.link = link;
+        info.limit = limit_of(ls, c->period_ms);
+        info.period_ms = c->period_ms;
+        info.window_id = c->window_id;
+        info.granted = c->granted;
+        info.credited = c->credited;
+        info.debt = c->debt;
+        info.leases_out = b->leases_out;
+        rc = cb(ctx, &info);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int
+sup_ledger_each_cell(const sup_ledger *l, int (*cb)(void *ctx, const struct sup_cell_info *c),
+                     void *ctx)
+{
+    int rc = visit_budget(&l->plan_b, TENANT_SCOPE_PLAN, "", "", &l->plan.limits, cb, ctx);
+
+    for (size_t i = 0; i < l->ep_count && rc == 0; i++) {
+        const struct sup_endpoint *ep = &l->eps[i];
+
+        if (ep->policy.algorithm == TENANT_ALG_WINDOW)
+            rc = visit_budget(&ep->b, TENANT_SCOPE_ENDPOINT_TENANT, ep->policy.name, "",
+                              &ep->policy.tenant_limits, cb, ctx);
+    }
+    for (uint32_t i = 0; i < l->max_links && rc == 0; i++) {
+        const struct sup_link *k = l->links[i];
+
+        if (k == NULL)
+            continue;
+        rc = visit_budget(&k->b, TENANT_SCOPE_LINK, "", k->id, &l->plan.link_limits, cb, ctx);
+        for (const struct sup_pair *p = k->pairs; p != NULL && rc == 0; p = p->next) {
+            const struct sup_endpoint *ep = sup__endpoint_find(l, p->endpoint);
+
+            if (ep != NULL && ep->policy.algorithm == TENANT_ALG_WINDOW)
+                rc = visit_budget(&p->b, TENANT_SCOPE_ENDPOINT_LINK, p->endpoint, k->id,
+                                  &ep->policy.limits, cb, ctx);
+        }
+    }
+    return rc;
+}
+
+int
+sup_ledger_each_lease(const sup_ledger *l, int (*cb)(void *ctx, const struct sup_lease_info *lease),
+                      void *ctx)
+{
+    for (uint32_t i = 0; i < l->lease_hw; i++) {
+        const struct sup_lease *s = &l->leases[i];
+        struct sup_lease_info info;
+        int rc;
+
+        if (s->id == 0)
+            continue;
+        info.id = s->id;
+        info.child = s->peer < l->peer_count ? l->peers[s->peer]->name : "";
+        info.endpoint = s->endpoint;
+        info.link = s->link->id;
+        info.incarnation = s->incarnation;
+        info.n = s->n;
+        info.granted_ms = s->granted_ms;
+        info.deadline_ms = s->deadline_ms;
+        rc = cb(ctx, &info);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- digest ---- */
+
+static uint64_t
+fnv(uint64_t h, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ULL;
+    return h;
+}
+
+static uint64_t
+fnv_i64(uint64_t h, int64_t v)
+{
+    return fnv(h, &v, sizeof(v));
+}
+
+#define FNV_START 14695981039346656037ULL
+
+static uint64_t
+budget_hash(uint64_t h, const struct sup_budget *b)
+{
+    for (int i = 0; i < TENANT_MAX_WINDOWS; i++) {
+        const struct sup_cell *c = &b->cells[i];
+
+        /* A cell that never counted anything equals a fresh one, whatever its window. */
+        if (c->granted == 0 && c->credited == 0 && c->debt == 0)
+            continue;
+        h = fnv_i64(h, c->period_ms);
+        h = fnv_i64(h, c->window_id);
+        h = fnv_i64(h, c->granted);
+        h = fnv_i64(h, c->credited);
+        h = fnv_i64(h, c->debt);
+    }
+    h = fnv(h, &b->gcra, sizeof(b->gcra));
+    return fnv_i64(h, b->leases_out);
+}
+
+static uint64_t
+link_hash_state(const struct sup_link *k)
+{
+    uint64_t h = fnv(FNV_START, k->id, strlen(k->id)), sum = 0;
+
+    h = budget_hash(h, &k->b);
+    h = fnv_i64(h, k->leases);
+    for (const struct sup_pair *p = k->pairs; p != NULL; p = p->next)
+        sum += budget_hash(fnv(FNV_START, p->endpoint, strlen(p->endpoint)), &p->b);
+    h = fnv_i64(h, (int64_t)sum);
+    if (k->slot_v != NULL) {
+        sum = 0;
+        for (int64_t i = 0; i < k->slot_cap; i++) {
+            if (k->slot_v[i].id != 0)
+                sum += fnv_i64(fnv_i64(FNV_START, k->slot_v[i].id), k->slot_v[i].expires_ms);
+        }
+        h = fnv_i64(h, k->slots.next_id);
+        h = fnv_i64(h, (int64_t)sum);
+    }
+    return h;
+}
+
+static uint64_t
+lease_hash(const sup_ledger *l, const struct sup_lease *s)
+{
+    uint64_t h = fnv_i64(FNV_START, (int64_t)s->id);
+    const char *peer = s->peer < l->peer_count ? l->peers[s->peer]->name : "";
+
+    h = fnv(h, peer, strlen(peer));
+    h = fnv_i64(h, (int64_t)s->incarnation);
+    h = fnv(h, s->endpoint, strlen(s->endpoint));
+    h = fnv(h, s->link->id, strlen(s->link->id));
+    h = fnv_i64(h, s->n);
+    h = fnv_i64(h, s->granted_ms);
+    h = fnv_i64(h, s->deadline_ms);
+    return fnv(h, s->periods, sizeof(s->periods));
+}
+
+static uint64_t
+peer_hash(const struct sup_peer *p)
+{
+    uint64_t h = fnv(FNV_START, p->name, strlen(p->name));
+
+    h = fnv_i64(h, (int64_t)p->incarnation);
+    h = fnv_i64(h, (int64_t)p->hwm_durable);
+    h = fnv_i64(h, p->leases);
+    /* Cached replies are built zero-filled (sup__record_reply), so bytes compare. */
+    for (int i = 0; i < SUP_DEDUPE; i++) {
+        if (p->durable[i].seq != 0)
+            h = fnv(h, &p->durable[i], sizeof(p->durable[i]));
+    }
+    return h;
+}
+
+uint64_t
+sup_ledger_digest(const sup_ledger *l)
+{
+    uint64_t h = FNV_START, sum = 0;
+
+    h = fnv_i64(h, l->now_ms);
+    h = fnv_i64(h, (int64_t)l->epoch);
+    h = fnv_i64(h, (int64_t)l->next_lease_id);
+    h = fnv_i64(h, l->lease_count);
+    h = budget_hash(h, &l->plan_b);
+    for (size_t i = 0; i < l->ep_count; i++)
+        h = budget_hash(fnv(h, l->eps[i].policy.name, strlen(l->eps[i].policy.name)), &l->eps[i].b);
+    for (uint32_t i = 0; i < l->max_links; i++) {
+        if (l->links[i] != NULL)
+            sum += link_hash_state(l->links[i]);
+    }
+    h = fnv_i64(h, (int64_t)sum);
+    sum = 0;
+    for (uint32_t i = 0; i < l->lease_hw; i++) {
+        if (l->leases[i].id != 0)
+            sum += lease_hash(l, &l->leases[i]);
+    }
+    h = fnv_i64(h, (int64_t)sum);
+    for (uint32_t i = 0; i < l->peer_count; i++)
+        h = fnv_i64(h, (int64_t)peer_hash(l->peers[i]));
+    return h;
+}

@@ -1,0 +1,122 @@
+/*
+ * Struct layouts and internals shared by the child_*.c files (the child counter). Not installed.
+ * The child owns its link table (links allocated when they first appear), a fixed table of
+ * requests in flight and the degraded window state; nothing else is allocated.
+ */
+#ifndef SUP_CHILD_INT_H
+#define SUP_CHILD_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sup_child.h"
+#include "sup_index.h"
+
+#define CHILD_LEASES         4  /* per link: in use, prefetched, and being reported */
+#define CHILD_SEQ_WINDOW     48 /* newest seq - oldest in flight stays below the supervisor's 64 */
+#define CHILD_BACKOFF_MAX_MS 1000
+#define CHILD_NEVER_CACHE_MS 60000 /* a "never" refusal is remembered this long */
+
+enum child_lease_state { CL_FREE = 0, CL_LIVE, CL_RETIRED };
+
+struct child_lease {
+    enum child_lease_state state;
+    uint64_t id;
+    int64_t n, used;
+    int64_t ttl_ms, sent_mono, deadline_mono, deadline_wall, got_mono;
+    int64_t mark_durable, mark_want, mark_sent; /* strict mode: reserved_upto */
+    bool pass;                                  /* a pass-through grant */
+    bool foreign; /* resumed from an earlier incarnation: never reported */
+    /* Retired: */
+    bool report_due;     /* n - used must be reported (own incarnation, used < n) */
+    uint64_t report_seq; /* the request carrying the report, 0 = none yet */
+    bool row;            /* a row may exist in the file */
+    bool delete_due;     /* a DELETE is to be handed out */
+};
+
+struct child_link {
+    char id[PROTO_LEASE_LINK_BUF];
+    struct child_lease l[CHILD_LEASES];
+    bool acq_due;     /* an ACQUIRE is wanted */
+    int64_t acq_need; /* its need (0 = prefetch) */
+    uint64_t acq_seq; /* the ACQUIRE in flight, 0 = none */
+    /* Cached refusals (envoy's over-limit cache): */
+    int64_t deny_until, deny_cost, deny_limit;
+    uint8_t deny_scope;
+    bool deny_never;
+    int64_t unauth_until, unavail_until;
+    bool pass; /* near exhaustion: no prefetch */
+    /* Sizing: */
+    int64_t l_slow, rate_milli, acc, rate_since, last_use;
+    /* Degraded admissions not yet charged: */
+    int64_t debt_new, debt_sent;
+};
+
+struct child_req {
+    uint64_t seq;                   /* 0 = free */
+    int32_t link;                   /* index into links, -1 = none */
+    int64_t first_mono, first_wall; /* first send; -1 until sent */
+    int64_t next_mono, backoff;
+    bool cancelled; /* SLOT_ACQUIRE given up by the caller */
+    uint64_t report_lease;
+    int64_t debt;
+    int32_t hb_link[PROTO_LEASE_HB_MAX];
+    int64_t hb_debt[PROTO_LEASE_HB_MAX];
+    struct proto_lease_msg msg; /* exactly what is sent, again and again */
+};
+
+struct sup_child {
+    char tenant[TENANT_NAME_MAX + 1];
+    struct tenant_endpoint policy;
+    uint64_t incarnation;
+    bool persist_marks;
+    int64_t wait_ms, idle_ms, heartbeat_ms, retransmit_ms, unreachable_ms, renew_ms, lead_ms;
+    int64_t epsilon_ppm, mark_chunk_min, l_min, l_max;
+
+    struct child_link **links;
+    uint32_t max_links, link_count, scan; /* scan: where the next message search starts */
+    uint32_t link_hw;                     /* links[link_hw..] are all NULL */
+    struct sup_index link_index;
+
+    struct child_req req[SUP_CHILD_INFLIGHT];
+    uint64_t next_seq;  /* last seq handed out */
+    uint64_t hello_seq; /* the HELLO in flight, 0 = none */
+    bool welcomed;      /* WELCOME received for this incarnation */
+    bool connected;
+    int64_t last_reply_mono;
+    int64_t hb_next_mono;
+    uint64_t hb_seq;
+    uint32_t children;    /* P_known from WELCOME */
+    int64_t lease_ttl_ms; /* T_lease from WELCOME: a shorter grant was cut by a window end */
+
+    struct tenant_window_state degraded;
+    struct sup_child_stats stats;
+};
+
+/* child_core.c */
+struct child_link *sup__child_link_find(const sup_child *c, const char *id, int32_t *index);
+struct child_link *sup__child_link_get(sup_child *c, const char *id, int *rc, int32_t *index);
+bool sup__child_reachable(const sup_child *c, int64_t now_mono);
+
+/* child_admit.c */
+/** Retires lease `cl` of `k`: no further use; reported if it was ours and not used up. */
+void sup__child_retire(sup_child *c, struct child_link *k, struct child_lease *cl);
+/** Expires leases past their deadline; frees retired ones with nothing left to do. */
+void sup__child_link_roll(sup_child *c, struct child_link *k, int64_t now_mono);
+/** The size to ask for on `k`. */
+int64_t sup__child_want(const sup_child *c, const struct child_link *k, int64_t need);
+void sup__child_rate_update(struct child_link *k, int64_t now_mono);
+/** Asks for an ACQUIRE on `k` with at least `need`, unless one is wanted or in flight. */
+void sup__child_want_acquire(struct child_link *k, int64_t need);
+/** Places a granted lease; returns it, NULL if it arrived dead (then it is reported). */
+struct child_lease *sup__child_lease_add(sup_child *c, struct child_link *k,
+                                         const struct proto_lease_grant *g,
+                                         const struct child_req *r, int64_t now_mono);
+struct child_lease *sup__child_lease_by_id(struct child_link *k, uint64_t id);
+/** True iff nothing of `k` would be lost by forgetting it. */
+bool sup__child_link_idle(const struct child_link *k, int64_t now_mono);
+
+/* child_wire.c */
+struct child_req *sup__child_req_new(sup_child *c, uint8_t type, int32_t link, int64_t now_mono);
+
+#endif /* SUP_CHILD_INT_H */

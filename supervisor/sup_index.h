@@ -1,0 +1,37 @@
+/*
+ * A string-keyed index for the bounded tables of the ledger and the child counter: open
+ * addressing with linear probing over an array of item numbers (1 + index into the owner's
+ * table, 0 = empty), sized at setup to a power of two at least twice the table, and
+ * backward-shift deletion (no tombstones, so lookups stay short however long it runs). The keys
+ * live in the owner's items; the index asks for them through key_of. Internal, not installed.
+ */
+#ifndef SUP_INDEX_H
+#define SUP_INDEX_H
+
+#include <stdint.h>
+
+#include "tally_common.h"
+
+struct sup_index {
+    uint32_t *slot;
+    uint32_t cap; /* power of two */
+};
+
+/* The key of item `item` (0-based) of the owner `ctx`. */
+typedef const char *(*sup_index_key_fn)(const void *ctx, uint32_t item);
+
+/** Allocates an index for up to `items` items. TALLY_OK, TALLY_EINVAL or TALLY_ENOMEM. */
+TALLY_MUST_CHECK int sup__index_init(struct sup_index *ix, uint32_t items);
+/** Frees the slots; safe on a zeroed index. */
+void sup__index_release(struct sup_index *ix);
+/** Position holding `key`, or the empty position where it would go. */
+uint32_t sup__index_pos(const struct sup_index *ix, const char *key, sup_index_key_fn key_of,
+                        const void *ctx);
+/** The item at `key`, or -1. */
+int64_t sup__index_find(const struct sup_index *ix, const char *key, sup_index_key_fn key_of,
+                        const void *ctx);
+/** Empties position `pos`, moving later entries of its probe run back. */
+void sup__index_remove(struct sup_index *ix, uint32_t pos, sup_index_key_fn key_of,
+                       const void *ctx);
+
+#endif /* SUP_INDEX_H */

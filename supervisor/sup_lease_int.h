@@ -1,0 +1,192 @@
+/*
+ * Struct layouts and internals shared by the lease_*.c files (the supervisor's ledger). Not
+ * installed. Ownership: the ledger owns every table below; links, pairs and children are
+ * allocated when they first appear and freed at close (links also when evicted idle).
+ */
+#ifndef SUP_LEASE_INT_H
+#define SUP_LEASE_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sup_index.h"
+#include "sup_lease.h"
+
+/* The budgets on a path, in order (widest first), and the number of them. */
+enum sup_budget_kind { SUP_B_PLAN = 0, SUP_B_LINK = 1, SUP_B_EP = 2, SUP_B_EPLINK = 3 };
+#define SUP_BUDGETS 4
+
+#define SUP_NO_EP UINT32_MAX
+
+/* One window of one limit: granted G, credited C and debt D in window `window_id`. */
+struct sup_cell {
+    int64_t period_ms; /* 0 = unused */
+    int64_t window_id;
+    int64_t granted, credited, debt;
+};
+
+/* One budget: cells matched to the limits by period, or a GCRA state. */
+struct sup_budget {
+    struct sup_cell cells[TENANT_MAX_WINDOWS];
+    struct tenant_gcra_state gcra;
+    uint32_t leases_out; /* outstanding leases reserving on this budget */
+};
+
+/* The endpoint budget of one link ("ep:E:L"), created by its first lease or debt. */
+struct sup_pair {
+    struct sup_pair *next;
+    char endpoint[TENANT_NAME_MAX + 1];
+    struct sup_budget b;
+};
+
+struct sup_link {
+    char id[PROTO_LEASE_LINK_BUF];
+    struct sup_budget b; /* "link:L" */
+    struct sup_pair *pairs;
+    struct tenant_slot_table slots;
+    struct tenant_slot *slot_v; /* slot_cap entries; NULL until a slot is first taken */
+    int64_t slot_cap;
+    uint32_t leases; /* outstanding leases on the link */
+};
+
+struct sup_endpoint {
+    struct tenant_endpoint policy;
+    struct sup_budget b; /* "ep:E" */
+};
+
+/* A cached reply for the dedupe window. */
+struct sup_cached {
+    uint64_t seq; /* 0 = empty */
+    struct proto_lease_msg reply;
+};
+
+struct sup_peer { /* the ledger's view of one child counter */
+    char name[TENANT_NAME_MAX + 1];
+    uint64_t incarnation;
+    uint64_t hwm_durable;                    /* highest seq with a record */
+    uint64_t hwm_volatile;                   /* highest seq answered without one */
+    struct sup_cached durable[SUP_DEDUPE];   /* replies with records: rebuilt by replay */
+    struct sup_cached volatile_[SUP_DEDUPE]; /* replies without: lost on restart */
+    uint32_t leases;
+};
+
+struct sup_lease {
+    uint64_t id;   /* 0 = free entry */
+    uint32_t peer; /* index in peers */
+    uint64_t incarnation;
+    char endpoint[TENANT_NAME_MAX + 1];
+    struct sup_link *link;
+    int64_t n;
+    int64_t granted_ms;  /* ledger clock at the grant: window ids of its cells */
+    int64_t deadline_ms; /* granted_ms + ttl */
+    int64_t periods[SUP_BUDGETS][TENANT_MAX_WINDOWS]; /* cells reserved on, 0 = none */
+};
+
+struct sup_ledger {
+    char tenant[TENANT_NAME_MAX + 1];
+    struct tenant_plan plan;
+    struct sup_endpoint *eps;
+    size_t ep_count;
+    sup_link_allows_fn link_allows;
+    void *link_ctx;
+    int64_t lease_ttl_ms, margin_ms, pass_ttl_ms, slot_ttl_ms, heartbeat_ms, l_min, l_max;
+
+    int64_t now_ms; /* high-water mark of recorded times */
+    uint64_t epoch;
+    uint64_t next_lease_id; /* last id handed out */
+
+    struct sup_budget plan_b;
+    struct sup_link **links; /* max_links entries, NULL = free */
+    uint32_t max_links, link_count;
+    struct sup_index link_index; /* link id -> index into links */
+    struct sup_lease *leases;    /* max_leases entries */
+    uint32_t max_leases, lease_count;
+    uint32_t lease_hw;       /* leases[lease_hw..] are all free */
+    struct sup_peer **peers; /* max_peers entries, in order of first HELLO */
+    uint32_t max_peers, peer_count;
+
+    struct sup_ledger_stats stats;
+};
+
+/* The budgets of one (endpoint, link) path as found now; any pointer may be NULL. */
+struct sup_path {
+    struct sup_endpoint *ep;
+    struct sup_link *link;
+    struct sup_pair *pair;
+    struct sup_budget *b[SUP_BUDGETS];
+    const struct tenant_limits *ls[SUP_BUDGETS];
+    enum tenant_algorithm alg[SUP_BUDGETS];
+};
+
+/* lease_ledger.c: tables */
+struct sup_endpoint *sup__endpoint_find(const sup_ledger *l, const char *name);
+struct sup_link *sup__link_find(const sup_ledger *l, const char *id);
+/** Finds or creates link `id`, evicting an idle link when the table is full. NULL when full of
+ *  busy links (*rc TALLY_EFULL) or out of memory (*rc TALLY_ENOMEM). */
+struct sup_link *sup__link_get(sup_ledger *l, const char *id, int *rc);
+/** True iff sup__link_get would succeed without evicting a busy link (ignoring memory). */
+bool sup__link_available(const sup_ledger *l, const char *id);
+struct sup_pair *sup__pair_find(const struct sup_link *k, const char *endpoint);
+struct sup_pair *sup__pair_get(struct sup_link *k, const char *endpoint);
+int sup__peer_find(const sup_ledger *l, const char *name);
+void sup__path_find(const sup_ledger *l, const char *endpoint, const char *link,
+                    struct sup_path *p /* OUT */);
+int sup__path_get(sup_ledger *l, const char *endpoint, const char *link,
+                  struct sup_path *p /* OUT */);
+/** Makes sure link `k` has a slot table of at least the plan's K entries. */
+int sup__slots_ready(sup_ledger *l, struct sup_link *k);
+
+/* lease_cells.c: window cells */
+/** The cell of `b` for `period_ms`, NULL when none. */
+struct sup_cell *sup__cell_find(struct sup_budget *b, int64_t period_ms);
+/** Rematches the cells of `b` to the limits `ls` by period (dropping cells of removed limits). */
+void sup__cells_match(struct sup_budget *b, const struct tenant_limits *ls);
+/** Rolls the cell for limit `lim` of `b` to the window of now_ms and returns it. */
+struct sup_cell *sup__cell_roll(struct sup_budget *b, const struct tenant_limit *lim,
+                                int64_t now_ms);
+/** Builds a tenant budget equal to budget `kind` of `p` at eval_ms, counting each cell as
+ *  G - C + D, plus `extra` (debt about to be charged), minus `credit` on the cells `lease` (may
+ *  be NULL) reserved on. */
+int sup__budget_view(const struct sup_path *p, int kind, int64_t eval_ms,
+                     const struct sup_lease *lease, int64_t credit, int64_t extra,
+                     struct tenant_budget *out /* OUT */);
+/** Charges debt `d` to every budget of path `p` at now_ms (cells roll first). */
+int sup__path_charge_debt(sup_ledger *l, struct sup_path *p, int64_t now_ms, int64_t d);
+/** Reserves lease->n on every budget of `p` at lease->granted_ms (cells roll first), noting the
+ *  cells in lease->periods and counting the lease on each budget. */
+int sup__path_reserve(sup_ledger *l, struct sup_path *p, struct sup_lease *lease);
+/** Uncounts `lease` from its budgets and credits `credit` on the cells it reserved, where their
+ *  window has not rolled over. */
+void sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int64_t credit);
+
+/* lease_apply.c: records */
+struct sup_lease *sup__lease_find(const sup_ledger *l, uint64_t id);
+/** Applies one record, live or replayed: the only writer of durable state. */
+int sup__apply(sup_ledger *l, const struct sup_record *rec);
+/** Applies `rec` and appends it to `out` (which must have room). */
+int sup__commit(sup_ledger *l, const struct sup_record *rec, struct sup_records *out);
+/** Builds the reply a record answers with (ACQUIRE, RETURN, HELLO, DEBT, SLOT_*). */
+void sup__record_reply(const sup_ledger *l, const struct sup_record *rec,
+                       struct proto_lease_msg *reply /* OUT */);
+/** Starts a zeroed record of `kind` for request `in` (may be NULL) at the ledger's eval time. */
+void sup__record_init(const sup_ledger *l, struct sup_record *rec, uint32_t kind,
+                      const struct proto_lease_msg *in, int64_t now_ms);
+
+/* lease_grant.c: the grant rule */
+/** Decides an ACQUIRE from peer `pi`: fills *rec (kind ACQUIRE) when something changes and
+ *  returns true, or fills *reply directly (a DENY or ERROR that changes nothing) and returns
+ *  false. */
+bool sup__decide_acquire(sup_ledger *l, int pi, int64_t now_ms, const struct proto_lease_msg *in,
+                         struct sup_record *rec /* OUT */, struct proto_lease_msg *reply /* OUT */);
+
+/* Small helpers. */
+static inline int64_t
+sup__eval_ms(const sup_ledger *l, int64_t now_ms)
+{
+    return now_ms > l->now_ms ? now_ms : l->now_ms;
+}
+
+void sup__reply_error(struct proto_lease_msg *reply, const struct proto_lease_msg *in,
+                      uint16_t code, int64_t retry_after_ms);
+
+#endif /* SUP_LEASE_INT_H */
