@@ -11,6 +11,7 @@
  */
 #include "proto_http.h"
 #include "store.h"
+#include "tallyd_http.h"
 #include "sup_front.h"
 #include "sup_paths.h"
 #include "sup_process.h"
@@ -35,7 +36,6 @@ enum tallyd_exit {
     TALLYD_EXIT_CONFIG = 78
 };
 
-enum tallyd_route { ROUTE_HEALTHZ = 1 };
 
 static const char usage_text[] =
     "usage: tallyd [--data DIR] [--http ADDR:PORT] [--socket PATH]\n"
@@ -87,6 +87,7 @@ struct tallyd {
     proto_http_server *http;
     sup_front *front;
     sup_sock *sock;
+    struct tallyd_http *routes;
     char socket_path[STORE_PATH_MAX];
     int lock_fd;
     const char *data;
@@ -280,15 +281,23 @@ log_start(const struct tallyd *d, int port)
 static void
 on_request(void *app_data, const struct proto_http_request *req, struct proto_http_response *resp)
 {
-    static const char ok[] = "{\"status\":\"ok\"}";
+    struct tallyd *d = app_data;
 
-    (void)app_data;
-    if (req->route_id == ROUTE_HEALTHZ) {
-        resp->status = 200;
-        proto_http_response_write(resp, ok, sizeof(ok) - 1);
+    if (d->routes == NULL) { /* starting or stopping */
+        proto_http_response_header(resp, "Retry-After", "1");
+        proto_http_response_error(resp, 503, "unavailable", "starting");
         return;
     }
-    proto_http_response_error(resp, 404, "not_found", NULL); /* unreachable: routed */
+    tallyd_http_handle(d->routes, req, resp);
+}
+
+static void
+on_cancel(void *app_data, proto_http_deferred *def)
+{
+    struct tallyd *d = app_data;
+
+    if (d->routes != NULL)
+        tallyd_http_cancel(d->routes, def);
 }
 
 static void
@@ -331,6 +340,8 @@ on_sock_closed(void *data)
     struct tallyd *d = data;
 
     d->sock = NULL;
+    if (d->routes != NULL)
+        tallyd_http_set_sources(d->routes, NULL, NULL);
     stop_front(d);
 }
 
@@ -350,6 +361,8 @@ on_http_closed(proto_http_server *srv)
 
     proto_http_stats(srv, &d->stats);
     d->http = NULL;
+    if (d->routes != NULL)
+        tallyd_http_set_sources(d->routes, NULL, d->sock);
     stop_sock(d);
 }
 
@@ -400,6 +413,10 @@ start_front(struct tallyd *d)
     if (rc != TALLY_OK)
         return fail(TALLYD_EXIT_FAIL, "cannot listen on %s: %s", d->socket_path,
                     rc == TALLY_EINUSE ? "another process listens there" : tally_strerror(rc));
+    d->routes = tallyd_http_new(d->front, PROTO_HTTP_DEFAULT_MAX_CONNECTIONS);
+    if (d->routes == NULL)
+        return fail(TALLYD_EXIT_FAIL, "out of memory");
+    tallyd_http_set_sources(d->routes, d->http, d->sock);
     return TALLYD_EXIT_OK;
 }
 
@@ -434,10 +451,14 @@ serve(struct tallyd *d)
 {
     static const struct proto_http_route routes[] = {
         {"/healthz", PROTO_HTTP_GET, ROUTE_HEALTHZ},
+        {"/v1/check", PROTO_HTTP_GET | PROTO_HTTP_POST, ROUTE_CHECK},
+        {"/v1/release", PROTO_HTTP_POST, ROUTE_RELEASE},
+        {"/metrics", PROTO_HTTP_GET, ROUTE_METRICS},
     };
     struct proto_http_config cfg = {
         .handler = on_request,
         .app_data = d,
+        .on_cancel = on_cancel,
         .routes = routes,
         .routes_count = sizeof(routes) / sizeof(routes[0]),
     };
@@ -476,6 +497,8 @@ out:
     if (code != TALLYD_EXIT_OK)
         stop(d);
     uv_run(&d->loop, UV_RUN_DEFAULT);
+    tallyd_http_free(d->routes);
+    d->routes = NULL;
     if (uv_loop_close(&d->loop) != 0)
         return fail(TALLYD_EXIT_FAIL, "event loop still busy at exit");
     if (code == TALLYD_EXIT_OK) {

@@ -132,7 +132,7 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
     if (f->cfg.wait_ms <= 0)
         f->cfg.wait_ms = SUP_CHILD_WAIT_MS_DEFAULT;
     if (f->cfg.cold_start_ms <= 0)
-        f->cfg.cold_start_ms = 2000;
+        f->cfg.cold_start_ms = 5000;
     rc = store_config_open(f->data, false, &f->config);
     if (rc == TALLY_OK)
         rc = store_key_load(f->data, &f->key);

@@ -423,12 +423,22 @@ front_child_pump(struct front_child *fc)
     struct sup_time now = front_now();
     int guard;
 
+    /* A supervisor being started is not an unreachable one: its silence while it
+     * replays its journal must not push the child into degraded mode. */
+    if (sup_manager_is_starting(f->mgr, fc->tenant)) {
+        sup_child_set_connected(fc->child, false, now);
+        sup_child_set_connected(fc->child, true, now);
+    }
     for (guard = 0; guard < 4; guard++) {
         bool sent = false;
         while (sup_child_next_message(fc->child, now, &m) == TALLY_OK) {
             size_t len = 0;
             if (proto_lease_encode(&m, 0, f->frame, sizeof(f->frame), &len) == TALLY_OK) {
-                (void)sup_manager_send(f->mgr, fc->tenant, f->frame, len);
+                int src = sup_manager_send(f->mgr, fc->tenant, f->frame, len);
+                if (getenv("TALLY_DEBUG_LEASES") != NULL)
+                    fprintf(stderr, "%lld send %s seq=%llu rc=%d\n",
+                            (long long)now.mono_ms % 100000, proto_lease_type_name(m.type),
+                            (unsigned long long)m.origin.seq, src);
                 f->stats.lease_messages++;
                 sent = true;
             }

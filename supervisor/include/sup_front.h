@@ -34,7 +34,7 @@ struct sup_front_config {
     const char *exe;          /* tallyd itself, to spawn supervisors */
     bool strict;              /* durability */
     int64_t wait_ms;          /* longest wait for the supervisor; 0 = 50 */
-    int64_t cold_start_ms;    /* longest wait for a supervisor being started; 0 = 2000 */
+    int64_t cold_start_ms;    /* longest wait for a supervisor being started; 0 = 5000 */
     int64_t idle_exit_ms;     /* supervisors hibernate after this; 0 = 60000 */
     uint32_t max_supervisors; /* 0 = 1024 */
 };

@@ -1,0 +1,454 @@
+/*
+ * The HTTP face of tallyd (tallyd_http.h). /v1/check reads the bearer token,
+ * the endpoint (X-Tally-Endpoint or ?endpoint=) and the cost, asks the front,
+ * and writes the answer of §6: 200 with RateLimit-Policy and RateLimit (IETF
+ * httpapi-ratelimit-headers draft), 429 (or 403 on X-Tally-Deny-Status: 403)
+ * with Retry-After in whole seconds rounded up, 401, 400, 503. Request slots
+ * come from a pool sized with the connection cap, so nothing is allocated per
+ * request; the token is never copied out of the parser's buffer.
+ */
+#include "tallyd_http.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "tenant_count.h"
+
+struct http_req {
+    struct sup_front_req r; /* first: the front hands it back */
+    struct tallyd_http *h;
+    struct proto_http_response *sync_resp; /* set while the handler runs */
+    proto_http_deferred *d;
+    bool head;
+    bool deny_403;
+    bool busy;
+    bool answered; /* answered while the handler was still running */
+    struct http_req *next; /* free list, or busy list */
+    struct http_req *prev;
+};
+
+struct tallyd_http {
+    sup_front *front;
+    proto_http_server *srv;
+    sup_sock *sock;
+    struct http_req *pool;
+    struct http_req *free;
+    struct http_req *busy;
+    uint64_t status_count[6]; /* 200, 429/403, 401, 400, 503, 500 */
+};
+
+struct tallyd_http *
+tallyd_http_new(sup_front *front, uint32_t max_connections)
+{
+    struct tallyd_http *h = tally_calloc(1, sizeof(*h));
+    uint32_t i;
+
+    if (h == NULL)
+        return NULL;
+    h->front = front;
+    h->pool = tally_calloc(max_connections, sizeof(*h->pool));
+    if (h->pool == NULL) {
+        tally_free(h);
+        return NULL;
+    }
+    for (i = 0; i < max_connections; i++) {
+        h->pool[i].h = h;
+        h->pool[i].next = h->free;
+        h->free = &h->pool[i];
+    }
+    return h;
+}
+
+void
+tallyd_http_free(struct tallyd_http *h)
+{
+    if (h == NULL)
+        return;
+    tally_free(h->pool);
+    tally_free(h);
+}
+
+void
+tallyd_http_set_sources(struct tallyd_http *h, proto_http_server *srv, sup_sock *sock)
+{
+    h->srv = srv;
+    h->sock = sock;
+}
+
+static struct http_req *
+slot_take(struct tallyd_http *h)
+{
+    struct http_req *q = h->free;
+
+    if (q == NULL)
+        return NULL;
+    h->free = q->next;
+    q->busy = true;
+    q->d = NULL;
+    q->prev = NULL;
+    q->next = h->busy;
+    if (h->busy != NULL)
+        h->busy->prev = q;
+    h->busy = q;
+    return q;
+}
+
+static void
+slot_put(struct tallyd_http *h, struct http_req *q)
+{
+    if (q->prev != NULL)
+        q->prev->next = q->next;
+    else
+        h->busy = q->next;
+    if (q->next != NULL)
+        q->next->prev = q->prev;
+    q->busy = false;
+    q->d = NULL;
+    q->sync_resp = NULL;
+    q->next = h->free;
+    h->free = q;
+}
+
+static const char *
+scope_name(uint8_t scope)
+{
+    return tenant_scope_name((enum tenant_scope)scope);
+}
+
+/* Writes the answer of a check into resp. */
+static void
+write_check(struct tallyd_http *h, struct http_req *q, struct proto_http_response *resp,
+            const struct proto_check_reply *r)
+{
+    char v[160];
+    int64_t secs;
+
+    switch (r->status) {
+    case PROTO_ADMITTED:
+        h->status_count[0]++;
+        resp->status = 200;
+        if (r->limit > 0 && r->period_ms > 0) {
+            snprintf(v, sizeof(v), "\"%s\";q=%lld;w=%lld", scope_name(r->scope),
+                     (long long)r->limit, (long long)(r->period_ms / 1000));
+            proto_http_response_header(resp, "RateLimit-Policy", v);
+            if (r->remaining >= 0)
+                snprintf(v, sizeof(v), "\"%s\";r=%lld;t=%lld", scope_name(r->scope),
+                         (long long)r->remaining, (long long)((r->reset_ms + 999) / 1000));
+            else
+                snprintf(v, sizeof(v), "\"%s\";t=%lld", scope_name(r->scope),
+                         (long long)((r->reset_ms + 999) / 1000));
+            proto_http_response_header(resp, "RateLimit", v);
+        }
+        if (r->slot_id != 0) {
+            snprintf(v, sizeof(v), "%lld", (long long)r->slot_id);
+            proto_http_response_header(resp, "X-Tally-Lease", v);
+        }
+        if (r->flags & PROTO_F_DEGRADED)
+            proto_http_response_header(resp, "X-Tally-Degraded", "1");
+        if (r->flags & PROTO_F_SHADOW_REFUSED)
+            proto_http_response_header(resp, "X-Tally-Shadow-Refused", scope_name(r->scope));
+        if (!q->head)
+            proto_http_response_printf(resp, "{\"result\":\"admitted\"}");
+        return;
+    case PROTO_REFUSED:
+        h->status_count[1]++;
+        resp->status = q->deny_403 ? 403 : 429;
+        secs = r->flags & PROTO_F_NEVER ? -1 : (r->retry_after_ms + 999) / 1000;
+        if (secs >= 0) {
+            snprintf(v, sizeof(v), "%lld", (long long)(secs > 0 ? secs : 1));
+            proto_http_response_header(resp, "Retry-After", v);
+        }
+        proto_http_response_printf(resp,
+                                   "{\"error\":\"rate_limited\",\"scope\":\"%s\",\"retry_after\":%s}",
+                                   scope_name(r->scope), secs >= 0 ? v : "null");
+        return;
+    case PROTO_UNAUTHORIZED:
+        h->status_count[2]++;
+        proto_http_response_error(resp, 401, "unauthorized", NULL);
+        return;
+    case PROTO_BAD_REQUEST:
+        h->status_count[3]++;
+        proto_http_response_error(resp, 400, "bad_request", r->detail);
+        return;
+    case PROTO_UNAVAILABLE:
+        h->status_count[4]++;
+        snprintf(v, sizeof(v), "%lld", (long long)((r->retry_after_ms + 999) / 1000 > 0
+                                                       ? (r->retry_after_ms + 999) / 1000
+                                                       : 1));
+        proto_http_response_header(resp, "Retry-After", v);
+        proto_http_response_error(resp, 503, "unavailable", r->detail);
+        return;
+    default:
+        h->status_count[5]++;
+        proto_http_response_error(resp, 500, "internal", r->detail);
+        return;
+    }
+}
+
+static void
+on_done(struct sup_front_req *r, const struct proto_check_reply *reply)
+{
+    struct http_req *q = (struct http_req *)r;
+    struct tallyd_http *h = q->h;
+
+    if (q->sync_resp != NULL) {
+        write_check(h, q, q->sync_resp, reply);
+        q->answered = true;
+        return; /* the handler puts the slot back */
+    }
+    if (q->d != NULL) {
+        write_check(h, q, proto_http_deferred_response(q->d), reply);
+        proto_http_deferred_finish(q->d);
+    }
+    slot_put(h, q);
+}
+
+/* "Bearer TOKEN" (scheme without case), or NULL. Points into the parser's buffer. */
+static const char *
+bearer(const struct proto_http_request *req)
+{
+    const struct proto_http_str *a = &req->headers[PROTO_HTTP_H_AUTHORIZATION];
+    const char *p;
+
+    if (a->ptr == NULL || a->len < 8 || strncasecmp(a->ptr, "bearer ", 7) != 0)
+        return NULL;
+    p = a->ptr + 7;
+    while (*p == ' ')
+        p++;
+    return *p != '\0' ? p : NULL;
+}
+
+static bool
+endpoint_of(const struct proto_http_request *req, char *out, size_t cap)
+{
+    const struct proto_http_str *e = &req->headers[PROTO_HTTP_H_ENDPOINT];
+    struct proto_http_str q;
+
+    if (e->ptr != NULL && e->len < cap) {
+        memcpy(out, e->ptr, e->len + 1);
+        return true;
+    }
+    if (proto_http_query_get(req, "endpoint", &q) == TALLY_OK && q.len < cap) {
+        memcpy(out, q.ptr, q.len);
+        out[q.len] = '\0';
+        return true;
+    }
+    return false;
+}
+
+static void
+handle_check(struct tallyd_http *h, const struct proto_http_request *req,
+             struct proto_http_response *resp)
+{
+    const struct proto_http_str *cost_h = &req->headers[PROTO_HTTP_H_COST];
+    const struct proto_http_str *deny = &req->headers[PROTO_HTTP_H_DENY_STATUS];
+    char endpoint[TENANT_NAME_MAX + 1];
+    const char *token = bearer(req);
+    struct http_req *q;
+    int64_t cost = 0;
+
+    if (token == NULL) {
+        h->status_count[2]++;
+        proto_http_response_error(resp, 401, "unauthorized", NULL);
+        return;
+    }
+    if (!endpoint_of(req, endpoint, sizeof(endpoint))) {
+        h->status_count[3]++;
+        proto_http_response_error(resp, 400, "bad_request", "missing endpoint");
+        return;
+    }
+    if (cost_h->ptr != NULL && tenant_cost_parse(cost_h->ptr, &cost) != TALLY_OK) {
+        h->status_count[3]++;
+        proto_http_response_error(resp, 400, "bad_request", "bad cost: 1 to 2^32");
+        return;
+    }
+    q = slot_take(h);
+    if (q == NULL) {
+        h->status_count[4]++;
+        proto_http_response_header(resp, "Retry-After", "1");
+        proto_http_response_error(resp, 503, "unavailable", "too many requests in flight");
+        return;
+    }
+    q->r.done = on_done;
+    q->r.data = q;
+    q->head = req->method == PROTO_HTTP_HEAD;
+    q->deny_403 = deny->ptr != NULL && strcmp(deny->ptr, "403") == 0;
+    q->sync_resp = resp;
+    q->answered = false;
+    sup_front_check(h->front, &q->r, token, endpoint, cost);
+    if (q->answered) {
+        /* answered while we were in there */
+        slot_put(h, q);
+        return;
+    }
+    q->sync_resp = NULL;
+    q->d = proto_http_defer(resp);
+    if (q->d == NULL) { /* cannot wait: decide without the supervisor */
+        sup_front_cancel(h->front, &q->r);
+        slot_put(h, q);
+        proto_http_response_header(resp, "Retry-After", "1");
+        proto_http_response_error(resp, 503, "unavailable", "cannot wait");
+    }
+}
+
+static void
+handle_release(struct tallyd_http *h, const struct proto_http_request *req,
+               struct proto_http_response *resp)
+{
+    const struct proto_http_str *lease = &req->headers[PROTO_HTTP_H_LEASE];
+    const char *token = bearer(req);
+    int64_t id = 0;
+    int st;
+
+    if (token == NULL) {
+        proto_http_response_error(resp, 401, "unauthorized", NULL);
+        return;
+    }
+    if (lease->ptr == NULL || tenant_cost_parse(lease->ptr, &id) != TALLY_OK) {
+        proto_http_response_error(resp, 400, "bad_request", "missing or bad X-Tally-Lease");
+        return;
+    }
+    st = sup_front_release(h->front, token, id);
+    if (st == PROTO_UNAUTHORIZED)
+        proto_http_response_error(resp, 401, "unauthorized", NULL);
+    else if (st == PROTO_ADMITTED)
+        resp->status = 204;
+    else
+        proto_http_response_error(resp, 400, "bad_request", "unknown lease");
+}
+
+static void
+metric(struct proto_http_response *resp, const char *name, const char *type, const char *help)
+{
+    proto_http_response_printf(resp, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void
+handle_metrics(struct tallyd_http *h, struct proto_http_response *resp)
+{
+    static const char *const results[] = {"admitted", "refused",     "unauthorized",
+                                          "bad_request", "unavailable", "internal"};
+    static const char *const scopes[] = {"none", "plan", "link", "endpoint", "endpoint",
+                                         "concurrency"};
+    struct sup_front_stats fs;
+    struct proto_http_stats hs;
+    struct sup_sock_stats ss;
+    uint64_t by_result[6];
+    uint64_t endpoint_refusals;
+    size_t i;
+
+    sup_front_stats(h->front, &fs);
+    resp->content_type = "text/plain; version=0.0.4";
+    by_result[0] = fs.admitted;
+    by_result[1] = fs.refused;
+    by_result[2] = fs.unauthorized;
+    by_result[3] = fs.bad_request;
+    by_result[4] = fs.unavailable;
+    by_result[5] = fs.internal;
+    metric(resp, "tally_decisions_total", "counter", "Decisions by result.");
+    for (i = 0; i < 6; i++)
+        proto_http_response_printf(resp, "tally_decisions_total{result=\"%s\"} %llu\n", results[i],
+                                   (unsigned long long)by_result[i]);
+    metric(resp, "tally_refusals_total", "counter", "Refusals by the scope that fired.");
+    endpoint_refusals = fs.refused_by_scope[3] + fs.refused_by_scope[4];
+    for (i = 1; i < 6; i++) {
+        if (i == 4)
+            continue;
+        proto_http_response_printf(resp, "tally_refusals_total{scope=\"%s\"} %llu\n", scopes[i],
+                                   (unsigned long long)(i == 3 ? endpoint_refusals
+                                                               : fs.refused_by_scope[i]));
+    }
+    metric(resp, "tally_degraded_total", "counter", "Admissions under the degraded local limit.");
+    proto_http_response_printf(resp, "tally_degraded_total %llu\n",
+                               (unsigned long long)fs.degraded);
+    metric(resp, "tally_waits_total", "counter", "Requests that waited for a lease or a slot.");
+    proto_http_response_printf(resp, "tally_waits_total %llu\n", (unsigned long long)fs.waits);
+    metric(resp, "tally_lease_messages_total", "counter", "Lease messages sent to supervisors.");
+    proto_http_response_printf(resp, "tally_lease_messages_total %llu\n",
+                               (unsigned long long)fs.lease_messages);
+    metric(resp, "tally_supervisor_events_total", "counter", "Supervisor processes by event.");
+    proto_http_response_printf(resp,
+                               "tally_supervisor_events_total{event=\"start\"} %llu\n"
+                               "tally_supervisor_events_total{event=\"restart\"} %llu\n"
+                               "tally_supervisor_events_total{event=\"idle_exit\"} %llu\n"
+                               "tally_supervisor_events_total{event=\"crash\"} %llu\n",
+                               (unsigned long long)fs.sup.starts,
+                               (unsigned long long)fs.sup.restarts,
+                               (unsigned long long)fs.sup.exits,
+                               (unsigned long long)fs.sup.crashes);
+    metric(resp, "tally_supervisors_live", "gauge", "Supervisor processes running.");
+    proto_http_response_printf(resp, "tally_supervisors_live %u\n", fs.sup.live);
+    metric(resp, "tally_child_counters", "gauge", "Child counters (tenant, endpoint) loaded.");
+    proto_http_response_printf(resp, "tally_child_counters %u\n", fs.children);
+    metric(resp, "tally_links_live", "gauge", "Links in the loaded configuration.");
+    proto_http_response_printf(resp, "tally_links_live %u\n", fs.live_links);
+    metric(resp, "tally_config_reloads_total", "counter", "Configuration reloads.");
+    proto_http_response_printf(resp, "tally_config_reloads_total %llu\n",
+                               (unsigned long long)fs.reloads);
+    if (h->srv != NULL) {
+        proto_http_stats(h->srv, &hs);
+        metric(resp, "tally_http_requests_total", "counter", "HTTP requests answered.");
+        proto_http_response_printf(resp, "tally_http_requests_total %llu\n",
+                                   (unsigned long long)hs.requests);
+        metric(resp, "tally_http_connections", "gauge", "Open HTTP connections.");
+        proto_http_response_printf(resp, "tally_http_connections %llu\n",
+                                   (unsigned long long)hs.connections_active);
+        metric(resp, "tally_http_rejected_total", "counter", "HTTP requests refused by reason.");
+        for (i = 0; i < PROTO_HTTP_REJECT_COUNT; i++)
+            proto_http_response_printf(resp, "tally_http_rejected_total{reason=\"%s\"} %llu\n",
+                                       proto_http_reject_name((enum proto_http_reject)i),
+                                       (unsigned long long)hs.rejected[i]);
+    }
+    if (h->sock != NULL) {
+        sup_sock_stats(h->sock, &ss);
+        metric(resp, "tally_socket_requests_total", "counter", "Binary protocol requests.");
+        proto_http_response_printf(resp, "tally_socket_requests_total %llu\n",
+                                   (unsigned long long)ss.requests);
+        metric(resp, "tally_socket_connections", "gauge", "Open binary protocol connections.");
+        proto_http_response_printf(resp, "tally_socket_connections %llu\n",
+                                   (unsigned long long)ss.active);
+    }
+    resp->status = 200;
+}
+
+void
+tallyd_http_handle(struct tallyd_http *h, const struct proto_http_request *req,
+                   struct proto_http_response *resp)
+{
+    static const char ok[] = "{\"status\":\"ok\"}";
+
+    switch (req->route_id) {
+    case ROUTE_HEALTHZ:
+        resp->status = 200;
+        proto_http_response_write(resp, ok, sizeof(ok) - 1);
+        return;
+    case ROUTE_CHECK:
+        handle_check(h, req, resp);
+        return;
+    case ROUTE_RELEASE:
+        handle_release(h, req, resp);
+        return;
+    case ROUTE_METRICS:
+        handle_metrics(h, resp);
+        return;
+    default:
+        proto_http_response_error(resp, 404, "not_found", NULL);
+        return;
+    }
+}
+
+void
+tallyd_http_cancel(struct tallyd_http *h, proto_http_deferred *d)
+{
+    struct http_req *q;
+
+    for (q = h->busy; q != NULL; q = q->next) {
+        if (q->d == d) {
+            sup_front_cancel(h->front, &q->r);
+            slot_put(h, q);
+            return;
+        }
+    }
+}
