@@ -325,7 +325,8 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
                      const struct child_req *r, int64_t now_mono)
 {
     struct child_lease *cl = NULL;
-    int64_t margin = (g->ttl_ms * c->epsilon_ppm + 999999) / 1000000;
+    /* The drift bound, plus one tick: clocks are read in whole milliseconds. */
+    int64_t margin = (g->ttl_ms * c->epsilon_ppm + 999999) / 1000000 + 1;
 
     for (int j = 0; j < CHILD_LEASES && cl == NULL; j++) {
         if (k->l[j].state == CL_FREE)

@@ -197,15 +197,14 @@ apply_report(sup_ledger *l, const struct sup_record *rec)
     lease_close(l, lease, (rec->flags & SUP_RECF_REPORT_CREDIT) ? rec->credited : 0);
 }
 
+/* A free entry; lease_hw covers it once it is filled (closing a lease in between may lower
+ * lease_hw below it). */
 static struct sup_lease *
 lease_slot_free(sup_ledger *l)
 {
     for (uint32_t i = 0; i < l->max_leases; i++) {
-        if (l->leases[i].id == 0) {
-            if (i + 1 > l->lease_hw)
-                l->lease_hw = i + 1;
+        if (l->leases[i].id == 0)
             return &l->leases[i];
-        }
     }
     return NULL;
 }
@@ -246,6 +245,8 @@ apply_acquire(sup_ledger *l, const struct sup_record *rec)
         /* The report may have closed a lease on this path: look the budgets up again. */
         sup__path_find(l, rec->endpoint, rec->link, &p);
         lease->id = rec->lease_id;
+        if ((uint32_t)(lease - l->leases) + 1 > l->lease_hw)
+            l->lease_hw = (uint32_t)(lease - l->leases) + 1;
         lease->peer = (uint32_t)pi;
         lease->incarnation = rec->origin.incarnation;
         snprintf(lease->endpoint, sizeof(lease->endpoint), "%s", rec->endpoint);

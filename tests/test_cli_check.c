@@ -54,7 +54,8 @@ setup(void **state)
     snprintf(e.token, sizeof(e.token), "%.36s", o.out);
     assert_int_equal(test_tally(e.data, &o, "link", "create", "acme", NULL), 0);
     snprintf(e.token2, sizeof(e.token2), "%.36s", o.out);
-    assert_int_equal(test_daemon_start(&e.d, e.data, NULL), 0);
+    /* counts, not latency: a sanitizer build on a busy machine may need a while */
+    assert_int_equal(test_daemon_start(&e.d, e.data, "--wait-ms=3000", NULL), 0);
     *state = &e;
     return 0;
 }
