@@ -294,7 +294,9 @@ sup_child_admit(sup_child *c, const char *link, int64_t cost, struct sup_time no
         c->stats.refused++;
         return TALLY_OK;
     }
-    sup__child_want_acquire(k, cost);
+    /* A lease that only waits for its mark needs a write, not another lease. */
+    if (blocked == NULL)
+        sup__child_want_acquire(k, cost);
     if ((flags & SUP_ADMIT_GIVE_UP) || k->unavail_until > now.mono_ms ||
         !sup__child_reachable(c, now.mono_ms)) {
         admit_unavailable(c, k, cost, now, out);
