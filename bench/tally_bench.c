@@ -1,0 +1,257 @@
+/*
+ * tally-bench: a load generator for tallyd's binary protocol. C connections,
+ * each keeping D CHECK requests in flight, N requests in all, tokens taken
+ * round-robin from a file; it records each request's latency and prints
+ * throughput and percentiles. The last line is always
+ *   decisions_per_s=N p50_us=N p99_us=N p999_us=N admitted=N refused=N
+ * so scripts can read it. Single-threaded (poll), so pin it to one CPU.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto_client.h"
+
+struct bconn {
+    int fd;
+    int inflight;
+    uint32_t next_id;
+    struct proto_frame_reader r;
+    uint8_t rbuf[PROTO_FRAME_MAX];
+    uint8_t wbuf[64 * PROTO_CLIENT_MSG_MAX];
+    size_t wlen;
+    int64_t *sent_ns; /* by request id modulo the ring */
+};
+
+#define RING 4096
+
+static int64_t
+now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int
+dial(const char *sock, const char *tcp)
+{
+    int fd = -1;
+
+    if (sock != NULL) {
+        struct sockaddr_un sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sun_family = AF_UNIX;
+        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+        fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+            close(fd);
+            fd = -1;
+        }
+    } else {
+        char host[256];
+        const char *colon = strrchr(tcp, ':');
+        struct addrinfo hints, *res = NULL;
+        if (colon == NULL)
+            return -1;
+        snprintf(host, sizeof(host), "%.*s", (int)(colon - tcp), tcp);
+        memset(&hints, 0, sizeof(hints));
+        hints.ai_socktype = SOCK_STREAM;
+        if (getaddrinfo(host, colon + 1, &hints, &res) != 0)
+            return -1;
+        fd = socket(res->ai_family, SOCK_STREAM, 0);
+        if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+            close(fd);
+            fd = -1;
+        }
+        freeaddrinfo(res);
+    }
+    return fd;
+}
+
+static int
+cmp64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static char **
+load_tokens(const char *path, int *n)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    char **v = NULL;
+    int cap = 0;
+
+    *n = 0;
+    if (f == NULL)
+        return NULL;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] == '\0')
+            continue;
+        if (*n == cap) {
+            cap = cap == 0 ? 1024 : cap * 2;
+            v = realloc(v, (size_t)cap * sizeof(*v));
+        }
+        v[(*n)++] = strdup(line);
+    }
+    fclose(f);
+    return v;
+}
+
+static bool
+write_all(int fd, const uint8_t *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+int
+main(int argc, char **argv)
+{
+    const char *sock = NULL, *tcp = NULL, *tokens_path = NULL, *endpoint = "search";
+    long conns = 1, pipeline = 1, total = 100000;
+    char **tokens;
+    int ntokens = 0, next_token = 0;
+    struct bconn *c;
+    int64_t *lat;
+    long sent = 0, done = 0, admitted = 0, refused = 0, other = 0;
+    int64_t t0, t1;
+    int i;
+
+    for (i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--socket") == 0)
+            sock = argv[i + 1];
+        else if (strcmp(argv[i], "--tcp") == 0)
+            tcp = argv[i + 1];
+        else if (strcmp(argv[i], "--tokens") == 0)
+            tokens_path = argv[i + 1];
+        else if (strcmp(argv[i], "--endpoint") == 0)
+            endpoint = argv[i + 1];
+        else if (strcmp(argv[i], "--connections") == 0)
+            conns = strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--pipeline") == 0)
+            pipeline = strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--requests") == 0)
+            total = strtol(argv[i + 1], NULL, 10);
+        else
+            break;
+    }
+    if (i < argc || (sock == NULL) == (tcp == NULL) || tokens_path == NULL || conns < 1 ||
+        conns > 1000 || pipeline < 1 || pipeline > 64 || total < 1) {
+        fprintf(stderr, "usage: tally-bench (--socket PATH | --tcp ADDR:PORT) --tokens FILE "
+                        "[--endpoint NAME] [--connections C<=1000] [--pipeline D<=64] "
+                        "[--requests N]\n");
+        return 64;
+    }
+    tokens = load_tokens(tokens_path, &ntokens);
+    if (ntokens == 0) {
+        fprintf(stderr, "tally-bench: no tokens in %s\n", tokens_path);
+        return 66;
+    }
+    c = calloc((size_t)conns, sizeof(*c));
+    lat = malloc((size_t)total * sizeof(*lat));
+    for (i = 0; i < conns; i++) {
+        struct proto_hello h = {PROTO_VERSION, PROTO_VERSION};
+        uint8_t f[PROTO_CLIENT_MSG_MAX];
+        c[i].sent_ns = calloc(RING, sizeof(int64_t));
+        c[i].fd = dial(sock, tcp);
+        if (c[i].fd < 0) {
+            fprintf(stderr, "tally-bench: cannot connect\n");
+            return 69;
+        }
+        proto_frame_reader_init(&c[i].r, c[i].rbuf, sizeof(c[i].rbuf));
+        if (!write_all(c[i].fd, f, proto_hello_encode(f, 0, &h)))
+            return 69;
+    }
+    t0 = now_ns();
+    while (done < total) {
+        struct pollfd pf[1000];
+        /* top every connection up to its pipeline depth, one write each */
+        for (i = 0; i < conns; i++) {
+            c[i].wlen = 0;
+            while (c[i].inflight < pipeline && sent < total) {
+                struct proto_check m;
+                uint32_t id = ++c[i].next_id;
+                memset(&m, 0, sizeof(m));
+                snprintf(m.token, sizeof(m.token), "%s", tokens[next_token++ % ntokens]);
+                snprintf(m.endpoint, sizeof(m.endpoint), "%s", endpoint);
+                c[i].wlen += proto_check_encode(c[i].wbuf + c[i].wlen, id, &m);
+                c[i].sent_ns[id % RING] = now_ns();
+                c[i].inflight++;
+                sent++;
+            }
+            if (c[i].wlen > 0 && !write_all(c[i].fd, c[i].wbuf, c[i].wlen)) {
+                fprintf(stderr, "tally-bench: connection lost\n");
+                return 69;
+            }
+            pf[i].fd = c[i].fd;
+            pf[i].events = POLLIN;
+            pf[i].revents = 0;
+        }
+        if (poll(pf, (nfds_t)conns, 10000) <= 0) {
+            fprintf(stderr, "tally-bench: no answer for 10 s\n");
+            return 69;
+        }
+        for (i = 0; i < conns; i++) {
+            struct proto_frame f;
+            uint8_t *space;
+            ssize_t got;
+            if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            {
+                size_t room = proto_frame_reader_space(&c[i].r, &space);
+                got = read(c[i].fd, space, room);
+            }
+            if (got <= 0) {
+                fprintf(stderr, "tally-bench: connection closed\n");
+                return 69;
+            }
+            proto_frame_reader_commit(&c[i].r, (size_t)got);
+            while (proto_frame_next(&c[i].r, &f) == TALLY_OK) {
+                struct proto_check_reply r;
+                if (f.type != PROTO_C_CHECK_REPLY)
+                    continue;
+                lat[done++] = now_ns() - c[i].sent_ns[f.request_id % RING];
+                c[i].inflight--;
+                if (proto_check_reply_decode(&f, &r) != TALLY_OK)
+                    other++;
+                else if (r.status == PROTO_ADMITTED)
+                    admitted++;
+                else if (r.status == PROTO_REFUSED)
+                    refused++;
+                else
+                    other++;
+            }
+        }
+    }
+    t1 = now_ns();
+    qsort(lat, (size_t)total, sizeof(*lat), cmp64);
+    if (other > 0)
+        fprintf(stderr, "tally-bench: %ld answers neither admitted nor refused\n", other);
+    printf("decisions_per_s=%.0f p50_us=%.1f p99_us=%.1f p999_us=%.1f admitted=%ld refused=%ld\n",
+           (double)total * 1e9 / (double)(t1 - t0), (double)lat[total / 2] / 1000.0,
+           (double)lat[total * 99 / 100] / 1000.0, (double)lat[total * 999 / 1000] / 1000.0,
+           admitted, refused);
+    return 0;
+}
