@@ -484,13 +484,14 @@ serve(struct tallyd *d)
         fail(TALLYD_EXIT_FAIL, "cannot listen on %s: %s", d->o->http, listen_error(rc));
         goto out;
     }
-    if (start_front(d) != TALLYD_EXIT_OK)
-        goto out;
+    /* Signals first: once the socket answers, a SIGTERM must find its handler. */
     if (uv_signal_start(&d->sig_int, on_signal, SIGINT) != 0 ||
         uv_signal_start(&d->sig_term, on_signal, SIGTERM) != 0) {
         fail(TALLYD_EXIT_FAIL, "cannot watch SIGINT and SIGTERM");
         goto out;
     }
+    if (start_front(d) != TALLYD_EXIT_OK)
+        goto out;
     log_start(d, port);
     code = TALLYD_EXIT_OK;
 out:

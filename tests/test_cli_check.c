@@ -265,6 +265,26 @@ test_concurrent_processes_admit_exactly_the_limit(void **state)
     assert_int_equal(refused, PROCS - 6);
 }
 
+static void
+test_no_daemon_is_unavailable(void **state)
+{
+    struct env *e = *state;
+
+    assert_int_equal(test_daemon_stop(&e->d), 0);
+    assert_int_equal(test_tally(e->data, &o, "check", e->token, "search", NULL), 3);
+    assert_non_null(strstr(o.err, "tallyd is not running"));
+    assert_string_equal(o.out, "");
+    /* a change with no daemon running is fine: it reads the database at start */
+    assert_int_equal(test_tally(e->data, &o, "link", "revoke", e->token2, NULL), 0);
+    if (test_daemon_start(&e->d, e->data, "--wait-ms=3000", NULL) != 0) {
+        size_t len = 0;
+        char *log = test_read_file(e->d.log, &len);
+        fail_msg("tallyd did not restart: %s", log != NULL ? log : "(no log)");
+    }
+    assert_int_equal(test_tally(e->data, &o, "check", e->token2, "search", NULL), 2);
+    assert_int_equal(test_tally(e->data, &o, "check", e->token, "search", NULL), 0);
+}
+
 int
 main(void)
 {
@@ -277,6 +297,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_concurrency_slots, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_processes_admit_exactly_the_limit, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_no_daemon_is_unavailable, setup, teardown),
     };
     return cmocka_run_group_tests_name("cli_check", tests, NULL, NULL);
 }
