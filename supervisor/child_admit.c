@@ -34,9 +34,8 @@ sup__child_lease_by_id(struct child_link *k, uint64_t id)
 }
 
 bool
-sup__child_link_idle(const struct child_link *k, int64_t now_mono)
+sup__child_link_idle(const struct child_link *k)
 {
-    (void)now_mono;
     for (int j = 0; j < CHILD_LEASES; j++) {
         if (k->l[j].state != CL_FREE)
             return false;

@@ -131,11 +131,11 @@ sup__child_link_get(sup_child *c, const char *id, int *rc, int32_t *index)
         return NULL;
     }
     if (c->link_count == c->max_links) {
-        int64_t now = c->last_reply_mono; /* any instant: idle links have nothing timed */
         uint32_t v;
 
+        /* A link with no lease, nothing asked and no debt: only caches are lost with it. */
         for (v = 0; v < c->max_links; v++) {
-            if (!link_in_flight(c, (int32_t)v) && sup__child_link_idle(c->links[v], now))
+            if (!link_in_flight(c, (int32_t)v) && sup__child_link_idle(c->links[v]))
                 break;
         }
         if (v == c->max_links) {

@@ -114,8 +114,8 @@ rerun_link(struct front_child *fc, const char *link)
 }
 
 /* Writes the child's pending rows in one transaction, then tells it they are
- * durable. Returns the links whose parked requests may go on. */
-static void
+ * durable (which may re-run parked requests). Returns how many rows it wrote. */
+static size_t
 persist(struct front_child *fc)
 {
     struct sup_child_persist p[PERSIST_BATCH];
@@ -126,7 +126,7 @@ persist(struct front_child *fc)
     while (n < PERSIST_BATCH && sup_child_next_persist(fc->child, &p[n]) == TALLY_OK)
         n++;
     if (n == 0)
-        return;
+        return 0;
     rc = store_db_begin(fc->db);
     for (i = 0; i < n && rc == TALLY_OK; i++) {
         sqlite3_stmt *st;
@@ -152,7 +152,7 @@ persist(struct front_child *fc)
                 "{\"level\":\"error\",\"event\":\"child_write_failed\",\"tenant\":\"%s\","
                 "\"endpoint\":\"%s\",\"error\":\"%s\"}\n",
                 fc->tenant, fc->endpoint, tally_strerror(rc));
-        return;
+        return 0;
     }
     for (i = 0; i < n; i++) {
         struct sup_child_event ev;
@@ -161,6 +161,7 @@ persist(struct front_child *fc)
         if (ev.kind == SUP_EV_LINK)
             rerun_link(fc, ev.link);
     }
+    return n;
 }
 
 /* ---- parked requests ---- */
@@ -429,7 +430,9 @@ front_child_pump(struct front_child *fc)
         sup_child_set_connected(fc->child, false, now);
         sup_child_set_connected(fc->child, true, now);
     }
-    for (guard = 0; guard < 4; guard++) {
+    /* Messages and writes feed each other (a durable mark re-runs requests that
+     * may ask for a lease): go on until a round does neither. */
+    for (guard = 0; guard < 16; guard++) {
         bool sent = false;
         while (sup_child_next_message(fc->child, now, &m) == TALLY_OK) {
             size_t len = 0;
@@ -443,8 +446,7 @@ front_child_pump(struct front_child *fc)
                 sent = true;
             }
         }
-        persist(fc); /* may re-run parked requests, which may queue more */
-        if (!sent)
+        if (persist(fc) == 0 && !sent)
             break;
     }
     if (fc->timer_live)

@@ -128,14 +128,15 @@ sup__record_reply(const sup_ledger *l, const struct sup_record *rec, struct prot
     }
 }
 
-/* Caches the reply of a record in its child's durable window. */
-static void
-cache_durable(sup_ledger *l, struct sup_peer *peer, const struct sup_record *rec)
+void
+sup__cache_durable(sup_ledger *l, struct sup_peer *peer, const struct sup_record *rec)
 {
-    struct sup_cached *c = &peer->durable[rec->origin.seq % SUP_DEDUPE];
+    struct sup_record *c = &peer->durable[rec->origin.seq % SUP_DEDUPE];
 
-    c->seq = rec->origin.seq;
-    sup__record_reply(l, rec, &c->reply);
+    (void)l;
+    /* The record itself, zero-filled plain data: its reply is rebuilt on demand. */
+    *c = *rec;
+    c->flags &= ~(uint32_t)SUP_RECF_CACHED;
     if (rec->origin.seq > peer->hwm_durable)
         peer->hwm_durable = rec->origin.seq;
 }
@@ -172,7 +173,7 @@ apply_hello(sup_ledger *l, const struct sup_record *rec)
     peer->hwm_volatile = 0;
     memset(peer->durable, 0, sizeof(peer->durable));
     memset(peer->volatile_, 0, sizeof(peer->volatile_));
-    cache_durable(l, peer, rec);
+    sup__cache_durable(l, peer, rec);
     return TALLY_OK;
 }
 
@@ -267,7 +268,7 @@ apply_acquire(sup_ledger *l, const struct sup_record *rec)
     } else if (!granted) {
         l->stats.denies++;
     }
-    cache_durable(l, peer, rec);
+    sup__cache_durable(l, peer, rec);
     return rc;
 }
 
@@ -291,7 +292,7 @@ apply_debt(sup_ledger *l, const struct sup_record *rec)
         l->stats.debt_tokens += (uint64_t)rec->e[i].debt;
     }
     if (rc == TALLY_OK)
-        cache_durable(l, peer, rec);
+        sup__cache_durable(l, peer, rec);
     return rc;
 }
 
@@ -311,12 +312,16 @@ apply_slot(sup_ledger *l, const struct sup_record *rec)
         if (k == NULL)
             return rc;
         rc = sup__slots_ready(l, k);
-        if (rc == TALLY_OK)
-            rc = tenant_slot_charge(&k->slots, rec->now_ms, rec->ttl_ms, &id);
-        if (rc == TALLY_OK && id != rec->slot_id)
+        if (rc == TALLY_OK && rec->slot_id != l->slot_seq + 1)
             rc = TALLY_EINVAL;
         if (rc != TALLY_OK)
             return rc;
+        /* One id counter for the tenant: an evicted link's ids are never handed out again. */
+        k->slots.next_id = l->slot_seq;
+        rc = tenant_slot_charge(&k->slots, rec->now_ms, rec->ttl_ms, &id);
+        if (rc != TALLY_OK)
+            return rc;
+        l->slot_seq = id;
         l->stats.slot_grants++;
     } else {
         k = sup__link_find(l, rec->link);
@@ -325,7 +330,7 @@ apply_slot(sup_ledger *l, const struct sup_record *rec)
             (void)tenant_slot_release(&k->slots, rec->slot_id, rec->now_ms);
         l->stats.slot_releases++;
     }
-    cache_durable(l, peer, rec);
+    sup__cache_durable(l, peer, rec);
     return TALLY_OK;
 }
 
@@ -337,6 +342,12 @@ sup__apply(sup_ledger *l, const struct sup_record *rec)
 
     if (rec->now_ms > l->now_ms)
         l->now_ms = rec->now_ms;
+    if ((rec->flags & SUP_RECF_CACHED) || rec->kind >= SUP_REC_SNAP_LEDGER) {
+        rc = sup__apply_snapshot(l, rec);
+        if (rc == TALLY_OK)
+            l->stats.records++;
+        return rc;
+    }
     switch (rec->kind) {
     case SUP_REC_HELLO:
         rc = apply_hello(l, rec);
@@ -351,7 +362,7 @@ sup__apply(sup_ledger *l, const struct sup_record *rec)
         if (peer == NULL)
             return TALLY_EINVAL;
         apply_report(l, rec);
-        cache_durable(l, peer, rec);
+        sup__cache_durable(l, peer, rec);
         break;
     }
     case SUP_REC_DEBT:
@@ -385,7 +396,17 @@ record_names_ok(const struct sup_record *rec)
     switch (rec->kind) {
     case SUP_REC_EXPIRE:
     case SUP_REC_EPOCH:
+    case SUP_REC_SNAP_LEDGER:
         return true;
+    case SUP_REC_SNAP_CELL:
+    case SUP_REC_SNAP_GCRA:
+        return (rec->endpoint[0] == '\0' || tenant_name_valid(rec->endpoint)) &&
+               (rec->link[0] == '\0' || tenant_link_id_valid(rec->link));
+    case SUP_REC_SNAP_LEASE:
+        return tenant_name_valid(rec->origin.child) && tenant_name_valid(rec->endpoint) &&
+               tenant_link_id_valid(rec->link);
+    case SUP_REC_SNAP_SLOT:
+        return tenant_link_id_valid(rec->link);
     case SUP_REC_ACQUIRE:
         return tenant_name_valid(rec->origin.child) && tenant_link_id_valid(rec->link) &&
                tenant_name_valid(rec->endpoint);

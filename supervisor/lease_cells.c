@@ -159,6 +159,65 @@ sup__path_charge_debt(sup_ledger *l, struct sup_path *p, int64_t now_ms, int64_t
     return TALLY_OK;
 }
 
+bool
+sup__cell_live(const struct sup_cell *c, int64_t now_ms)
+{
+    int64_t end_ms;
+
+    if (c->period_ms == 0 || (c->granted == 0 && c->credited == 0 && c->debt == 0))
+        return false;
+    end_ms = tenant_window_end_ms(c->window_id, c->period_ms);
+    return end_ms < 0 || end_ms > now_ms;
+}
+
+bool
+sup__gcra_live(const struct tenant_gcra_state *g, int i, int64_t now_ms)
+{
+    return g->period_ms[i] != 0 &&
+           (g->tat_ms[i] > now_ms || (g->tat_ms[i] == now_ms && g->tat_frac[i] > 0));
+}
+
+bool
+sup__budget_idle(const struct sup_budget *b, int64_t now_ms)
+{
+    if (b->leases_out != 0)
+        return false;
+    for (int i = 0; i < TENANT_MAX_WINDOWS; i++) {
+        if (sup__cell_live(&b->cells[i], now_ms) || sup__gcra_live(&b->gcra, i, now_ms))
+            return false;
+    }
+    return true;
+}
+
+bool
+sup__link_idle(const struct sup_link *k, int64_t now_ms)
+{
+    if (k->leases != 0 || !sup__budget_idle(&k->b, now_ms))
+        return false;
+    if (k->slot_v != NULL && tenant_slot_held(&k->slots, now_ms) != 0)
+        return false;
+    for (const struct sup_pair *p = k->pairs; p != NULL; p = p->next) {
+        if (!sup__budget_idle(&p->b, now_ms))
+            return false;
+    }
+    return true;
+}
+
+void
+sup__path_note(sup_ledger *l, struct sup_path *p, struct sup_lease *lease)
+{
+    (void)l;
+    for (int kind = 0; kind < SUP_BUDGETS; kind++) {
+        const struct tenant_limits *ls = p->ls[kind];
+
+        if (p->b[kind] == NULL)
+            continue;
+        p->b[kind]->leases_out++;
+        for (uint32_t i = 0; ls != NULL && p->alg[kind] == TENANT_ALG_WINDOW && i < ls->count; i++)
+            lease->periods[kind][i] = ls->v[i].period_ms;
+    }
+}
+
 int
 sup__path_reserve(sup_ledger *l, struct sup_path *p, struct sup_lease *lease)
 {

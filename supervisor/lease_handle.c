@@ -23,17 +23,23 @@ sup__reply_error(struct proto_lease_msg *reply, const struct proto_lease_msg *in
     reply->error.retry_after_ms = retry_after_ms;
 }
 
-static const struct proto_lease_msg *
-dedupe_find(const struct sup_peer *peer, uint64_t seq)
+/* The reply already given to `seq`, into *reply; false when there is none. */
+static bool
+dedupe_find(const sup_ledger *l, const struct sup_peer *peer, uint64_t seq,
+            struct proto_lease_msg *reply)
 {
-    const struct sup_cached *d = &peer->durable[seq % SUP_DEDUPE];
+    const struct sup_record *d = &peer->durable[seq % SUP_DEDUPE];
     const struct sup_cached *v = &peer->volatile_[seq % SUP_DEDUPE];
 
-    if (d->seq == seq)
-        return &d->reply;
-    if (v->seq == seq)
-        return &v->reply;
-    return NULL;
+    if (d->origin.seq == seq) {
+        sup__record_reply(l, d, reply);
+        return true;
+    }
+    if (v->seq == seq) {
+        *reply = v->reply;
+        return true;
+    }
+    return false;
 }
 
 static void
@@ -183,7 +189,7 @@ decide_slot_acquire(sup_ledger *l, int64_t now_ms, const struct proto_lease_msg 
     sup__record_init(l, rec, SUP_REC_SLOT_GRANT, in, now_ms);
     snprintf(rec->link, sizeof(rec->link), "%s", s->link);
     snprintf(rec->endpoint, sizeof(rec->endpoint), "%s", s->endpoint);
-    rec->slot_id = (k != NULL && k->slot_v != NULL ? k->slots.next_id : 0) + 1;
+    rec->slot_id = l->slot_seq + 1;
     rec->ttl_ms = l->slot_ttl_ms;
     return true;
 }
@@ -218,7 +224,6 @@ origin_check(sup_ledger *l, const struct proto_lease_msg *in, struct proto_lease
 {
     int pi = sup__peer_find(l, in->origin.child);
     const struct sup_peer *peer = pi >= 0 ? l->peers[pi] : NULL;
-    const struct proto_lease_msg *cached;
     uint64_t hwm;
 
     if (peer == NULL || in->origin.incarnation > peer->incarnation) {
@@ -230,10 +235,8 @@ origin_check(sup_ledger *l, const struct proto_lease_msg *in, struct proto_lease
         sup__reply_error(reply, in, PROTO_LEASE_E_STALE, 0);
         return -1;
     }
-    cached = dedupe_find(peer, in->origin.seq);
-    if (cached != NULL) {
+    if (dedupe_find(l, peer, in->origin.seq, reply)) {
         l->stats.duplicates++;
-        *reply = *cached;
         return -1;
     }
     hwm = peer->hwm_durable > peer->hwm_volatile ? peer->hwm_durable : peer->hwm_volatile;
@@ -266,9 +269,8 @@ sup_ledger_handle(sup_ledger *l, int64_t now_ms, const struct proto_lease_msg *i
     if (in->type == PROTO_LEASE_HELLO) {
         pi = sup__peer_find(l, in->origin.child);
         if (pi >= 0 && in->origin.incarnation == l->peers[pi]->incarnation &&
-            dedupe_find(l->peers[pi], in->origin.seq) != NULL) {
+            dedupe_find(l, l->peers[pi], in->origin.seq, reply)) {
             l->stats.duplicates++;
-            *reply = *dedupe_find(l->peers[pi], in->origin.seq);
             return TALLY_OK;
         }
         changes = decide_hello(l, now_ms, in, &rec, reply);

@@ -233,50 +233,11 @@ sup__link_find(const sup_ledger *l, const char *id)
     return i >= 0 ? l->links[i] : NULL;
 }
 
-static bool
-budget_idle(const struct sup_budget *b, int64_t now_ms)
-{
-    if (b->leases_out != 0)
-        return false;
-    for (int i = 0; i < TENANT_MAX_WINDOWS; i++) {
-        const struct sup_cell *c = &b->cells[i];
-        int64_t end_ms;
-
-        if (c->period_ms == 0 || (c->granted == 0 && c->credited == 0 && c->debt == 0))
-            continue;
-        end_ms = tenant_window_end_ms(c->window_id, c->period_ms);
-        if (end_ms < 0 || end_ms > now_ms)
-            return false;
-    }
-    for (int i = 0; i < TENANT_MAX_WINDOWS; i++) {
-        if (b->gcra.period_ms[i] == 0)
-            continue;
-        if (b->gcra.tat_ms[i] > now_ms || (b->gcra.tat_ms[i] == now_ms && b->gcra.tat_frac[i] > 0))
-            return false;
-    }
-    return true;
-}
-
-/* True iff evicting `k` at now_ms loses nothing: every window over, no lease, no held slot. */
-static bool
-link_idle(const struct sup_link *k, int64_t now_ms)
-{
-    if (k->leases != 0 || !budget_idle(&k->b, now_ms))
-        return false;
-    if (k->slot_v != NULL && tenant_slot_held(&k->slots, now_ms) != 0)
-        return false;
-    for (const struct sup_pair *p = k->pairs; p != NULL; p = p->next) {
-        if (!budget_idle(&p->b, now_ms))
-            return false;
-    }
-    return true;
-}
-
 static int
 link_victim(const sup_ledger *l)
 {
     for (uint32_t i = 0; i < l->max_links; i++) {
-        if (l->links[i] != NULL && link_idle(l->links[i], l->now_ms))
+        if (l->links[i] != NULL && sup__link_idle(l->links[i], l->now_ms))
             return (int)i;
     }
     return -1;

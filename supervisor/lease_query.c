@@ -1,8 +1,10 @@
 /*
  * Reading the ledger without changing it: counters for metrics, visitors over cells and leases
  * for the simulation's invariant checks, slots held per link, and a digest of the durable state.
- * The digest hashes each entity (budget, link, lease, child) on its own and adds the hashes up,
- * so it does not depend on table order; a live ledger and its replay must agree on it.
+ * The digest hashes what the state means at the ledger's clock (windows that ended, GCRA entries
+ * in the past, expired slots and idle links count as absent), each entity on its own, adding the
+ * hashes up so that table order does not matter; a live ledger, its replay and a snapshot's
+ * replay must agree on it.
  */
 #include "sup_lease_int.h"
 
@@ -148,45 +150,49 @@ fnv_i64(uint64_t h, int64_t v)
 
 #define FNV_START 14695981039346656037ULL
 
+/* What a budget means at now_ms: live cells and GCRA entries (an ended window or a TAT in the
+ * past equals a fresh one), and its lease count. */
 static uint64_t
-budget_hash(uint64_t h, const struct sup_budget *b)
+budget_hash(uint64_t h, const struct sup_budget *b, int64_t now_ms)
 {
     for (int i = 0; i < TENANT_MAX_WINDOWS; i++) {
         const struct sup_cell *c = &b->cells[i];
 
-        /* A cell that never counted anything equals a fresh one, whatever its window. */
-        if (c->granted == 0 && c->credited == 0 && c->debt == 0)
-            continue;
-        h = fnv_i64(h, c->period_ms);
-        h = fnv_i64(h, c->window_id);
-        h = fnv_i64(h, c->granted);
-        h = fnv_i64(h, c->credited);
-        h = fnv_i64(h, c->debt);
+        if (sup__cell_live(c, now_ms)) {
+            h = fnv_i64(h, c->period_ms);
+            h = fnv_i64(h, c->window_id);
+            h = fnv_i64(h, c->granted);
+            h = fnv_i64(h, c->credited);
+            h = fnv_i64(h, c->debt);
+        }
+        if (sup__gcra_live(&b->gcra, i, now_ms)) {
+            h = fnv_i64(h, b->gcra.period_ms[i]);
+            h = fnv_i64(h, b->gcra.n[i]);
+            h = fnv_i64(h, b->gcra.tat_ms[i]);
+            h = fnv_i64(h, b->gcra.tat_frac[i]);
+        }
     }
-    h = fnv(h, &b->gcra, sizeof(b->gcra));
     return fnv_i64(h, b->leases_out);
 }
 
 static uint64_t
-link_hash_state(const struct sup_link *k)
+link_hash_state(const struct sup_link *k, int64_t now_ms)
 {
     uint64_t h = fnv(FNV_START, k->id, strlen(k->id)), sum = 0;
 
-    h = budget_hash(h, &k->b);
+    h = budget_hash(h, &k->b, now_ms);
     h = fnv_i64(h, k->leases);
-    for (const struct sup_pair *p = k->pairs; p != NULL; p = p->next)
-        sum += budget_hash(fnv(FNV_START, p->endpoint, strlen(p->endpoint)), &p->b);
-    h = fnv_i64(h, (int64_t)sum);
-    if (k->slot_v != NULL) {
-        sum = 0;
-        for (int64_t i = 0; i < k->slot_cap; i++) {
-            if (k->slot_v[i].id != 0)
-                sum += fnv_i64(fnv_i64(FNV_START, k->slot_v[i].id), k->slot_v[i].expires_ms);
-        }
-        h = fnv_i64(h, k->slots.next_id);
-        h = fnv_i64(h, (int64_t)sum);
+    for (const struct sup_pair *p = k->pairs; p != NULL; p = p->next) {
+        if (!sup__budget_idle(&p->b, now_ms))
+            sum += budget_hash(fnv(FNV_START, p->endpoint, strlen(p->endpoint)), &p->b, now_ms);
     }
-    return h;
+    h = fnv_i64(h, (int64_t)sum);
+    sum = 0;
+    for (int64_t i = 0; k->slot_v != NULL && i < k->slot_cap; i++) {
+        if (k->slot_v[i].id != 0 && k->slot_v[i].expires_ms > now_ms)
+            sum += fnv_i64(fnv_i64(FNV_START, k->slot_v[i].id), k->slot_v[i].expires_ms);
+    }
+    return fnv_i64(h, (int64_t)sum);
 }
 
 static uint64_t
@@ -213,9 +219,9 @@ peer_hash(const struct sup_peer *p)
     h = fnv_i64(h, (int64_t)p->incarnation);
     h = fnv_i64(h, (int64_t)p->hwm_durable);
     h = fnv_i64(h, p->leases);
-    /* Cached replies are built zero-filled (sup__record_reply), so bytes compare. */
+    /* Cached records are zero-filled plain data, so bytes compare. */
     for (int i = 0; i < SUP_DEDUPE; i++) {
-        if (p->durable[i].seq != 0)
+        if (p->durable[i].origin.seq != 0)
             h = fnv(h, &p->durable[i], sizeof(p->durable[i]));
     }
     return h;
@@ -229,13 +235,16 @@ sup_ledger_digest(const sup_ledger *l)
     h = fnv_i64(h, l->now_ms);
     h = fnv_i64(h, (int64_t)l->epoch);
     h = fnv_i64(h, (int64_t)l->next_lease_id);
+    h = fnv_i64(h, l->slot_seq);
     h = fnv_i64(h, l->lease_count);
-    h = budget_hash(h, &l->plan_b);
+    h = budget_hash(h, &l->plan_b, l->now_ms);
     for (size_t i = 0; i < l->ep_count; i++)
-        h = budget_hash(fnv(h, l->eps[i].policy.name, strlen(l->eps[i].policy.name)), &l->eps[i].b);
+        h = budget_hash(fnv(h, l->eps[i].policy.name, strlen(l->eps[i].policy.name)), &l->eps[i].b,
+                        l->now_ms);
+    /* An idle link equals no link at all: evicting it, or not recreating it, changes nothing. */
     for (uint32_t i = 0; i < l->max_links; i++) {
-        if (l->links[i] != NULL)
-            sum += link_hash_state(l->links[i]);
+        if (l->links[i] != NULL && !sup__link_idle(l->links[i], l->now_ms))
+            sum += link_hash_state(l->links[i], l->now_ms);
     }
     h = fnv_i64(h, (int64_t)sum);
     sum = 0;

@@ -114,7 +114,7 @@ struct child_lease *sup__child_lease_add(sup_child *c, struct child_link *k,
                                          const struct child_req *r, int64_t now_mono);
 struct child_lease *sup__child_lease_by_id(struct child_link *k, uint64_t id);
 /** True iff nothing of `k` would be lost by forgetting it. */
-bool sup__child_link_idle(const struct child_link *k, int64_t now_mono);
+bool sup__child_link_idle(const struct child_link *k);
 
 /* child_wire.c */
 struct child_req *sup__child_req_new(sup_child *c, uint8_t type, int32_t link, int64_t now_mono);

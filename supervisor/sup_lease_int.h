@@ -65,7 +65,7 @@ struct sup_peer { /* the ledger's view of one child counter */
     uint64_t incarnation;
     uint64_t hwm_durable;                    /* highest seq with a record */
     uint64_t hwm_volatile;                   /* highest seq answered without one */
-    struct sup_cached durable[SUP_DEDUPE];   /* replies with records: rebuilt by replay */
+    struct sup_record durable[SUP_DEDUPE];   /* records of the last seqs, for their replies */
     struct sup_cached volatile_[SUP_DEDUPE]; /* replies without: lost on restart */
     uint32_t leases;
 };
@@ -94,6 +94,7 @@ struct sup_ledger {
     int64_t now_ms; /* high-water mark of recorded times */
     uint64_t epoch;
     uint64_t next_lease_id; /* last id handed out */
+    int64_t slot_seq;       /* last slot id handed out, for every link: ids never repeat */
 
     struct sup_budget plan_b;
     struct sup_link **links; /* max_links entries, NULL = free */
@@ -152,6 +153,9 @@ int sup__budget_view(const struct sup_path *p, int kind, int64_t eval_ms,
                      struct tenant_budget *out /* OUT */);
 /** Charges debt `d` to every budget of path `p` at now_ms (cells roll first). */
 int sup__path_charge_debt(sup_ledger *l, struct sup_path *p, int64_t now_ms, int64_t d);
+/** Counts `lease` on every budget of `p` and notes its cells, charging nothing (a snapshot
+ *  restores the counts themselves). */
+void sup__path_note(sup_ledger *l, struct sup_path *p, struct sup_lease *lease);
 /** Reserves lease->n on every budget of `p` at lease->granted_ms (cells roll first), noting the
  *  cells in lease->periods and counting the lease on each budget. */
 int sup__path_reserve(sup_ledger *l, struct sup_path *p, struct sup_lease *lease);
@@ -163,6 +167,18 @@ void sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int6
 struct sup_lease *sup__lease_find(const sup_ledger *l, uint64_t id);
 /** Applies one record, live or replayed: the only writer of durable state. */
 int sup__apply(sup_ledger *l, const struct sup_record *rec);
+/** Caches `rec` (borrowed, copied) in its child's durable window. */
+void sup__cache_durable(sup_ledger *l, struct sup_peer *peer, const struct sup_record *rec);
+/** Applies a SNAP_* record or a cached copy (lease_snapshot.c). */
+int sup__apply_snapshot(sup_ledger *l, const struct sup_record *rec);
+/** True iff cell `c` counts something in a window not over at now_ms. */
+bool sup__cell_live(const struct sup_cell *c, int64_t now_ms);
+/** True iff GCRA entry `i` of `g` is still ahead of now_ms (else it equals a fresh one). */
+bool sup__gcra_live(const struct tenant_gcra_state *g, int i, int64_t now_ms);
+/** True iff `b` holds nothing that matters at now_ms: no lease, no live cell or GCRA entry. */
+bool sup__budget_idle(const struct sup_budget *b, int64_t now_ms);
+/** True iff forgetting `k` at now_ms loses nothing: idle budgets, no lease, no held slot. */
+bool sup__link_idle(const struct sup_link *k, int64_t now_ms);
 /** Applies `rec` and appends it to `out` (which must have room). */
 int sup__commit(sup_ledger *l, const struct sup_record *rec, struct sup_records *out);
 /** Builds the reply a record answers with (ACQUIRE, RETURN, HELLO, DEBT, SLOT_*). */

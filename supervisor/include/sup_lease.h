@@ -15,6 +15,8 @@
  *            A crash before the commit loses records and replies together, which is safe: the
  *            children retransmit with the same origin.
  *   reload:  sup_ledger_configure() with the new plan and policies.
+ *   compact: now and then, between batches: sup_ledger_snapshot(), and in one transaction
+ *            replace the stored journal by the snapshot's records.
  * Replaying the journal from the start rebuilds exactly the state the live ledger had (the same
  * sup_ledger_digest()), duplicate-reply cache of state-changing replies included, as long as the
  * configuration is the same; after a configuration change, records are charged to the windows
@@ -86,6 +88,16 @@ enum sup_record_kind {
     SUP_REC_SLOT_RELEASE = 6, /* slot freed */
     SUP_REC_EXPIRE = 7,       /* lease closed as spent by the timer */
     SUP_REC_EPOCH = 8,        /* supervisor (re)started */
+    /* A snapshot (sup_ledger_snapshot) rebuilds the state with these, in this order: */
+    SUP_REC_SNAP_LEDGER = 9, /* clock (now_ms), epoch, last lease id (lease_id), last slot id
+                                (v[0]) */
+    SUP_REC_SNAP_PEER = 10,  /* a child: origin = (name, incarnation, highest recorded seq) */
+    SUP_REC_SNAP_CELL = 11,  /* scope, endpoint, link, period_ms; v = window, G, C, D */
+    SUP_REC_SNAP_GCRA = 12,  /* scope, endpoint, link, entry `count`, period_ms; v = n, tat_ms,
+                                tat_frac, last_now_ms */
+    SUP_REC_SNAP_LEASE = 13, /* lease_id, origin (holder), endpoint, link, n, now_ms (granted),
+                                deadline_ms */
+    SUP_REC_SNAP_SLOT = 14,  /* a held slot: link, slot_id; v[0] = expires */
 };
 #define SUP_RECORD_VERSION 1
 
@@ -94,6 +106,7 @@ enum sup_record_flags {
     SUP_RECF_PASS = 1 << 1,          /* ACQUIRE: pass-through grant or prefetch refusal */
     SUP_RECF_REPORT_CREDIT = 1 << 2, /* ACQUIRE/RETURN: the report credited n - used */
     SUP_RECF_REPORT_SPENT = 1 << 3,  /* ACQUIRE/RETURN: the lease was past its deadline: spent */
+    SUP_RECF_CACHED = 1 << 4,        /* snapshot: a copy of a record kept only for its reply */
 };
 
 struct sup_record {
@@ -119,8 +132,10 @@ struct sup_record {
     uint32_t scope;      /* ACQUIRE denied: enum tenant_scope */
     uint32_t deny_flags; /* enum proto_lease_deny_flags */
     int64_t slot_id;     /* SLOT_GRANT, SLOT_RELEASE */
-    uint32_t count;      /* DEBT: entries */
+    uint32_t count;      /* DEBT: entries; SNAP_GCRA: entry index */
     uint32_t error;      /* ACQUIRE answered with ERROR: enum proto_lease_error_code */
+    int64_t period_ms;   /* SNAP_CELL, SNAP_GCRA */
+    int64_t v[4];        /* SNAP_*: values, as listed with the kinds */
     struct {
         char link[PROTO_LEASE_LINK_BUF];
         int64_t debt;
@@ -174,6 +189,13 @@ TALLY_MUST_CHECK int sup_ledger_configure(sup_ledger *l, const struct tenant_pla
 /** Re-applies a stored record (borrowed). Records must be replayed in the order they were
  *  appended. TALLY_OK, TALLY_EINVAL for a record this ledger cannot have written, TALLY_ENOMEM. */
 TALLY_MUST_CHECK int sup_ledger_replay(sup_ledger *l, const struct sup_record *rec);
+/** Appends to `out` the records that rebuild the ledger's durable state from nothing: replayed
+ *  alone, in order, into a fresh ledger with the same configuration, they give the same
+ *  sup_ledger_digest (cached replies included). For journal compaction: in one transaction,
+ *  delete the journal and store these. TALLY_OK, or TALLY_ETOOBIG with *needed set (nothing
+ *  appended) when `out` has fewer than *needed free entries. */
+TALLY_MUST_CHECK int sup_ledger_snapshot(const sup_ledger *l, struct sup_records *out,
+                                         size_t *needed /* OUT */);
 /** Starts a new epoch after replay: appends one EPOCH record to `out` (needs one free entry). */
 TALLY_MUST_CHECK int sup_ledger_start(sup_ledger *l, int64_t now_ms, struct sup_records *out);
 /** Handles one decoded request `in` (borrowed) at now_ms: fills *reply (always, for a request
