@@ -6,9 +6,9 @@
  * notification every changing command sends so a running daemon re-reads
  * the configuration before the command returns.
  */
-#include "tally_cli.h"
-#include "tally.h"
 #include "proto_client.h"
+#include "tally.h"
+#include "tally_cli.h"
 #include "tenant_config.h"
 
 #include <sodium.h>
@@ -94,8 +94,8 @@ cli_check(struct cli *c)
         const char *v;
         if ((v = tenant_opt_value(c->argc, c->argv, &i, "--cost", &missing)) != NULL) {
             if (tenant_cost_parse(v, &cost) != TALLY_OK)
-                return cli_fail(EXIT_USAGE,
-                                "invalid --cost '%.80s': a whole number from 1 to 2^32", v);
+                return cli_fail(EXIT_USAGE, "invalid --cost '%.80s': a whole number from 1 to 2^32",
+                                v);
         } else if ((v = tenant_opt_value(c->argc, c->argv, &i, "--socket", &missing)) != NULL) {
             sock = v;
         } else {

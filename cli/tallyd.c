@@ -11,11 +11,11 @@
  */
 #include "proto_http.h"
 #include "store.h"
-#include "tallyd_http.h"
 #include "sup_front.h"
 #include "sup_paths.h"
 #include "sup_process.h"
 #include "sup_sock.h"
+#include "tallyd_http.h"
 #include "tenant.h"
 
 #include <signal.h>
@@ -35,7 +35,6 @@ enum tallyd_exit {
     TALLYD_EXIT_USAGE = 64,
     TALLYD_EXIT_CONFIG = 78
 };
-
 
 static const char usage_text[] =
     "usage: tallyd [--data DIR] [--http ADDR:PORT] [--socket PATH]\n"
@@ -179,9 +178,8 @@ parse_ms(const char *s, int64_t min, int64_t max, int64_t dflt, int64_t *out)
 static int
 parse_args(int argc, char **argv, struct opts *o)
 {
-    static const char *const names[] = {"--data",    "--http",         "--socket",
-                                        "--durability", "--wait-ms", "--idle-exit-ms",
-                                        "--supervise"};
+    static const char *const names[] = {"--data",    "--http",         "--socket",   "--durability",
+                                        "--wait-ms", "--idle-exit-ms", "--supervise"};
     const char **slots[] = {&o->data,    &o->http,         &o->socket,   &o->durability,
                             &o->wait_ms, &o->idle_exit_ms, &o->supervise};
     struct sockaddr_un sun;

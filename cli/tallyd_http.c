@@ -24,7 +24,7 @@ struct http_req {
     bool head;
     bool deny_403;
     bool busy;
-    bool answered; /* answered while the handler was still running */
+    bool answered;         /* answered while the handler was still running */
     struct http_req *next; /* free list, or busy list */
     struct http_req *prev;
 };
@@ -160,9 +160,9 @@ write_check(struct tallyd_http *h, struct http_req *q, struct proto_http_respons
             snprintf(v, sizeof(v), "%lld", (long long)(secs > 0 ? secs : 1));
             proto_http_response_header(resp, "Retry-After", v);
         }
-        proto_http_response_printf(resp,
-                                   "{\"error\":\"rate_limited\",\"scope\":\"%s\",\"retry_after\":%s}",
-                                   scope_name(r->scope), secs >= 0 ? v : "null");
+        proto_http_response_printf(
+            resp, "{\"error\":\"rate_limited\",\"scope\":\"%s\",\"retry_after\":%s}",
+            scope_name(r->scope), secs >= 0 ? v : "null");
         return;
     case PROTO_UNAUTHORIZED:
         h->status_count[2]++;
@@ -174,9 +174,9 @@ write_check(struct tallyd_http *h, struct http_req *q, struct proto_http_respons
         return;
     case PROTO_UNAVAILABLE:
         h->status_count[4]++;
-        snprintf(v, sizeof(v), "%lld", (long long)((r->retry_after_ms + 999) / 1000 > 0
-                                                       ? (r->retry_after_ms + 999) / 1000
-                                                       : 1));
+        snprintf(v, sizeof(v), "%lld",
+                 (long long)((r->retry_after_ms + 999) / 1000 > 0 ? (r->retry_after_ms + 999) / 1000
+                                                                  : 1));
         proto_http_response_header(resp, "Retry-After", v);
         proto_http_response_error(resp, 503, "unavailable", r->detail);
         return;
@@ -328,10 +328,10 @@ metric(struct proto_http_response *resp, const char *name, const char *type, con
 static void
 handle_metrics(struct tallyd_http *h, struct proto_http_response *resp)
 {
-    static const char *const results[] = {"admitted", "refused",     "unauthorized",
+    static const char *const results[] = {"admitted",    "refused",     "unauthorized",
                                           "bad_request", "unavailable", "internal"};
-    static const char *const scopes[] = {"none", "plan", "link", "endpoint", "endpoint",
-                                         "concurrency"};
+    static const char *const scopes[] = {"none",     "plan",     "link",
+                                         "endpoint", "endpoint", "concurrency"};
     struct sup_front_stats fs;
     struct proto_http_stats hs;
     struct sup_sock_stats ss;
@@ -356,9 +356,9 @@ handle_metrics(struct tallyd_http *h, struct proto_http_response *resp)
     for (i = 1; i < 6; i++) {
         if (i == 4)
             continue;
-        proto_http_response_printf(resp, "tally_refusals_total{scope=\"%s\"} %llu\n", scopes[i],
-                                   (unsigned long long)(i == 3 ? endpoint_refusals
-                                                               : fs.refused_by_scope[i]));
+        proto_http_response_printf(
+            resp, "tally_refusals_total{scope=\"%s\"} %llu\n", scopes[i],
+            (unsigned long long)(i == 3 ? endpoint_refusals : fs.refused_by_scope[i]));
     }
     metric(resp, "tally_degraded_total", "counter", "Admissions under the degraded local limit.");
     proto_http_response_printf(resp, "tally_degraded_total %llu\n",
@@ -369,15 +369,14 @@ handle_metrics(struct tallyd_http *h, struct proto_http_response *resp)
     proto_http_response_printf(resp, "tally_lease_messages_total %llu\n",
                                (unsigned long long)fs.lease_messages);
     metric(resp, "tally_supervisor_events_total", "counter", "Supervisor processes by event.");
-    proto_http_response_printf(resp,
-                               "tally_supervisor_events_total{event=\"start\"} %llu\n"
-                               "tally_supervisor_events_total{event=\"restart\"} %llu\n"
-                               "tally_supervisor_events_total{event=\"idle_exit\"} %llu\n"
-                               "tally_supervisor_events_total{event=\"crash\"} %llu\n",
-                               (unsigned long long)fs.sup.starts,
-                               (unsigned long long)fs.sup.restarts,
-                               (unsigned long long)fs.sup.exits,
-                               (unsigned long long)fs.sup.crashes);
+    proto_http_response_printf(
+        resp,
+        "tally_supervisor_events_total{event=\"start\"} %llu\n"
+        "tally_supervisor_events_total{event=\"restart\"} %llu\n"
+        "tally_supervisor_events_total{event=\"idle_exit\"} %llu\n"
+        "tally_supervisor_events_total{event=\"crash\"} %llu\n",
+        (unsigned long long)fs.sup.starts, (unsigned long long)fs.sup.restarts,
+        (unsigned long long)fs.sup.exits, (unsigned long long)fs.sup.crashes);
     metric(resp, "tally_supervisors_live", "gauge", "Supervisor processes running.");
     proto_http_response_printf(resp, "tally_supervisors_live %u\n", fs.sup.live);
     metric(resp, "tally_child_counters", "gauge", "Child counters (tenant, endpoint) loaded.");

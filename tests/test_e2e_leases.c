@@ -219,10 +219,32 @@ test_plan_cap_shared_by_endpoints_and_links(void **state)
     *state = &e;
     make_env(&e, "60/365d", "100000/365d");
     start(&e, NULL);
-    /* the same cap, split over three endpoints (three child counters) and four links */
-    test_load_run(e.d.socket, e.tok, 4, "a", 100, 10, 20000, &ra);
-    test_load_run(e.d.socket, e.tok, 4, "b", 100, 10, 20000, &rb);
-    test_load_run(e.d.socket, e.tok, 4, "c", 100, 10, 20000, &rc);
+    /* the same cap, split over three endpoints (three child counters) and four
+     * links, all at once */
+    {
+        const char *eps[3] = {"a", "b", "c"};
+        struct test_load_result *res[3] = {&ra, &rb, &rc};
+        int fds[3];
+        pid_t pids[3];
+        for (int k = 0; k < 3; k++) {
+            int pfd[2];
+            assert_int_equal(pipe(pfd), 0);
+            pids[k] = fork();
+            if (pids[k] == 0) {
+                struct test_load_result r;
+                close(pfd[0]);
+                test_load_run(e.d.socket, e.tok, 4, eps[k], 100, 10, 20000, &r);
+                _exit(write(pfd[1], &r, sizeof(r)) == (ssize_t)sizeof(r) ? 0 : 1);
+            }
+            close(pfd[1]);
+            fds[k] = pfd[0];
+        }
+        for (int k = 0; k < 3; k++) {
+            assert_int_equal(read(fds[k], res[k], sizeof(*res[k])), (ssize_t)sizeof(*res[k]));
+            close(fds[k]);
+            waitpid(pids[k], NULL, 0);
+        }
+    }
     assert_int_equal(ra.lost + rb.lost + rc.lost, 0);
     fprintf(stderr, "admitted a=%d b=%d c=%d\n", ra.admitted, rb.admitted, rc.admitted);
     assert_true(ra.admitted + rb.admitted + rc.admitted <= 60);
@@ -297,7 +319,7 @@ chaos(int what)
     uint64_t seed = test_seed();
     int admitted = 0;
     int round;
-    const int n = 150;
+    const int n = 400;
     char limit[32];
 
     snprintf(limit, sizeof(limit), "%d/365d", n);

@@ -79,8 +79,8 @@ TALLY_MUST_CHECK int sup_front_open(uv_loop_t *loop, const struct sup_front_conf
 /** Decides a request; r->done runs exactly once unless sup_front_cancel() is called
  *  first. `token` (borrowed) is wiped from nothing: the caller owns it. cost 0 =
  *  the endpoint's default. */
-void sup_front_check(sup_front *f, struct sup_front_req *r, const char *token,
-                     const char *endpoint, int64_t cost);
+void sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const char *endpoint,
+                     int64_t cost);
 /** Releases slot `slot_id` of the token's link (idempotent). PROTO_ADMITTED when
  *  queued, PROTO_UNAUTHORIZED for a bad token, PROTO_BAD_REQUEST otherwise. */
 int sup_front_release(sup_front *f, const char *token, int64_t slot_id);

@@ -23,8 +23,7 @@ struct test_load_result {
 
 /** Sends `total` CHECKs of `endpoint` over `conns` connections to `socket`, tokens
  *  taken round-robin from tokens[0..ntokens-1]; waits at most timeout_ms. */
-void test_load_run(const char *socket, const char *const *tokens, int ntokens,
-                   const char *endpoint, int total, int conns, int timeout_ms,
-                   struct test_load_result *out);
+void test_load_run(const char *socket, const char *const *tokens, int ntokens, const char *endpoint,
+                   int total, int conns, int timeout_ms, struct test_load_result *out);
 
 #endif
