@@ -69,7 +69,8 @@ sup__child_retire(sup_child *c, struct child_link *k, struct child_lease *cl)
     if (cl->state != CL_LIVE)
         return;
     cl->state = CL_RETIRED;
-    cl->report_due = !cl->foreign && cl->used < cl->n;
+    cl->report_due = !cl->foreign;
+    cl->quiet = cl->used >= cl->n;
     cl->report_seq = 0;
     cl->delete_due = cl->row;
     /* Slow start: a lease that ends mostly unused was too big. */
@@ -78,7 +79,7 @@ sup__child_retire(sup_child *c, struct child_link *k, struct child_lease *cl)
         if (k->l_slow < c->l_min)
             k->l_slow = c->l_min;
     }
-    if (!cl->report_due && cl->used < cl->n)
+    if (cl->foreign && cl->used < cl->n)
         c->stats.leases_spent++; /* left over and never reported: spent */
 }
 
@@ -90,6 +91,10 @@ sup__child_link_roll(sup_child *c, struct child_link *k, int64_t now_mono)
 
         if (cl->state == CL_LIVE && now_mono >= cl->deadline_mono)
             sup__child_retire(c, k, cl);
+        /* Past its deadline a used-up lease is about to expire on its own. */
+        if (cl->state == CL_RETIRED && cl->quiet && cl->report_seq == 0 &&
+            now_mono >= cl->deadline_mono)
+            cl->report_due = false;
         /* Done: nothing to report, the row gone (or never written). */
         if (cl->state == CL_RETIRED && !cl->report_due && !cl->row)
             memset(cl, 0, sizeof(*cl));

@@ -13,8 +13,10 @@
 #include <stdio.h>
 #include <string.h>
 
-struct child_req *
-sup__child_req_new(sup_child *c, uint8_t type, int32_t link, int64_t now_mono)
+/* A free request entry, or NULL when the table is full or a new seq would stretch the seqs in
+ * flight beyond the supervisor's window. */
+static struct child_req *
+req_free(sup_child *c)
 {
     struct child_req *r = NULL;
     uint64_t oldest = c->next_seq + 1;
@@ -29,6 +31,16 @@ sup__child_req_new(sup_child *c, uint8_t type, int32_t link, int64_t now_mono)
     }
     if (r == NULL || c->next_seq + 1 - oldest >= CHILD_SEQ_WINDOW ||
         c->next_seq >= PROTO_LEASE_ID_MAX)
+        return NULL;
+    return r;
+}
+
+struct child_req *
+sup__child_req_new(sup_child *c, uint8_t type, int32_t link, int64_t now_mono)
+{
+    struct child_req *r = req_free(c);
+
+    if (r == NULL)
         return NULL;
     memset(r, 0, sizeof(*r));
     r->seq = ++c->next_seq;
@@ -70,12 +82,15 @@ req_send(sup_child *c, struct child_req *r, struct sup_time now, struct proto_le
 }
 
 static struct child_lease *
-report_ready(struct child_link *k)
+report_ready(struct child_link *k, bool on_acquire)
 {
     for (int j = 0; j < CHILD_LEASES; j++) {
         struct child_lease *cl = &k->l[j];
 
-        if (cl->state == CL_RETIRED && cl->report_due && cl->report_seq == 0 && !cl->row)
+        /* A lease with tokens left is reported only once its row is gone (it must never be
+         * both credited and resumed); a used-up one credits nothing and rides along. */
+        if (cl->state == CL_RETIRED && cl->report_due && cl->report_seq == 0 &&
+            (cl->quiet ? on_acquire : !cl->row))
             return cl;
     }
     return NULL;
@@ -97,7 +112,7 @@ build_acquire(sup_child *c, struct child_link *k, int32_t index, struct sup_time
     a->need = k->acq_need;
     a->want = sup__child_want(c, k, k->acq_need);
     a->rate_milli = k->rate_milli;
-    rep = report_ready(k);
+    rep = report_ready(k, true);
     if (rep != NULL) {
         /* The swap: the leftover of a lease no longer used rides on the renewal. */
         a->report_lease = rep->id;
@@ -120,7 +135,7 @@ static bool
 build_return(sup_child *c, struct child_link *k, int32_t index, struct sup_time now,
              struct proto_lease_msg *out)
 {
-    struct child_lease *rep = report_ready(k);
+    struct child_lease *rep = report_ready(k, false);
     struct child_req *r;
 
     if (rep == NULL)
@@ -467,10 +482,41 @@ sup_child_tick(sup_child *c, struct sup_time now)
     }
 }
 
+/* True iff a message or a write can be pulled right now. */
+static bool
+work_due(const sup_child *c)
+{
+    /* Messages only when one can go out (a full window would make this a busy loop). */
+    bool send = c->welcomed && req_free((sup_child *)c) != NULL;
+
+    for (uint32_t i = 0; i < c->link_hw; i++) {
+        const struct child_link *k = c->links[i];
+
+        if (k == NULL)
+            continue;
+        if (send && k->acq_due && k->acq_seq == 0)
+            return true;
+        for (int j = 0; j < CHILD_LEASES; j++) {
+            const struct child_lease *cl = &k->l[j];
+
+            if ((send && cl->state == CL_RETIRED && cl->report_due && cl->report_seq == 0 &&
+                 !cl->quiet && !cl->row) ||
+                (c->persist_marks && cl->state == CL_LIVE && cl->mark_want > cl->mark_sent) ||
+                (cl->state == CL_RETIRED && cl->delete_due))
+                return true;
+        }
+    }
+    return false;
+}
+
 int64_t
 sup_child_next_wake_ms(const sup_child *c)
 {
     int64_t next = INT64_MAX;
+
+    if (work_due(c))
+        return 0; /* something to send or write now: a caller that only follows this timer
+                     still never leaves an ACQUIRE or a mark behind */
 
     for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
         if (c->req[i].seq != 0 && c->req[i].next_mono < next &&

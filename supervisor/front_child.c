@@ -413,7 +413,9 @@ arm(struct front_child *fc)
         uv_timer_stop(&fc->timer);
         return;
     }
-    uv_timer_start(&fc->timer, on_timer, wake > now ? (uint64_t)(wake - now) : 0, 0);
+    /* At least 1 ms: a timer due "now" that finds nothing to do must not turn
+     * the loop into a busy wait. */
+    uv_timer_start(&fc->timer, on_timer, wake > now ? (uint64_t)(wake - now) : 1, 0);
 }
 
 void

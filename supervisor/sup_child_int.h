@@ -28,7 +28,9 @@ struct child_lease {
     bool pass;                                  /* a pass-through grant */
     bool foreign; /* resumed from an earlier incarnation: never reported */
     /* Retired: */
-    bool report_due;     /* n - used must be reported (own incarnation, used < n) */
+    bool report_due; /* n - used must be reported (own incarnation, used < n) */
+    bool quiet;      /* used up: reported only on an ACQUIRE going out anyway (until its deadline),
+                        so that the supervisor stops counting it as a holder; nothing to credit */
     uint64_t report_seq; /* the request carrying the report, 0 = none yet */
     bool row;            /* a row may exist in the file */
     bool delete_due;     /* a DELETE is to be handed out */

@@ -186,7 +186,8 @@ TALLY_MUST_CHECK int sup_child_on_message(sup_child *c, struct sup_time now,
                                           struct sup_child_event *ev /* OUT */);
 /** Runs the timers due at `now`: lease expiry, idle returns, prefetch by age, heartbeats. */
 void sup_child_tick(sup_child *c, struct sup_time now);
-/** Monotonic instant of the next timer (INT64_MAX when none). */
+/** Monotonic instant of the next timer (INT64_MAX when none; 0 when a message or a write can
+ *  be pulled right now). */
 int64_t sup_child_next_wake_ms(const sup_child *c);
 /** The caller's view of the connection: false makes the supervisor unreachable at once. */
 void sup_child_set_connected(sup_child *c, bool connected, struct sup_time now);
