@@ -1,0 +1,68 @@
+/*
+ * The deterministic simulation of the lease protocol (LEASES.md §3): one supervisor ledger and
+ * P child counters of one tenant, driven by a virtual clock in 1 ms steps, over a seeded network
+ * that loses, duplicates, delays and reorders encoded frames; supervisor crashes (rebuilt from
+ * the journal, records persisted before their replies leave), child crashes (memory lost, lease
+ * rows kept), unreachable periods, clock drift and backward steps of the supervisor's wall clock.
+ * sup_sim.c runs the world and the supervisor, sup_sim_child.c the children and their
+ * applications, sup_sim_check.c keeps the ground truth and checks I1-I8 after every step and
+ * every admission, sup_sim_end.c the end of a schedule. A violation fails the cmocka test with the
+ * schedule's seed and the instant.
+ */
+#ifndef SUP_SIM_H
+#define SUP_SIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sup_child.h"
+#include "sup_lease.h"
+
+#define SIM_MAX_CHILDREN 6
+#define SIM_MAX_LINKS    4
+#define SIM_FRAME_MAX    512
+#define SIM_NET_MAX      1024
+#define SIM_BATCH_MAX    256
+#define SIM_ROWS_MAX     64
+#define SIM_PQ_MAX       256
+#define SIM_PARK_MAX     64
+#define SIM_OPS_MAX      16
+#define SIM_INC_MAX      64
+
+struct sim_params {
+    uint64_t seed;
+    int children;        /* 2..SIM_MAX_CHILDREN */
+    int links;           /* 1..SIM_MAX_LINKS */
+    int64_t duration_ms; /* faults and load; then a quiet drain */
+    bool strict;         /* children persist marks */
+    bool faults;         /* false: a clean steady run (round-trip measurement) */
+    int loss_pct, dup_pct, delay_max_ms;
+    int write_max_ms; /* a child's row write completes 0..this ms after it is handed out */
+    int crash_after_report_pct; /* chance a child dies a few ms after it reports a lease */
+    int sup_crash_per_100k, child_crash_per_100k, partition_per_100k, clock_step_per_100k;
+    int compact_per_100k; /* replace the journal by a snapshot of the ledger */
+    int load_pct;         /* steady: chance per ms per stream of a request */
+    int demand_pct;       /* random: demand in busy phases, in % of the plan's first limit */
+    bool steady;          /* constant load, no idle phases, roomy limits */
+    bool realistic;       /* the library's default timers (5 s leases...) and 1 min windows */
+    bool verbose;
+};
+
+struct sim_result {
+    uint64_t admitted, degraded, refused, unavailable, waited, acquires, grants, denies;
+    uint64_t plan_refusals, sup_crashes, child_crashes, partitions, clock_steps, duplicates;
+    uint64_t slot_grants, slot_denies, replays, compactions;
+    int64_t stranded_max;       /* leased but unused elsewhere at a plan refusal */
+    int64_t stranded_bound_max; /* (P-1) * l_max at that moment */
+    double stranded_ratio_max;  /* stranded / ((P-1) * l_max) */
+    double stream_ratio_max;    /* stranded / (other lease-holding streams * l_max) */
+    int64_t stranded_pass_max;  /* the same in pass-through */
+    int64_t over_degraded_max;  /* admitted - N in a window, when positive */
+    int64_t debt_reported, debt_charged;
+    uint64_t late_admitted, late_acquires; /* in the second half of the run (after warm-up) */
+};
+
+/** Runs one schedule; fails the current cmocka test on the first violated invariant. */
+void sim_run(const struct sim_params *p, struct sim_result *r /* OUT */);
+
+#endif /* SUP_SIM_H */

@@ -1,0 +1,197 @@
+/*
+ * The simulated world shared by sup_sim.c (the world) and sup_sim_check.c (ground truth and
+ * invariants). Test code: bounded arrays, plain structs, no frees on the hot loop.
+ */
+#ifndef SUP_SIM_INT_H
+#define SUP_SIM_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sup_sim.h"
+
+#define SIM_MAP_CAP 8192 /* power of two */
+
+/* A small map from a 5-int key to 2 values (ground-truth counters). */
+struct sim_map_entry {
+    bool used;
+    int64_t k[5];
+    int64_t v[2];
+};
+
+/* What the simulation knows of a durable grant. */
+struct sim_lease {
+    bool known;
+    int child;
+    uint64_t inc;
+    int link, ep;
+    int64_t n, ttl_ms, eval_ms, t_grant; /* t_grant: true time the supervisor granted it */
+    int64_t t_send;                      /* true time its ACQUIRE was first sent */
+    bool reported;                       /* credited n - reported_used */
+    int64_t reported_used;
+    int64_t admitted;
+};
+
+struct sim_park {
+    int link;
+    int64_t cost, give_up;
+};
+
+/* An expensive operation: tokens admitted, then a slot asked for, held, released (or not). */
+struct sim_op {
+    uint64_t op;
+    int link;
+    uint64_t lease;
+    int64_t cost;
+    int64_t slot;      /* granted slot id, 0 none */
+    int64_t until;     /* true time to release; -1 never (the TTL reclaims it) */
+    int64_t held_from; /* true time the slot was granted */
+    int64_t sup_from;  /* ledger time of the grant */
+    int state;         /* 0 free, 1 waiting, 2 holding */
+};
+
+struct sim_child {
+    sup_child *c; /* NULL while crashed */
+    struct tenant_endpoint ep;
+    uint64_t inc;
+    int64_t down_until;
+    int64_t crash_at; /* a crash planned just after a report (0 = none) */
+    int64_t mono0, drift_ppm;
+    struct sup_child_lease_rec rows[SIM_ROWS_MAX]; /* its file */
+    int nrows;
+    struct {
+        struct sup_child_persist p;
+        int64_t at;
+    } pq[SIM_PQ_MAX]; /* writes in progress */
+    int npq;
+    struct sim_park park[SIM_PARK_MAX];
+    int npark;
+    bool ev_link[SIM_MAX_LINKS];
+    struct sim_op ops[SIM_OPS_MAX];
+    int64_t degraded_by_inc[SIM_INC_MAX];
+    int64_t phase_until[SIM_MAX_LINKS];
+    bool busy[SIM_MAX_LINKS];
+};
+
+struct sim_msg {
+    int64_t at;
+    uint64_t order;
+    int child;
+    bool to_sup;
+    uint16_t len;
+    uint8_t b[SIM_FRAME_MAX];
+};
+
+struct sim_reply {
+    int child;
+    uint16_t len;
+    uint8_t b[SIM_FRAME_MAX];
+};
+
+struct sim_world {
+    struct sim_params p;
+    struct sim_result *r;
+    uint64_t rng;
+    int64_t t;        /* true time, ms from the start */
+    int64_t wall_off; /* supervisor (and host) wall clock = t + wall_off */
+    int64_t wall_hw;  /* its high-water mark */
+    bool draining;    /* faults over, letting reports flow */
+    int64_t p10k;     /* chance per ms per stream of a request, in 1/10000 */
+    struct tenant_plan plan;
+    struct tenant_endpoint eps[SIM_MAX_CHILDREN];
+    char links[SIM_MAX_LINKS][PROTO_LEASE_LINK_BUF];
+    struct sup_ledger_config lcfg;
+
+    sup_ledger *sup; /* NULL while down */
+    int64_t sup_down_until;
+    bool crash_at_persist;
+    struct sup_record *journal;
+    size_t nj, capj;
+    struct sup_record batch[SIM_BATCH_MAX];
+    int64_t batch_t[SIM_BATCH_MAX];
+    size_t nb;
+    struct sim_reply replies[SIM_BATCH_MAX];
+    size_t nrep;
+
+    struct sim_msg *net;
+    size_t nnet;
+    uint64_t order;
+    int64_t partition_until;
+
+    struct sim_child ch[SIM_MAX_CHILDREN];
+    int64_t debt_charged[SIM_MAX_CHILDREN][SIM_INC_MAX]; /* durable debt per incarnation */
+    uint64_t compactions;
+
+    struct sim_lease *leases; /* by lease id */
+    size_t cap_leases;
+    struct sim_map_entry *counts;  /* (kind, ep, link, period, window) -> admitted, degraded */
+    struct sim_map_entry *windows; /* (kind, ep, link, period) -> highest window id seen */
+    struct sim_map_entry *replied; /* (child, inc, seq) -> hash of the durable reply */
+    struct sim_map_entry pending[SIM_BATCH_MAX]; /* the same for the batch not yet durable */
+    size_t npending;
+    struct sim_map_entry *cells; /* I1 snapshot: (kind, ep, link, period) -> G, window */
+    size_t checked_nj;           /* journal length at the last cell check */
+    uint64_t dup_seen;           /* duplicates handled: every 8th gets a digest check */
+};
+
+#define SIM_EXPENSIVE 1 /* index of the child of the expensive endpoint */
+
+/* sup_sim.c */
+void sim_net_push(struct sim_world *w, bool to_sup, int child, const uint8_t *b, size_t len);
+void sim_encode(const struct proto_lease_msg *m, uint8_t *b, size_t *len);
+void sim_decode(const uint8_t *b, size_t len, struct proto_lease_msg *m);
+
+/* sup_sim_child.c */
+void sim_child_open(struct sim_world *w, int i);
+void sim_child_crash(struct sim_world *w, int i);
+void sim_child_event(struct sim_world *w, int i, const struct sup_child_event *ev);
+void sim_child_step(struct sim_world *w, int i);
+
+uint64_t sim_rand(struct sim_world *w);
+int64_t sim_range(struct sim_world *w, int64_t lo, int64_t hi);
+struct sup_time sim_child_time(const struct sim_world *w, int i);
+int64_t sim_wall(const struct sim_world *w);
+int64_t sim_slot_ttl(const struct sim_world *w);
+int sim_link_index(const struct sim_world *w, const char *link);
+int sim_ep_index(const struct sim_world *w, const char *name);
+
+/* sup_sim_check.c */
+struct sim_map_entry *sim_map_get(struct sim_map_entry *m, const int64_t k[5], bool create);
+void sim_fail(const struct sim_world *w, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/** A durable grant (or anything) in the journal: ground truth about leases and slots. */
+void sim_on_persisted(struct sim_world *w, const struct sup_record *rec, int64_t t_handled);
+/** Child i sent request `m` (the first send of a seq is remembered for I3). */
+void sim_on_sent(struct sim_world *w, int i, const struct proto_lease_msg *m);
+/** Child i admitted `cost` on `link` (verdict OK): lease containment and counts. */
+void sim_on_admit(struct sim_world *w, int i, int link, int64_t cost, const struct sup_admit *a);
+/** Ledger time of the durable grant of `slot` on `link` (the latest with that id). */
+int64_t sim_slot_granted_at(struct sim_world *w, int link, int64_t slot);
+/** Child i gave back `cost` admitted on `lease` (an operation got no slot): not admitted. */
+void sim_on_refund(struct sim_world *w, int i, int link, uint64_t lease, int64_t cost);
+/** The batch became durable (true) or died with the supervisor (false). */
+void sim_batch_done(struct sim_world *w, bool durable);
+/** Around one supervisor handle of `in`: I1 for grants, I7 for duplicates (a request already
+ *  answered with a record must change nothing and get the same reply). */
+uint64_t sim_before_handle(struct sim_world *w, const struct proto_lease_msg *in);
+void sim_after_handle(struct sim_world *w, const struct proto_lease_msg *in,
+                      const struct proto_lease_msg *reply, const struct sup_record *added,
+                      size_t n_added, uint64_t digest_before);
+/** A plan refusal reached child i: measure stranded capacity (I4). */
+void sim_on_plan_refusal(struct sim_world *w, int i, bool pass);
+/** After every step: I1 on every cell, I6 slots, I8 windows. */
+void sim_check_step(struct sim_world *w);
+/** The window limits of budget `kind` (0 plan, 1 link, 2 endpoint, 3 endpoint of a link) on
+ *  endpoint `ep`'s path; NULL for none or GCRA. */
+const struct tenant_limits *sim_path_limits(const struct sim_world *w, int kind, int ep);
+/** Outstanding leases the ledger shows. */
+int sim_ledger_leases(struct sim_world *w);
+
+/* sup_sim_end.c */
+/** At the end: every lease closed, replay equals live, debt charged exactly once, I5 per window. */
+void sim_check_end(struct sim_world *w);
+/** Replays the durable journal into a fresh ledger; *out owned by the caller. */
+void sim_replay(struct sim_world *w, sup_ledger **out);
+
+#endif /* SUP_SIM_INT_H */

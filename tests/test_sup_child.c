@@ -1,0 +1,360 @@
+/*
+ * The child counter (sup_child.h), one behaviour at a time, against hand-made replies: HELLO
+ * first and nothing else until WELCOME, a request waits for its ACQUIRE and is admitted from the
+ * GRANT, the deadline is measured from the first send and shortened by epsilon, the watermark
+ * prefetch keeps a steady stream from ever waiting, DENYs are cached (by cost) until their
+ * Retry-After, retransmissions keep their seq and duplicated replies are ignored, idle leases go
+ * back, slots (grant, cancel, release), zero allocations over 10,000 admissions on the hot path,
+ * bad arguments and failed allocations. Durability and degraded mode: test_sup_child_durable.c.
+ */
+/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* clang-format off */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+/* clang-format on */
+
+#include <string.h>
+
+#include "sup_child.h"
+#include "sup_sim_cx.h"
+#include "test_support.h"
+
+static int
+group_setup(void **state)
+{
+    (void)state;
+    (void)test_seed();
+    return 0;
+}
+
+static void
+test_child_hello_wait_grant_admit(void **state)
+{
+    struct proto_lease_msg acq;
+    struct sup_child_event ev;
+    struct sup_admit a;
+    uint64_t id;
+    struct cx x;
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    a = cx_admit(&x, LINK_A, 2, 0);
+    assert_int_equal(a.verdict, SUP_ADMIT_WAIT);
+    assert_int_equal(a.wait, SUP_WAIT_GRANT);
+    assert_int_equal(a.give_up_ms, x.now.mono_ms + SUP_CHILD_WAIT_MS_DEFAULT);
+    /* Registration first, nothing else before WELCOME. */
+    (void)cx_expect(&x, PROTO_LEASE_HELLO);
+    cx_expect_nothing(&x);
+    cx_at(&x, 3);
+    sup_child_tick(x.c, x.now);
+    cx_expect_nothing(&x);
+    cx_at(&x, 20); /* the HELLO is retransmitted with its seq */
+    {
+        struct proto_lease_msg h = cx_expect(&x, PROTO_LEASE_HELLO), r;
+
+        assert_int_equal(h.origin.seq, 1);
+        cx_reply_to(&h, &r, PROTO_LEASE_WELCOME);
+        r.welcome.lease_ttl_ms = 5000;
+        r.welcome.heartbeat_ms = 1000;
+        (void)cx_deliver(&x, &r);
+    }
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    assert_int_equal(acq.acquire.need, 2);
+    assert_true(acq.acquire.want >= 2);
+    assert_string_equal(acq.acquire.link, LINK_A);
+    assert_int_equal(acq.acquire.report_lease, 0);
+    cx_at(&x, 22);
+    ev = cx_grant(&x, &acq, 10, 5000, 0, &id);
+    assert_int_equal(ev.kind, SUP_EV_LINK);
+    assert_string_equal(ev.link, LINK_A);
+    a = cx_admit(&x, LINK_A, 2, 0);
+    assert_int_equal(a.verdict, SUP_ADMIT_OK);
+    assert_false(a.degraded);
+    assert_int_equal(a.lease_id, id);
+    /* A duplicated GRANT changes nothing. */
+    ev = cx_grant(&x, &acq, 10, 5000, 0, NULL);
+    assert_int_equal(ev.kind, SUP_EV_NONE);
+    cx_close(&x);
+}
+
+static void
+test_child_deadline_from_first_send(void **state)
+{
+    struct proto_lease_msg acq;
+    struct sup_admit a;
+    struct cx x;
+    int64_t sent;
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(&x);
+    (void)cx_admit(&x, LINK_A, 1, 0);
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    sent = x.now.mono_ms;
+    cx_at(&x, 30); /* retransmitted: the deadline still counts from the first send */
+    sup_child_tick(x.c, x.now);
+    assert_int_equal(cx_expect(&x, PROTO_LEASE_ACQUIRE).origin.seq, acq.origin.seq);
+    (void)cx_grant(&x, &acq, 1000, 5000, 0, NULL);
+    /* 5000 ms less 2% (epsilon) and one tick: usable until sent + 4899. */
+    x.now.mono_ms = sent + 4898;
+    a = cx_admit(&x, LINK_A, 1, 0);
+    assert_int_equal(a.verdict, SUP_ADMIT_OK);
+    x.now.mono_ms = sent + 4899;
+    a = cx_admit(&x, LINK_A, 1, 0);
+    assert_int_equal(a.verdict, SUP_ADMIT_WAIT);
+    /* The expired lease is reported: ACQUIRE with the report (the swap). */
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    assert_int_equal(acq.acquire.report_used, 1);
+    assert_int_not_equal(acq.acquire.report_lease, 0);
+    cx_close(&x);
+}
+
+static void
+test_child_watermark_prefetch_never_waits(void **state)
+{
+    struct proto_lease_msg acq, m;
+    int waits = 0, acquires = 1;
+    struct cx x;
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(&x);
+    (void)cx_admit(&x, LINK_A, 1, 0);
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    (void)cx_grant(&x, &acq, 20, 5000, 0, NULL);
+    /* 100 requests/s for 10 s; every ACQUIRE answered 2 ms later. */
+    for (int64_t t = 1; t <= 10000; t++) {
+        cx_at(&x, t);
+        sup_child_tick(x.c, x.now);
+        if (t % 10 == 0) {
+            struct sup_admit a = cx_admit(&x, LINK_A, 1, 0);
+
+            if (a.verdict != SUP_ADMIT_OK)
+                waits++;
+        }
+        while (sup_child_next_message(x.c, x.now, &m) == TALLY_OK) {
+            if (m.type == PROTO_LEASE_ACQUIRE) {
+                acq = m;
+                acquires++;
+                assert_int_equal(m.acquire.need, 0); /* a prefetch, never a waiting request */
+                x.now.mono_ms += 2;
+                (void)cx_grant(&x, &acq, m.acquire.want, 5000, 0, NULL);
+                x.now.mono_ms -= 2;
+            } else if (m.type == PROTO_LEASE_HEARTBEAT) {
+                struct proto_lease_msg r;
+
+                cx_reply_to(&m, &r, PROTO_LEASE_HB_ACK);
+                (void)cx_deliver(&x, &r);
+            } else if (m.type == PROTO_LEASE_RETURN) {
+                struct proto_lease_msg r;
+
+                cx_reply_to(&m, &r, PROTO_LEASE_RETURN_ACK);
+                r.return_ack.lease_id = m.ret.lease_id;
+                (void)cx_deliver(&x, &r);
+            }
+        }
+    }
+    assert_int_equal(waits, 0);
+    /* Slow start, then leases of about rate * T_renew = 200: few round trips. */
+    assert_true(acquires < 20);
+    cx_close(&x);
+}
+
+static void
+test_child_deny_cached_by_cost(void **state)
+{
+    struct proto_lease_msg acq, r;
+    struct sup_child_event ev;
+    struct sup_admit a;
+    struct cx x;
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(&x);
+    (void)cx_admit(&x, LINK_A, 3, 0);
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    cx_reply_to(&acq, &r, PROTO_LEASE_DENY);
+    strcpy(r.deny.endpoint, "search");
+    strcpy(r.deny.link, LINK_A);
+    r.deny.scope = TENANT_SCOPE_PLAN;
+    r.deny.retry_after_ms = 5000;
+    r.deny.limit = 600;
+    ev = cx_deliver(&x, &r);
+    assert_int_equal(ev.kind, SUP_EV_LINK);
+    cx_at(&x, 1000);
+    a = cx_admit(&x, LINK_A, 3, 0);
+    assert_int_equal(a.verdict, SUP_ADMIT_REFUSED);
+    assert_int_equal(a.scope, TENANT_SCOPE_PLAN);
+    assert_int_equal(a.retry_after_ms, 4000);
+    assert_int_equal(a.limit, 600);
+    cx_expect_nothing(&x); /* answered locally, no ACQUIRE */
+    /* A smaller cost may still fit: asked. */
+    a = cx_admit(&x, LINK_A, 1, 0);
+    assert_int_equal(a.verdict, SUP_ADMIT_WAIT);
+    assert_int_equal(cx_expect(&x, PROTO_LEASE_ACQUIRE).acquire.need, 1);
+    cx_close(&x);
+}
+
+static void
+test_child_idle_lease_returned(void **state)
+{
+    struct proto_lease_msg acq, ret, r;
+    uint64_t id;
+    struct cx x;
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(&x);
+    (void)cx_admit(&x, LINK_A, 1, 0);
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    (void)cx_grant(&x, &acq, 10, 5000, 0, &id);
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    assert_int_equal(sup_child_next_wake_ms(x.c) <= x.now.mono_ms + SUP_CHILD_IDLE_MS_DEFAULT,
+                     true);
+    cx_at(&x, SUP_CHILD_IDLE_MS_DEFAULT + 1);
+    sup_child_tick(x.c, x.now);
+    for (;;) {
+        struct proto_lease_msg m = cx_expect(&x, PROTO_LEASE_RETURN);
+
+        if (m.type == PROTO_LEASE_RETURN) {
+            ret = m;
+            break;
+        }
+    }
+    assert_int_equal(ret.ret.lease_id, id);
+    assert_int_equal(ret.ret.used, 1);
+    cx_reply_to(&ret, &r, PROTO_LEASE_RETURN_ACK);
+    r.return_ack.lease_id = id;
+    r.return_ack.credited = 9;
+    (void)cx_deliver(&x, &r);
+    /* Returned means no longer used. */
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+    cx_close(&x);
+}
+
+static void
+test_child_slots(void **state)
+{
+    struct proto_lease_msg m, r;
+    struct sup_child_event ev;
+    uint64_t op1, op2;
+    struct cx x;
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(&x);
+    assert_int_equal(sup_child_slot_acquire(x.c, LINK_B, x.now, &op1), TALLY_OK);
+    m = cx_expect(&x, PROTO_LEASE_SLOT_ACQUIRE);
+    assert_int_equal(m.origin.seq, op1);
+    cx_reply_to(&m, &r, PROTO_LEASE_SLOT_GRANT);
+    strcpy(r.slot_grant.link, LINK_B);
+    r.slot_grant.slot_id = 4;
+    r.slot_grant.ttl_ms = 30000;
+    ev = cx_deliver(&x, &r);
+    assert_int_equal(ev.kind, SUP_EV_SLOT_GRANTED);
+    assert_int_equal(ev.op, op1);
+    assert_int_equal(ev.slot_id, 4);
+    /* Given up before the grant came: released as soon as it comes. */
+    assert_int_equal(sup_child_slot_acquire(x.c, LINK_B, x.now, &op2), TALLY_OK);
+    m = cx_expect(&x, PROTO_LEASE_SLOT_ACQUIRE);
+    sup_child_slot_cancel(x.c, op2);
+    cx_reply_to(&m, &r, PROTO_LEASE_SLOT_GRANT);
+    strcpy(r.slot_grant.link, LINK_B);
+    r.slot_grant.slot_id = 5;
+    r.slot_grant.ttl_ms = 30000;
+    ev = cx_deliver(&x, &r);
+    assert_int_equal(ev.kind, SUP_EV_NONE);
+    m = cx_expect(&x, PROTO_LEASE_SLOT_RELEASE);
+    assert_int_equal(m.slot_release.slot_id, 5);
+    /* Released until acknowledged. */
+    cx_at(&x, 100);
+    assert_int_equal(cx_expect(&x, PROTO_LEASE_SLOT_RELEASE).origin.seq, m.origin.seq);
+    cx_reply_to(&m, &r, PROTO_LEASE_SLOT_RELEASE_ACK);
+    strcpy(r.slot_release_ack.link, LINK_B);
+    r.slot_release_ack.slot_id = 5;
+    (void)cx_deliver(&x, &r);
+    cx_at(&x, 2000);
+    sup_child_tick(x.c, x.now);
+    while (sup_child_next_message(x.c, x.now, &m) == TALLY_OK)
+        assert_int_not_equal(m.type, PROTO_LEASE_SLOT_RELEASE);
+    cx_close(&x);
+}
+
+static void
+test_child_hot_path_allocates_nothing(void **state)
+{
+    struct proto_lease_msg acq;
+    struct sup_child_persist p;
+    uint64_t before;
+    struct cx x;
+
+    (void)state;
+    cx_open(&x, true, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(&x);
+    (void)cx_admit(&x, LINK_A, 1, 0);
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    (void)cx_grant(&x, &acq, 1000000, 5000, 0, NULL);
+    while (sup_child_next_persist(x.c, &p) == TALLY_OK) {
+        p.rec.mark = 1000000; /* as if the caller persisted far ahead */
+        sup_child_persisted(x.c, &p, NULL);
+    }
+    before = tally_alloc_count();
+    for (int i = 0; i < 10000; i++) {
+        struct sup_admit a;
+
+        assert_int_equal(sup_child_admit(x.c, LINK_A, 1, x.now, 0, &a), TALLY_OK);
+        assert_int_equal(a.verdict, SUP_ADMIT_OK);
+    }
+    assert_int_equal(tally_alloc_count(), before);
+    cx_close(&x);
+}
+
+static void
+test_child_bad_arguments_and_oom(void **state)
+{
+    struct sup_admit a;
+    struct cx x;
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    assert_int_equal(sup_child_admit(x.c, LINK_A, 0, x.now, 0, &a), TALLY_ECOST);
+    assert_int_equal(sup_child_admit(x.c, "not-a-link", 1, x.now, 0, &a), TALLY_EINVAL);
+    tally_alloc_fail_at(1);
+    assert_int_equal(sup_child_admit(x.c, LINK_B, 1, x.now, 0, &a), TALLY_ENOMEM);
+    tally_alloc_fail_at(0);
+    assert_int_equal(sup_child_admit(x.c, LINK_B, 1, x.now, 0, &a), TALLY_OK);
+    cx_close(&x);
+    for (uint64_t n = 1;; n++) {
+        sup_child *c = NULL;
+        int rc;
+
+        assert_true(n < 10);
+        tally_alloc_fail_at(n);
+        rc = sup_child_open(&x.cfg, &c);
+        tally_alloc_fail_at(0);
+        sup_child_close(c);
+        if (rc == TALLY_OK)
+            break;
+        assert_int_equal(rc, TALLY_ENOMEM);
+    }
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_child_hello_wait_grant_admit),
+        cmocka_unit_test(test_child_deadline_from_first_send),
+        cmocka_unit_test(test_child_watermark_prefetch_never_waits),
+        cmocka_unit_test(test_child_deny_cached_by_cost),
+        cmocka_unit_test(test_child_idle_lease_returned),
+        cmocka_unit_test(test_child_slots),
+        cmocka_unit_test(test_child_hot_path_allocates_nothing),
+        cmocka_unit_test(test_child_bad_arguments_and_oom),
+    };
+
+    return cmocka_run_group_tests_name("sup_child", tests, group_setup, NULL);
+}
