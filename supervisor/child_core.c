@@ -225,8 +225,7 @@ lease_rec(const sup_child *c, const struct child_link *k, const struct child_lea
 int
 sup_child_next_persist(sup_child *c, struct sup_child_persist *out)
 {
-    if (!c->persist_marks)
-        return TALLY_ENOTFOUND;
+    /* Marks move only in strict mode; rows resumed in either mode are deleted when done. */
     for (uint32_t i = 0; i < c->link_hw; i++) {
         struct child_link *k = c->links[i];
 

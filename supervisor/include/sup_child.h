@@ -128,7 +128,7 @@ struct sup_child_lease_rec {
     int64_t mark;             /* reserved_upto: admissions never pass it before it is durable */
     int64_t ttl_ms;           /* as granted */
     int64_t sent_mono_ms;     /* when the ACQUIRE was first sent (monotonic) */
-    int64_t deadline_mono_ms; /* sent_mono_ms + ttl * (1 - epsilon) */
+    int64_t deadline_mono_ms; /* sent_mono_ms + ttl - ceil(ttl * epsilon) - 1 */
     int64_t deadline_wall_ms; /* the same instant on the wall clock */
 };
 
