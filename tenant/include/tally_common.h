@@ -53,7 +53,8 @@
     X(EINUSE, -24, "still in use")                                                                 \
     X(ETIMEDOUT, -25, "timed out")                                                                 \
     X(ELOCKED, -26, "locked by another process")                                                   \
-    X(EKEYMODE, -27, "deployment key is readable by others: chmod 600 it")
+    X(EKEYMODE, -27, "deployment key is readable by others: chmod 600 it")                         \
+    X(ECANCELED, -28, "cancelled: the client handle was closed")
 
 enum tally_rc {
 #define TALLY_RC_ENUM(name, value, msg) TALLY_##name = (value),
