@@ -5,6 +5,11 @@
  * throughput and percentiles. The last line is always
  *   decisions_per_s=N p50_us=N p99_us=N p999_us=N admitted=N refused=N
  * so scripts can read it. Single-threaded (poll), so pin it to one CPU.
+ *
+ * With --redis ADDR:PORT|PATH --script FILE it drives redis-server instead: the
+ * Lua limiter in FILE is loaded once (SCRIPT LOAD) and each request is
+ * EVALSHA sha 1 rl:TOKEN LIMIT PERIOD_MS, same connections, pipeline, tokens
+ * and last line; the script answers {1, 0} admitted or {0, wait} refused.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -18,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_resp.h"
 #include "proto_client.h"
 
 struct bconn {
@@ -28,7 +34,17 @@ struct bconn {
     uint8_t rbuf[PROTO_FRAME_MAX];
     uint8_t wbuf[64 * PROTO_CLIENT_MSG_MAX];
     size_t wlen;
-    int64_t *sent_ns; /* by request id modulo the ring */
+    int64_t *sent_ns;    /* by request id modulo the ring */
+    uint32_t next_reply; /* redis: replies come in order, ids are implicit */
+    size_t rlen;         /* redis: bytes held in rbuf */
+};
+
+struct redis_cfg {
+    const char *addr; /* NULL: tally's protocol */
+    const char *script;
+    const char *limit;
+    const char *period_ms;
+    char sha[RESP_SHA_LEN + 1];
 };
 
 #define RING 4096
@@ -47,6 +63,10 @@ dial(const char *sock, const char *tcp)
 {
     int fd = -1;
 
+    if (sock == NULL && tcp != NULL && tcp[0] == '/') {
+        sock = tcp; /* a redis address that is a path */
+        tcp = NULL;
+    }
     if (sock != NULL) {
         struct sockaddr_un sa;
         memset(&sa, 0, sizeof(sa));
@@ -126,6 +146,42 @@ write_all(int fd, const uint8_t *p, size_t n)
     return true;
 }
 
+/* Reads what redis sent on c and takes every whole reply, in request order. */
+static int
+redis_read(struct bconn *c, int64_t *lat, long *done, long *admitted, long *refused, long *other)
+{
+    ssize_t got = read(c->fd, c->rbuf + c->rlen, sizeof(c->rbuf) - c->rlen);
+    size_t at = 0, used;
+    int64_t v;
+    int rc;
+
+    if (got <= 0) {
+        fprintf(stderr, "tally-bench: connection closed\n");
+        return -1;
+    }
+    c->rlen += (size_t)got;
+    while ((rc = resp_reply(c->rbuf + at, c->rlen - at, &v, &used)) == 1) {
+        uint32_t id = ++c->next_reply;
+        lat[(*done)++] = now_ns() - c->sent_ns[id % RING];
+        c->inflight--;
+        at += used;
+        if (v == 1)
+            (*admitted)++;
+        else if (v == 0)
+            (*refused)++;
+        else
+            (*other)++;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "tally-bench: redis answered: %.*s\n",
+                (int)(c->rlen - at > 120 ? 120 : c->rlen - at), (const char *)c->rbuf + at);
+        return -1;
+    }
+    memmove(c->rbuf, c->rbuf + at, c->rlen - at);
+    c->rlen -= at;
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -137,6 +193,7 @@ main(int argc, char **argv)
     int64_t *lat;
     long sent = 0, done = 0, admitted = 0, refused = 0, other = 0;
     int64_t t0, t1;
+    struct redis_cfg rd = {NULL, NULL, "1000000000", "3600000", ""};
     int i;
 
     for (i = 1; i + 1 < argc; i += 2) {
@@ -154,14 +211,26 @@ main(int argc, char **argv)
             pipeline = strtol(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--requests") == 0)
             total = strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--redis") == 0)
+            rd.addr = argv[i + 1];
+        else if (strcmp(argv[i], "--script") == 0)
+            rd.script = argv[i + 1];
+        else if (strcmp(argv[i], "--limit") == 0)
+            rd.limit = argv[i + 1];
+        else if (strcmp(argv[i], "--period-ms") == 0)
+            rd.period_ms = argv[i + 1];
         else
             break;
     }
+    if (rd.addr != NULL && sock == NULL && tcp == NULL)
+        tcp = rd.addr; /* dial() takes a path here too */
     if (i < argc || (sock == NULL) == (tcp == NULL) || tokens_path == NULL || conns < 1 ||
-        conns > 1000 || pipeline < 1 || pipeline > 64 || total < 1) {
-        fprintf(stderr, "usage: tally-bench (--socket PATH | --tcp ADDR:PORT) --tokens FILE "
-                        "[--endpoint NAME] [--connections C<=1000] [--pipeline D<=64] "
-                        "[--requests N]\n");
+        conns > 1000 || pipeline < 1 || pipeline > 64 || total < 1 ||
+        (rd.addr != NULL) != (rd.script != NULL) || (rd.addr != NULL && tcp != rd.addr)) {
+        fprintf(stderr, "usage: tally-bench (--socket PATH | --tcp ADDR:PORT | --redis "
+                        "ADDR:PORT|PATH --script FILE.lua [--limit N] [--period-ms P]) "
+                        "--tokens FILE [--endpoint NAME] [--connections C<=1000] "
+                        "[--pipeline D<=64] [--requests N]\n");
         return 64;
     }
     tokens = load_tokens(tokens_path, &ntokens);
@@ -181,8 +250,12 @@ main(int argc, char **argv)
             return 69;
         }
         proto_frame_reader_init(&c[i].r, c[i].rbuf, sizeof(c[i].rbuf));
-        if (!write_all(c[i].fd, f, proto_hello_encode(f, 0, &h)))
+        if (rd.addr != NULL) {
+            if (i == 0 && resp_script_load(c[i].fd, rd.script, rd.sha) != 0)
+                return 69;
+        } else if (!write_all(c[i].fd, f, proto_hello_encode(f, 0, &h))) {
             return 69;
+        }
     }
     t0 = now_ns();
     while (done < total) {
@@ -191,12 +264,19 @@ main(int argc, char **argv)
         for (i = 0; i < conns; i++) {
             c[i].wlen = 0;
             while (c[i].inflight < pipeline && sent < total) {
-                struct proto_check m;
                 uint32_t id = ++c[i].next_id;
-                memset(&m, 0, sizeof(m));
-                snprintf(m.token, sizeof(m.token), "%s", tokens[next_token++ % ntokens]);
-                snprintf(m.endpoint, sizeof(m.endpoint), "%s", endpoint);
-                c[i].wlen += proto_check_encode(c[i].wbuf + c[i].wlen, id, &m);
+                if (rd.addr != NULL) {
+                    char key[PROTO_TOKEN_WIRE_MAX + 8];
+                    snprintf(key, sizeof(key), "rl:%s", tokens[next_token++ % ntokens]);
+                    c[i].wlen += resp_evalsha(c[i].wbuf + c[i].wlen, sizeof(c[i].wbuf) - c[i].wlen,
+                                              rd.sha, key, rd.limit, rd.period_ms);
+                } else {
+                    struct proto_check m;
+                    memset(&m, 0, sizeof(m));
+                    snprintf(m.token, sizeof(m.token), "%s", tokens[next_token++ % ntokens]);
+                    snprintf(m.endpoint, sizeof(m.endpoint), "%s", endpoint);
+                    c[i].wlen += proto_check_encode(c[i].wbuf + c[i].wlen, id, &m);
+                }
                 c[i].sent_ns[id % RING] = now_ns();
                 c[i].inflight++;
                 sent++;
@@ -219,6 +299,11 @@ main(int argc, char **argv)
             ssize_t got;
             if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
                 continue;
+            if (rd.addr != NULL) {
+                if (redis_read(&c[i], lat, &done, &admitted, &refused, &other) != 0)
+                    return 69;
+                continue;
+            }
             {
                 size_t room = proto_frame_reader_space(&c[i].r, &space);
                 got = read(c[i].fd, space, room);
