@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client_int.h"
 #include "proto_client.h"
 #include "tenant_count.h"
 
@@ -23,6 +24,7 @@ struct tally_client {
     int fd;
     int timeout_ms;
     uint32_t next_id;
+    uint32_t max_inflight; /* announced by the server's HELLO_REPLY */
     struct proto_frame_reader reader;
     uint8_t rbuf[PROTO_FRAME_MAX];
     uint8_t wbuf[PROTO_FRAME_MAX];
@@ -199,10 +201,11 @@ tally_client_open(const char *where, int timeout_ms, tally_client **out)
     rc = roundtrip(c, proto_hello_encode(c->wbuf, id, &hello), id, &f);
     if (rc == TALLY_OK &&
         (f.type != PROTO_C_HELLO_REPLY || proto_hello_reply_decode(&f, &hr) != TALLY_OK ||
-         hr.version != PROTO_VERSION))
+         hr.version != PROTO_VERSION || hr.max_inflight == 0))
         rc = TALLY_EPROTO;
     if (rc != TALLY_OK)
         goto out;
+    c->max_inflight = hr.max_inflight;
     *out = c;
     c = NULL; /* ownership moved to the caller */
 out:
@@ -220,6 +223,46 @@ tally_client_close(tally_client *c)
     tally_free(c);
 }
 
+void
+tally__client_detach(tally_client *c, int *fd, uint32_t *max_inflight)
+{
+    *fd = c->fd;
+    *max_inflight = c->max_inflight;
+    c->fd = -1;
+}
+
+int
+tally__check_prepare(struct proto_check *m, const char *token, const char *endpoint, int64_t cost)
+{
+    memset(m, 0, sizeof(*m));
+    if (strlen(endpoint) > TENANT_NAME_MAX || cost < 0 || cost > TENANT_COST_MAX)
+        return TALLY_EINVAL;
+    /* A token longer than the wire allows cannot be valid: send a prefix, so the
+     * answer (401) comes from the daemon like every other. */
+    snprintf(m->token, sizeof(m->token), "%s", token);
+    snprintf(m->endpoint, sizeof(m->endpoint), "%s", endpoint);
+    m->cost = cost;
+    return TALLY_OK;
+}
+
+void
+tally__result_from_reply(const struct proto_check_reply *r, struct tally_result *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->status = (enum tally_status)r->status;
+    out->scope = tenant_scope_name((enum tenant_scope)r->scope);
+    out->degraded = (r->flags & PROTO_F_DEGRADED) != 0;
+    out->shadow_refused = (r->flags & PROTO_F_SHADOW_REFUSED) != 0;
+    out->never = (r->flags & PROTO_F_NEVER) != 0;
+    out->retry_after_ms = r->retry_after_ms;
+    out->limit = r->limit;
+    out->period_ms = r->period_ms;
+    out->remaining = r->remaining;
+    out->reset_ms = r->reset_ms;
+    out->slot_id = r->slot_id;
+    snprintf(out->detail, sizeof(out->detail), "%s", r->detail);
+}
+
 int
 tally_check(tally_client *c, const char *token, const char *endpoint, int64_t cost,
             struct tally_result *out)
@@ -231,33 +274,25 @@ tally_check(tally_client *c, const char *token, const char *endpoint, int64_t co
     int rc;
 
     memset(out, 0, sizeof(*out));
-    if (strlen(endpoint) > TENANT_NAME_MAX || cost < 0 || cost > TENANT_COST_MAX)
-        return TALLY_EINVAL;
-    memset(&m, 0, sizeof(m));
-    /* A token longer than the wire allows cannot be valid: send a prefix, so the
-     * answer (401) comes from the daemon like every other. */
-    snprintf(m.token, sizeof(m.token), "%s", token);
-    snprintf(m.endpoint, sizeof(m.endpoint), "%s", endpoint);
-    m.cost = cost;
-    rc = roundtrip(c, proto_check_encode(c->wbuf, id, &m), id, &f);
+    rc = tally__check_prepare(&m, token, endpoint, cost);
+    if (rc == TALLY_OK)
+        rc = roundtrip(c, proto_check_encode(c->wbuf, id, &m), id, &f);
     memset(&m, 0, sizeof(m)); /* the token */
     if (rc != TALLY_OK)
         return rc;
     if (f.type != PROTO_C_CHECK_REPLY || proto_check_reply_decode(&f, &r) != TALLY_OK)
         return TALLY_EPROTO;
-    out->status = (enum tally_status)r.status;
-    out->scope = tenant_scope_name((enum tenant_scope)r.scope);
-    out->degraded = (r.flags & PROTO_F_DEGRADED) != 0;
-    out->shadow_refused = (r.flags & PROTO_F_SHADOW_REFUSED) != 0;
-    out->never = (r.flags & PROTO_F_NEVER) != 0;
-    out->retry_after_ms = r.retry_after_ms;
-    out->limit = r.limit;
-    out->period_ms = r.period_ms;
-    out->remaining = r.remaining;
-    out->reset_ms = r.reset_ms;
-    out->slot_id = r.slot_id;
-    snprintf(out->detail, sizeof(out->detail), "%s", r.detail);
+    tally__result_from_reply(&r, out);
     return TALLY_OK;
+}
+
+const char *
+tally_status_name(enum tally_status status)
+{
+    static const char *const names[] = {"admitted",    "refused",     "unauthorized",
+                                        "unavailable", "bad_request", "internal"};
+
+    return (unsigned)status < sizeof(names) / sizeof(names[0]) ? names[status] : "unknown";
 }
 
 int
