@@ -15,6 +15,7 @@
 #include "sup_paths.h"
 #include "sup_process.h"
 #include "sup_sock.h"
+#include "tally_log.h"
 #include "tallyd_http.h"
 #include "tenant.h"
 
@@ -39,6 +40,7 @@ enum tallyd_exit {
 static const char usage_text[] =
     "usage: tallyd [--data DIR] [--http ADDR:PORT] [--socket PATH]\n"
     "              [--durability strict|batched] [--wait-ms MS] [--idle-exit-ms MS]\n"
+    "              [--tcp ADDR:PORT] [--log-level debug|info|warn|error]\n"
     "              [--help] [--version]\n"
     "\n"
     "Runs the tally daemon in the foreground until SIGINT or SIGTERM.\n"
@@ -48,6 +50,8 @@ static const char usage_text[] =
     "  --http ADDR:PORT   HTTP listener, default 127.0.0.1:8080; IPv6 as [::1]:8080;\n"
     "                     port 0 picks a free port, reported in the start line\n"
     "  --socket PATH      binary protocol socket (mode 0660), default DATA/tally.sock\n"
+    "  --tcp ADDR:PORT    also serve the binary protocol on TCP (off by default; no\n"
+    "                     auth beyond the token: bind to loopback or a private net)\n"
     "  --durability MODE  strict (default): every grant and lease mark is fsynced\n"
     "                     before use; batched: synchronous=NORMAL (safe from kill -9,\n"
     "                     the last commits may be lost on power loss)\n"
@@ -56,9 +60,12 @@ static const char usage_text[] =
     "  --idle-exit-ms MS  a supervisor with no message for this long exits; the\n"
     "                     next request brings it back (default 60000)\n"
     "\n"
-    "HTTP: GET /healthz -> 200 {\"status\":\"ok\"}. Binary protocol: proto/PROTOCOL.md.\n"
-    "Every answer carries Cache-Control: no-store.\n"
-    "Logs: one JSON line on stderr at start and one at stop, none per request.\n"
+    "  --log-level LEVEL  lowest level logged: debug, info (default), warn, error\n"
+    "\n"
+    "HTTP: /v1/check, /v1/release, /healthz, /metrics (Prometheus text).\n"
+    "Binary protocol: proto/PROTOCOL.md. Every HTTP answer carries Cache-Control: no-store.\n"
+    "Logs: one JSON line on stderr per event (start, reload, supervisor start/exit,\n"
+    "endpoint degraded/recovered, stop), none per request, never a token.\n"
     "\n"
     "exit codes:\n"
     "  0 stopped by SIGINT or SIGTERM    1 runtime failure (address in use, another\n"
@@ -73,11 +80,16 @@ struct opts {
     const char *wait_ms;
     const char *idle_exit_ms;
     const char *supervise; /* internal: run as the supervisor of this tenant */
+    const char *tcp;
+    const char *log_level;
     int64_t wait;
     int64_t idle_exit;
     char host[64]; /* from --http, without brackets */
     int port;
     bool ipv6;
+    char tcp_host[64]; /* from --tcp */
+    int tcp_port;
+    bool tcp_ipv6;
 };
 
 struct tallyd {
@@ -110,9 +122,9 @@ fail(int code, const char *fmt, ...)
     return code;
 }
 
-/* "1.2.3.4:80" or "[::1]:80" into o->host, o->port, o->ipv6. */
+/* "1.2.3.4:80" or "[::1]:80" into host (64 bytes), *port, *ipv6. */
 static bool
-parse_http(const char *s, struct opts *o)
+parse_addr(const char *s, char *out_host, int *out_port, bool *out_ipv6)
 {
     const char *port_s, *host_end;
     const char *host = s;
@@ -126,20 +138,20 @@ parse_http(const char *s, struct opts *o)
         if (host_end == NULL || host_end[1] != ':')
             return false;
         port_s = host_end + 2;
-        o->ipv6 = true;
+        *out_ipv6 = true;
     } else {
         host_end = strrchr(s, ':');
         if (host_end == NULL)
             return false;
         port_s = host_end + 1;
-        o->ipv6 = false;
+        *out_ipv6 = false;
     }
     len = (size_t)(host_end - host);
-    if (len == 0 || len >= sizeof(o->host))
+    if (len == 0 || len >= 64)
         return false;
-    memcpy(o->host, host, len);
-    o->host[len] = '\0';
-    if (uv_inet_pton(o->ipv6 ? AF_INET6 : AF_INET, o->host, probe) != 0)
+    memcpy(out_host, host, len);
+    out_host[len] = '\0';
+    if (uv_inet_pton(*out_ipv6 ? AF_INET6 : AF_INET, out_host, probe) != 0)
         return false;
     len = strlen(port_s);
     if (len == 0 || len > 5)
@@ -151,7 +163,7 @@ parse_http(const char *s, struct opts *o)
     }
     if (port > 65535)
         return false;
-    o->port = (int)port;
+    *out_port = (int)port;
     return true;
 }
 
@@ -178,10 +190,13 @@ parse_ms(const char *s, int64_t min, int64_t max, int64_t dflt, int64_t *out)
 static int
 parse_args(int argc, char **argv, struct opts *o)
 {
-    static const char *const names[] = {"--data",    "--http",         "--socket",   "--durability",
-                                        "--wait-ms", "--idle-exit-ms", "--supervise"};
-    const char **slots[] = {&o->data,    &o->http,         &o->socket,   &o->durability,
-                            &o->wait_ms, &o->idle_exit_ms, &o->supervise};
+    static const char *const names[] = {"--data",       "--http",    "--socket",
+                                        "--durability", "--wait-ms", "--idle-exit-ms",
+                                        "--supervise",  "--tcp",     "--log-level"};
+    const char **slots[] = {&o->data,       &o->http,    &o->socket,
+                            &o->durability, &o->wait_ms, &o->idle_exit_ms,
+                            &o->supervise,  &o->tcp,     &o->log_level};
+    enum tally_log_level level;
     struct sockaddr_un sun;
     int i;
 
@@ -217,9 +232,18 @@ parse_args(int argc, char **argv, struct opts *o)
     }
     if (o->http == NULL)
         o->http = "127.0.0.1:8080";
-    if (!parse_http(o->http, o))
+    if (!parse_addr(o->http, o->host, &o->port, &o->ipv6))
         return fail(TALLYD_EXIT_USAGE,
                     "invalid --http '%s': use IPV4:PORT or [IPV6]:PORT, port 0-65535", o->http);
+    if (o->tcp != NULL && !parse_addr(o->tcp, o->tcp_host, &o->tcp_port, &o->tcp_ipv6))
+        return fail(TALLYD_EXIT_USAGE,
+                    "invalid --tcp '%s': use IPV4:PORT or [IPV6]:PORT, port 0-65535", o->tcp);
+    if (o->log_level != NULL) {
+        if (tally_log_level_parse(o->log_level, &level) != TALLY_OK)
+            return fail(TALLYD_EXIT_USAGE,
+                        "invalid --log-level '%s': use debug, info, warn or error", o->log_level);
+        tally_log_set_level(level);
+    }
     if (o->durability == NULL)
         o->durability = "strict";
     if (strcmp(o->durability, "strict") != 0 && strcmp(o->durability, "batched") != 0)
@@ -239,41 +263,42 @@ parse_args(int argc, char **argv, struct opts *o)
 }
 
 static void
-timestamp(char *buf, size_t cap)
-{
-    struct timespec ts;
-    struct tm tm;
-    size_t n;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    n = strftime(buf, cap, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(buf + n, cap - n, ".%03ldZ", ts.tv_nsec / 1000000);
-}
-
-/* One JSON line on stderr, written with one call. `fields` is JSON already. */
-static void
-log_event(const char *event, const char *fields)
-{
-    char ts[40];
-
-    timestamp(ts, sizeof(ts));
-    fprintf(stderr, "{\"ts\":\"%s\",\"level\":\"info\",\"event\":\"%s\",%s}\n", ts, event, fields);
-}
-
-static void
 log_start(const struct tallyd *d, int port)
 {
-    char data[STORE_PATH_MAX * 6 + 1];
-    char fields[sizeof(data) + 256];
+    struct tally_log l;
+    char addr[96];
 
-    proto_http_json_escape(data, sizeof(data), d->data, strlen(d->data));
-    snprintf(fields, sizeof(fields),
-             "\"http\":\"%s%s%s:%d\",\"data\":\"%s\",\"durability\":\"%s\",\"version\":\"%s\","
-             "\"pid\":%ld",
-             d->o->ipv6 ? "[" : "", d->o->host, d->o->ipv6 ? "]" : "", port, data, d->o->durability,
-             TALLY_VERSION, (long)getpid());
-    log_event("start", fields);
+    if (!tally_log_begin(&l, TALLY_LOG_INFO, "start"))
+        return;
+    snprintf(addr, sizeof(addr), "%s%s%s:%d", d->o->ipv6 ? "[" : "", d->o->host,
+             d->o->ipv6 ? "]" : "", port);
+    tally_log_str(&l, "http", addr);
+    tally_log_str(&l, "socket", d->socket_path);
+    if (d->o->tcp != NULL) {
+        snprintf(addr, sizeof(addr), "%s%s%s:%d", d->o->tcp_ipv6 ? "[" : "", d->o->tcp_host,
+                 d->o->tcp_ipv6 ? "]" : "", sup_sock_tcp_port(d->sock));
+        tally_log_str(&l, "tcp", addr);
+    }
+    tally_log_str(&l, "data", d->data);
+    tally_log_str(&l, "durability", d->o->durability);
+    tally_log_int(&l, "wait_ms", d->o->wait);
+    tally_log_int(&l, "idle_exit_ms", d->o->idle_exit);
+    tally_log_str(&l, "version", TALLY_VERSION);
+    tally_log_int(&l, "pid", (int64_t)getpid());
+    tally_log_end(&l);
+}
+
+static void
+log_stop(const struct tallyd *d)
+{
+    struct tally_log l;
+
+    if (!tally_log_begin(&l, TALLY_LOG_INFO, "stop"))
+        return;
+    tally_log_str(&l, "signal", d->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+    tally_log_int(&l, "requests", (int64_t)d->stats.requests);
+    tally_log_int(&l, "connections", (int64_t)d->stats.connections_accepted);
+    tally_log_end(&l);
 }
 
 static void
@@ -378,6 +403,21 @@ stop(struct tallyd *d)
         stop_sock(d);
 }
 
+static const char *
+listen_error(int rc)
+{
+    switch (rc) {
+    case TALLY_EINUSE:
+        return "address already in use";
+    case TALLY_EPERM:
+        return "permission denied";
+    case TALLY_EINVAL:
+        return "address not available";
+    default:
+        return tally_strerror(rc);
+    }
+}
+
 /* The decision service and its binary protocol socket. */
 static int
 start_front(struct tallyd *d)
@@ -411,6 +451,9 @@ start_front(struct tallyd *d)
     if (rc != TALLY_OK)
         return fail(TALLYD_EXIT_FAIL, "cannot listen on %s: %s", d->socket_path,
                     rc == TALLY_EINUSE ? "another process listens there" : tally_strerror(rc));
+    if (d->o->tcp != NULL &&
+        (rc = sup_sock_listen_tcp(d->sock, d->o->tcp_host, d->o->tcp_port)) != TALLY_OK)
+        return fail(TALLYD_EXIT_FAIL, "cannot listen on --tcp %s: %s", d->o->tcp, listen_error(rc));
     d->routes = tallyd_http_new(d->front, PROTO_HTTP_DEFAULT_MAX_CONNECTIONS);
     if (d->routes == NULL)
         return fail(TALLYD_EXIT_FAIL, "out of memory");
@@ -429,21 +472,6 @@ on_signal(uv_signal_t *s, int signum)
     stop(d);
 }
 
-static const char *
-listen_error(int rc)
-{
-    switch (rc) {
-    case TALLY_EINUSE:
-        return "address already in use";
-    case TALLY_EPERM:
-        return "permission denied";
-    case TALLY_EINVAL:
-        return "address not available";
-    default:
-        return tally_strerror(rc);
-    }
-}
-
 static int
 serve(struct tallyd *d)
 {
@@ -460,7 +488,6 @@ serve(struct tallyd *d)
         .routes = routes,
         .routes_count = sizeof(routes) / sizeof(routes[0]),
     };
-    char fields[128];
     int code = TALLYD_EXIT_FAIL;
     int rc, port = 0;
 
@@ -500,13 +527,8 @@ out:
     d->routes = NULL;
     if (uv_loop_close(&d->loop) != 0)
         return fail(TALLYD_EXIT_FAIL, "event loop still busy at exit");
-    if (code == TALLYD_EXIT_OK) {
-        snprintf(fields, sizeof(fields), "\"signal\":\"%s\",\"requests\":%llu,\"connections\":%llu",
-                 d->stop_signal == SIGINT ? "SIGINT" : "SIGTERM",
-                 (unsigned long long)d->stats.requests,
-                 (unsigned long long)d->stats.connections_accepted);
-        log_event("stop", fields);
-    }
+    if (code == TALLYD_EXIT_OK)
+        log_stop(d);
     return code;
 }
 

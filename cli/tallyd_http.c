@@ -3,7 +3,8 @@
  * the endpoint (X-Tally-Endpoint or ?endpoint=) and the cost, asks the front,
  * and writes the answer of §6: 200 with RateLimit-Policy and RateLimit (IETF
  * httpapi-ratelimit-headers draft), 429 (or 403 on X-Tally-Deny-Status: 403)
- * with Retry-After in whole seconds rounded up, 401, 400, 503. Request slots
+ * with Retry-After in whole seconds rounded up, 401, 400, 503. A shadow
+ * endpoint's would-be refusal is a 200 with X-Tally-Shadow: refused. Request slots
  * come from a pool sized with the connection cap, so nothing is allocated per
  * request; the token is never copied out of the parser's buffer.
  */
@@ -147,8 +148,11 @@ write_check(struct tallyd_http *h, struct http_req *q, struct proto_http_respons
         }
         if (r->flags & PROTO_F_DEGRADED)
             proto_http_response_header(resp, "X-Tally-Degraded", "1");
-        if (r->flags & PROTO_F_SHADOW_REFUSED)
-            proto_http_response_header(resp, "X-Tally-Shadow-Refused", scope_name(r->scope));
+        if (r->flags & PROTO_F_SHADOW_REFUSED) {
+            /* a shadow endpoint: this would have been refused by `scope` */
+            proto_http_response_header(resp, "X-Tally-Shadow", "refused");
+            proto_http_response_header(resp, "X-Tally-Shadow-Scope", scope_name(r->scope));
+        }
         if (!q->head)
             proto_http_response_printf(resp, "{\"result\":\"admitted\"}");
         return;
@@ -319,99 +323,6 @@ handle_release(struct tallyd_http *h, const struct proto_http_request *req,
         proto_http_response_error(resp, 400, "bad_request", "unknown lease");
 }
 
-static void
-metric(struct proto_http_response *resp, const char *name, const char *type, const char *help)
-{
-    proto_http_response_printf(resp, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static void
-handle_metrics(struct tallyd_http *h, struct proto_http_response *resp)
-{
-    static const char *const results[] = {"admitted",    "refused",     "unauthorized",
-                                          "bad_request", "unavailable", "internal"};
-    static const char *const scopes[] = {"none",     "plan",     "link",
-                                         "endpoint", "endpoint", "concurrency"};
-    struct sup_front_stats fs;
-    struct proto_http_stats hs;
-    struct sup_sock_stats ss;
-    uint64_t by_result[6];
-    uint64_t endpoint_refusals;
-    size_t i;
-
-    sup_front_stats(h->front, &fs);
-    resp->content_type = "text/plain; version=0.0.4";
-    by_result[0] = fs.admitted;
-    by_result[1] = fs.refused;
-    by_result[2] = fs.unauthorized;
-    by_result[3] = fs.bad_request;
-    by_result[4] = fs.unavailable;
-    by_result[5] = fs.internal;
-    metric(resp, "tally_decisions_total", "counter", "Decisions by result.");
-    for (i = 0; i < 6; i++)
-        proto_http_response_printf(resp, "tally_decisions_total{result=\"%s\"} %llu\n", results[i],
-                                   (unsigned long long)by_result[i]);
-    metric(resp, "tally_refusals_total", "counter", "Refusals by the scope that fired.");
-    endpoint_refusals = fs.refused_by_scope[3] + fs.refused_by_scope[4];
-    for (i = 1; i < 6; i++) {
-        if (i == 4)
-            continue;
-        proto_http_response_printf(
-            resp, "tally_refusals_total{scope=\"%s\"} %llu\n", scopes[i],
-            (unsigned long long)(i == 3 ? endpoint_refusals : fs.refused_by_scope[i]));
-    }
-    metric(resp, "tally_degraded_total", "counter", "Admissions under the degraded local limit.");
-    proto_http_response_printf(resp, "tally_degraded_total %llu\n",
-                               (unsigned long long)fs.degraded);
-    metric(resp, "tally_waits_total", "counter", "Requests that waited for a lease or a slot.");
-    proto_http_response_printf(resp, "tally_waits_total %llu\n", (unsigned long long)fs.waits);
-    metric(resp, "tally_lease_messages_total", "counter", "Lease messages sent to supervisors.");
-    proto_http_response_printf(resp, "tally_lease_messages_total %llu\n",
-                               (unsigned long long)fs.lease_messages);
-    metric(resp, "tally_supervisor_events_total", "counter", "Supervisor processes by event.");
-    proto_http_response_printf(
-        resp,
-        "tally_supervisor_events_total{event=\"start\"} %llu\n"
-        "tally_supervisor_events_total{event=\"restart\"} %llu\n"
-        "tally_supervisor_events_total{event=\"idle_exit\"} %llu\n"
-        "tally_supervisor_events_total{event=\"crash\"} %llu\n",
-        (unsigned long long)fs.sup.starts, (unsigned long long)fs.sup.restarts,
-        (unsigned long long)fs.sup.exits, (unsigned long long)fs.sup.crashes);
-    metric(resp, "tally_supervisors_live", "gauge", "Supervisor processes running.");
-    proto_http_response_printf(resp, "tally_supervisors_live %u\n", fs.sup.live);
-    metric(resp, "tally_child_counters", "gauge", "Child counters (tenant, endpoint) loaded.");
-    proto_http_response_printf(resp, "tally_child_counters %u\n", fs.children);
-    metric(resp, "tally_links_live", "gauge", "Links in the loaded configuration.");
-    proto_http_response_printf(resp, "tally_links_live %u\n", fs.live_links);
-    metric(resp, "tally_config_reloads_total", "counter", "Configuration reloads.");
-    proto_http_response_printf(resp, "tally_config_reloads_total %llu\n",
-                               (unsigned long long)fs.reloads);
-    if (h->srv != NULL) {
-        proto_http_stats(h->srv, &hs);
-        metric(resp, "tally_http_requests_total", "counter", "HTTP requests answered.");
-        proto_http_response_printf(resp, "tally_http_requests_total %llu\n",
-                                   (unsigned long long)hs.requests);
-        metric(resp, "tally_http_connections", "gauge", "Open HTTP connections.");
-        proto_http_response_printf(resp, "tally_http_connections %llu\n",
-                                   (unsigned long long)hs.connections_active);
-        metric(resp, "tally_http_rejected_total", "counter", "HTTP requests refused by reason.");
-        for (i = 0; i < PROTO_HTTP_REJECT_COUNT; i++)
-            proto_http_response_printf(resp, "tally_http_rejected_total{reason=\"%s\"} %llu\n",
-                                       proto_http_reject_name((enum proto_http_reject)i),
-                                       (unsigned long long)hs.rejected[i]);
-    }
-    if (h->sock != NULL) {
-        sup_sock_stats(h->sock, &ss);
-        metric(resp, "tally_socket_requests_total", "counter", "Binary protocol requests.");
-        proto_http_response_printf(resp, "tally_socket_requests_total %llu\n",
-                                   (unsigned long long)ss.requests);
-        metric(resp, "tally_socket_connections", "gauge", "Open binary protocol connections.");
-        proto_http_response_printf(resp, "tally_socket_connections %llu\n",
-                                   (unsigned long long)ss.active);
-    }
-    resp->status = 200;
-}
-
 void
 tallyd_http_handle(struct tallyd_http *h, const struct proto_http_request *req,
                    struct proto_http_response *resp)
@@ -430,7 +341,7 @@ tallyd_http_handle(struct tallyd_http *h, const struct proto_http_request *req,
         handle_release(h, req, resp);
         return;
     case ROUTE_METRICS:
-        handle_metrics(h, resp);
+        tallyd_metrics_write(h->front, h->srv, h->sock, resp);
         return;
     default:
         proto_http_response_error(resp, 404, "not_found", NULL);

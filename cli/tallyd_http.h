@@ -22,5 +22,9 @@ void tallyd_http_set_sources(struct tallyd_http *h, proto_http_server *srv, sup_
 void tallyd_http_handle(struct tallyd_http *h, const struct proto_http_request *req,
                         struct proto_http_response *resp);
 void tallyd_http_cancel(struct tallyd_http *h, proto_http_deferred *d);
+/** GET /metrics (tallyd_metrics.c): the Prometheus text page of the front and, when
+ *  not NULL, of the HTTP server and the socket. */
+void tallyd_metrics_write(sup_front *front, proto_http_server *srv, sup_sock *sock,
+                          struct proto_http_response *resp);
 
 #endif

@@ -1,17 +1,24 @@
 /*
  * tallyd's decision service (sup_front.h): auth against an in-memory copy of
  * the configuration, then the child counter of (tenant, endpoint). The copy is
- * replaced whenever the config database changes (checked every second and on
+ * replaced whenever the config database changes (checked every 250 ms and on
  * a RELOAD from `tally`), so a revocation is in force before `tally link
- * revoke` returns.
+ * revoke` returns, and any change within a second even when the RELOAD could
+ * not be delivered. Shadow mode is applied here, where every answer passes: a
+ * refusal on a shadow endpoint goes out as an admission flagged
+ * PROTO_F_SHADOW_REFUSED, after it was counted exactly as if enforced (a
+ * refusal charges nothing, so nothing needs undoing).
  */
 #include "sup_front_int.h"
+
+#include "front_obs.h"
+#include "tally_log.h"
 
 #include <sodium.h>
 #include <string.h>
 #include <time.h>
 
-#define RELOAD_CHECK_MS 1000
+#define RELOAD_CHECK_MS 250
 
 struct sup_time
 front_now(void)
@@ -26,9 +33,32 @@ front_now(void)
     return t;
 }
 
+/* The answer a shadow endpoint gives instead of a refusal: admitted, flagged,
+ * naming the scope that would have fired. Nothing was charged for the refusal,
+ * and no slot or lease is reported because none was taken. */
+static void
+shadow_admit(const struct proto_check_reply *refused, struct proto_check_reply *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->status = PROTO_ADMITTED;
+    out->scope = refused->scope;
+    out->flags = (uint16_t)((refused->flags & PROTO_F_DEGRADED) | PROTO_F_SHADOW_REFUSED);
+    out->limit = refused->limit;
+    out->remaining = 0;
+    out->retry_after_ms = 0;
+}
+
 void
 front_reply(sup_front *f, struct sup_front_req *r, const struct proto_check_reply *reply)
 {
+    struct proto_check_reply shadowed;
+
+    front_obs_reply(f, r, reply);
+    if (reply->status == PROTO_REFUSED && r->shadow) {
+        f->stats.shadow_refused++;
+        shadow_admit(reply, &shadowed);
+        reply = &shadowed;
+    }
     switch (reply->status) {
     case PROTO_ADMITTED:
         f->stats.admitted++;
@@ -55,6 +85,7 @@ front_reply(sup_front *f, struct sup_front_req *r, const struct proto_check_repl
     }
     r->child = NULL;
     r->stage = 0;
+    r->owner = NULL;
     r->done(r, reply);
 }
 
@@ -83,8 +114,19 @@ sup_front_reload(sup_front *f, bool force)
         store_data_version(f->config) == store_snapshot_version(f->snap))
         return TALLY_OK;
     rc = store_snapshot_load(f->config, NULL, &snap);
-    if (rc != TALLY_OK)
+    if (rc != TALLY_OK) {
+        struct tally_log l;
+        /* The first failure of a streak, then one a minute: never a line per poll. */
+        f->stats.reload_failures++;
+        if (f->stats.reload_fail_streak++ % 240 == 0 &&
+            tally_log_begin(&l, TALLY_LOG_ERROR, "reload_failed")) {
+            tally_log_str(&l, "error", tally_strerror(rc));
+            tally_log_end(&l);
+        }
         return rc;
+    }
+    f->stats.reload_fail_streak = 0;
+    front_obs_reload(f->snap, snap, force);
     store_snapshot_free(f->snap);
     f->snap = snap;
     f->stats.reloads++;
@@ -190,6 +232,9 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
     int rc;
 
     f->stats.checks++;
+    r->start_ns = uv_hrtime();
+    r->owner = NULL;
+    r->shadow = false;
     r->child = NULL;
     r->stage = 0;
     r->give_up_ms = 0;
@@ -220,6 +265,8 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
         return;
     }
     snprintf(r->link, sizeof(r->link), "%s", l->id);
+    r->owner = fc;
+    r->shadow = policy->shadow; /* from the current snapshot: a change applies at once */
     r->cost = cost > 0 ? cost : policy->cost;
     r->degraded = false;
     front_child_run(fc, r, 0);

@@ -445,6 +445,7 @@ front_child_pump(struct front_child *fc)
                             (long long)now.mono_ms % 100000, proto_lease_type_name(m.type),
                             (unsigned long long)m.origin.seq, src);
                 f->stats.lease_messages++;
+                front_obs_lease_sent(f, fc, m.origin.seq);
                 sent = true;
             }
         }
@@ -510,6 +511,7 @@ front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame 
     fc = find_child(f, tenant, m.origin.child);
     if (fc == NULL)
         return;
+    front_obs_lease_answered(f, fc, m.origin.seq);
     memset(&ev, 0, sizeof(ev));
     if (sup_child_on_message(fc->child, front_now(), &m, &ev) == TALLY_OK)
         on_event(fc, &ev);

@@ -5,6 +5,7 @@
  * comes next: status 0 is hibernation (spawn again on demand), anything else
  * starts a backoff that doubles up to a ceiling and resets after a healthy
  * run. The table only grows with tenants that sent traffic after auth.
+ * Every start and every exit is one log line (tally_log.h).
  */
 #include "sup_manager.h"
 
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "proto_stream.h"
+#include "tally_log.h"
 #include "tenant.h"
 
 #define HEALTHY_RUN_MS 10000
@@ -116,6 +118,46 @@ on_process_closed(uv_handle_t *h)
     maybe_finish_close(m);
 }
 
+/* One line per exit: why, and when the next start may happen. */
+static void
+log_exit(const struct sup_proc *p, int pid, int64_t status, int term_signal, uint64_t ran_ms)
+{
+    struct tally_log l;
+    bool idle = status == SUP_EXIT_IDLE && term_signal == 0;
+    const char *reason = idle                                        ? "idle"
+                         : status == SUP_EXIT_LOCKED && !term_signal ? "locked"
+                         : term_signal != 0                          ? "signal"
+                                                                     : "error";
+
+    if (!tally_log_begin(&l, idle ? TALLY_LOG_INFO : TALLY_LOG_WARN, "supervisor_exit"))
+        return;
+    tally_log_str(&l, "tenant", p->tenant);
+    tally_log_int(&l, "pid", pid);
+    tally_log_str(&l, "reason", reason);
+    if (term_signal != 0)
+        tally_log_int(&l, "signal", term_signal);
+    else
+        tally_log_int(&l, "status", status);
+    tally_log_int(&l, "ran_ms", (int64_t)ran_ms);
+    if (!idle)
+        tally_log_int(&l, "restart_in_ms", p->backoff_ms);
+    tally_log_end(&l);
+}
+
+static void
+log_start(const struct sup_proc *p, bool restart)
+{
+    struct tally_log l;
+
+    if (!tally_log_begin(&l, TALLY_LOG_INFO, restart ? "supervisor_restart" : "supervisor_start"))
+        return;
+    tally_log_str(&l, "tenant", p->tenant);
+    tally_log_int(&l, "pid", p->process.pid);
+    if (restart)
+        tally_log_int(&l, "backoff_ms", p->backoff_ms);
+    tally_log_end(&l);
+}
+
 static void
 on_proc_exit(uv_process_t *proc, int64_t status, int term_signal)
 {
@@ -123,6 +165,7 @@ on_proc_exit(uv_process_t *proc, int64_t status, int term_signal)
     sup_manager *m = p->m;
     uint64_t now = uv_now(m->loop);
     int code = term_signal != 0 ? 128 + term_signal : (int)status;
+    int pid = proc->pid;
 
     p->process_live = false;
     p->process_closing = true;
@@ -143,6 +186,7 @@ on_proc_exit(uv_process_t *proc, int64_t status, int term_signal)
             p->backoff_ms = m->cfg.backoff_max_ms;
         p->not_before_ms = now + (uint64_t)p->backoff_ms;
     }
+    log_exit(p, pid, status, term_signal, now - p->started_ms);
     if (!m->closing && m->cbs.on_down != NULL)
         m->cbs.on_down(m->data, p->tenant, code);
     maybe_finish_close(m);
@@ -200,6 +244,7 @@ spawn(sup_manager *m, struct sup_proc *p)
     uv_stdio_container_t stdio[4];
     uv_process_options_t opts;
     proto_conn *conn = NULL;
+    bool restart;
     int rc;
 
     if (p->process_live || p->process_closing)
@@ -257,9 +302,11 @@ spawn(sup_manager *m, struct sup_proc *p)
     p->process_live = true;
     p->answered = false;
     p->started_ms = uv_now(m->loop);
-    if (m->stats.starts++ > 0 && p->backoff_ms > 0)
+    restart = m->stats.starts++ > 0 && p->backoff_ms > 0;
+    if (restart)
         m->stats.restarts++;
     m->stats.live++;
+    log_start(p, restart);
     return TALLY_OK;
 }
 

@@ -33,6 +33,7 @@ struct sock_conn {
 };
 
 struct sup_sock {
+    uv_loop_t *loop;
     sup_front *front;
     proto_listener *unix_l;
     proto_listener *tcp_l;
@@ -246,6 +247,7 @@ sup_sock_open(uv_loop_t *loop, sup_front *front, const char *path, int mode, con
     *out = NULL;
     if (s == NULL)
         return TALLY_ENOMEM;
+    s->loop = loop;
     s->front = front;
     rc = proto_listener_unix(loop, path, mode, &cbs, s, &s->unix_l);
     if (rc == TALLY_OK && tcp_host != NULL)
@@ -261,6 +263,22 @@ sup_sock_open(uv_loop_t *loop, sup_front *front, const char *path, int mode, con
     }
     *out = s;
     return TALLY_OK;
+}
+
+int
+sup_sock_listen_tcp(sup_sock *s, const char *host, int port)
+{
+    static const struct proto_listener_cbs cbs = {on_accept, PROTO_CLIENT_MSG_MAX, on_conn};
+
+    if (s->tcp_l != NULL)
+        return TALLY_EEXIST;
+    return proto_listener_tcp(s->loop, host, port, &cbs, s, &s->tcp_l);
+}
+
+int
+sup_sock_tcp_port(const sup_sock *s)
+{
+    return s->tcp_l != NULL ? proto_listener_port(s->tcp_l) : -1;
 }
 
 void

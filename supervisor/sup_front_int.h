@@ -10,6 +10,8 @@
 #include "sup_child.h"
 #include "sup_front.h"
 
+#include "front_obs.h"
+
 struct front_child {
     sup_front *f;
     char tenant[TENANT_NAME_MAX + 1];
@@ -20,6 +22,7 @@ struct front_child {
     uv_timer_t timer;
     bool timer_live;
     struct sup_front_req *parked; /* FIFO: head; tail via head->prev */
+    uint8_t mode;                 /* enum front_mode, for front_obs.c */
 };
 
 struct sup_front {
@@ -36,6 +39,7 @@ struct sup_front {
     uint32_t cap_children;
     uv_timer_t reload_timer;
     struct sup_front_stats stats;
+    struct front_obs obs;
     bool closing;
     int pending;
     void (*close_cb)(void *data);

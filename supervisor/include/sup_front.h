@@ -57,7 +57,23 @@ struct sup_front_req {
     uint64_t slot_op;
     int stage; /* 0 idle, 1 waiting for a lease, 2 waiting for a slot */
     bool degraded;
+    bool shadow;               /* the endpoint is in shadow mode: a refusal is admitted */
+    struct front_child *owner; /* the child deciding it (for its mode), or NULL */
+    uint64_t start_ns;         /* uv_hrtime() at sup_front_check */
 };
+
+/* Latency histograms (decisions, lease round trips): fixed buckets, upper bounds
+ * in sup_front_hist_bounds_ns[], counts per bucket (not cumulative); the last
+ * bucket is +Inf. */
+#define SUP_FRONT_HIST_BOUNDS 14
+struct sup_front_hist {
+    uint64_t bucket[SUP_FRONT_HIST_BOUNDS + 1];
+    uint64_t count;
+    uint64_t sum_ns;
+};
+/* 50us, 100us, 250us, 500us, 1ms, 2.5ms, 5ms, 10ms, 25ms, 50ms, 100ms, 250ms, 500ms, 1s */
+extern const uint64_t sup_front_hist_bounds_ns[SUP_FRONT_HIST_BOUNDS];
+void sup_front_hist_observe(struct sup_front_hist *h, uint64_t ns);
 
 struct sup_front_stats {
     uint64_t checks;
@@ -67,6 +83,14 @@ struct sup_front_stats {
     uint64_t waits;
     uint64_t lease_messages; /* lease frames sent to supervisors */
     uint64_t reloads;
+    uint64_t reload_failures;
+    uint32_t reload_fail_streak;
+    uint64_t shadow_refused;     /* refusals admitted because the endpoint is in shadow mode */
+    uint64_t mode_changes[3];    /* endpoints entering normal, degraded, unavailable mode */
+    uint32_t endpoints_degraded; /* child counters now answering degraded */
+    uint32_t endpoints_unavailable;
+    struct sup_front_hist decision;  /* sup_front_check to the answer */
+    struct sup_front_hist lease_rtt; /* lease request sent to its answer */
     uint32_t children;
     uint32_t live_links;
     struct sup_manager_stats sup;

@@ -29,6 +29,13 @@ struct sup_sock_stats {
  *  listens on `path`. */
 TALLY_MUST_CHECK int sup_sock_open(uv_loop_t *loop, sup_front *front, const char *path, int mode,
                                    const char *tcp_host, int tcp_port, sup_sock **out /* OUT */);
+/** Also serves the protocol on TCP host:port (an IPv4 or IPv6 literal; port 0 picks
+ *  one). TCP has no authentication beyond the token: bind it to loopback or a
+ *  private network. TALLY_OK, TALLY_EINUSE, TALLY_EPERM, TALLY_EINVAL, TALLY_EEXIST
+ *  when already listening on TCP. */
+TALLY_MUST_CHECK int sup_sock_listen_tcp(sup_sock *s, const char *host, int port);
+/** The bound TCP port, or -1 when not listening on TCP. */
+int sup_sock_tcp_port(const sup_sock *s);
 void sup_sock_stats(const sup_sock *s, struct sup_sock_stats *out /* OUT */);
 /** Stops listening (the socket file is removed), closes every connection (their
  *  requests are cancelled), then calls cb. */

@@ -1,0 +1,142 @@
+/*
+ * The front's view of itself (front_obs.h): latency histograms with fixed
+ * buckets, lease round trips matched by (child, seq) in a fixed table, and
+ * the service mode of each child counter, read off the answers it gives: a
+ * degraded admission means degraded mode, a 503 while the supervisor is out
+ * of reach means unavailable mode, an ordinary admission means normal again.
+ * Each change is one log line and one count; nothing is logged per request.
+ */
+#include "front_obs.h"
+
+#include <string.h>
+
+#include "sup_front_int.h"
+#include "tally_log.h"
+
+const uint64_t sup_front_hist_bounds_ns[SUP_FRONT_HIST_BOUNDS] = {
+    50000,    100000,   250000,   500000,    1000000,   2500000,   5000000,
+    10000000, 25000000, 50000000, 100000000, 250000000, 500000000, 1000000000,
+};
+
+void
+sup_front_hist_observe(struct sup_front_hist *h, uint64_t ns)
+{
+    size_t i = 0;
+
+    while (i < SUP_FRONT_HIST_BOUNDS && ns > sup_front_hist_bounds_ns[i])
+        i++;
+    h->bucket[i]++;
+    h->count++;
+    h->sum_ns += ns;
+}
+
+static struct front_obs_rtt *
+rtt_slot(sup_front *f, const struct front_child *fc, uint64_t seq)
+{
+    uintptr_t k = (uintptr_t)fc >> 4;
+
+    k ^= (uintptr_t)(seq * 0x9e3779b97f4a7c15ull);
+    return &f->obs.rtt[k % FRONT_OBS_RTT_SLOTS];
+}
+
+void
+front_obs_lease_sent(sup_front *f, const struct front_child *fc, uint64_t seq)
+{
+    struct front_obs_rtt *s = rtt_slot(f, fc, seq);
+
+    /* A retransmission restarts the clock: the round trip is the one that answered. */
+    s->child = fc;
+    s->seq = seq;
+    s->sent_ns = uv_hrtime();
+}
+
+void
+front_obs_lease_answered(sup_front *f, const struct front_child *fc, uint64_t seq)
+{
+    struct front_obs_rtt *s = rtt_slot(f, fc, seq);
+
+    if (s->child != fc || s->seq != seq || s->sent_ns == 0)
+        return; /* a duplicate answer, or its slot was reused */
+    sup_front_hist_observe(&f->stats.lease_rtt, uv_hrtime() - s->sent_ns);
+    s->child = NULL;
+    s->sent_ns = 0;
+}
+
+static const char *const mode_names[] = {"normal", "degraded", "unavailable"};
+
+static void
+set_mode(sup_front *f, struct front_child *fc, enum front_mode to)
+{
+    enum front_mode from = (enum front_mode)fc->mode;
+    struct tally_log l;
+    static const char *const events[] = {"endpoint_recovered", "endpoint_degraded",
+                                         "endpoint_unavailable"};
+
+    if (from == to)
+        return;
+    fc->mode = (uint8_t)to;
+    f->stats.mode_changes[to]++;
+    if (from == FRONT_MODE_DEGRADED)
+        f->stats.endpoints_degraded--;
+    if (from == FRONT_MODE_UNAVAILABLE)
+        f->stats.endpoints_unavailable--;
+    if (to == FRONT_MODE_DEGRADED)
+        f->stats.endpoints_degraded++;
+    if (to == FRONT_MODE_UNAVAILABLE)
+        f->stats.endpoints_unavailable++;
+    if (tally_log_begin(&l, to == FRONT_MODE_NORMAL ? TALLY_LOG_INFO : TALLY_LOG_WARN,
+                        events[to])) {
+        tally_log_str(&l, "tenant", fc->tenant);
+        tally_log_str(&l, "endpoint", fc->endpoint);
+        tally_log_str(&l, "from", mode_names[from]);
+        tally_log_str(&l, "to", mode_names[to]);
+        if (to == FRONT_MODE_DEGRADED)
+            tally_log_str(&l, "policy", "open: admitting under the degraded limit");
+        else if (to == FRONT_MODE_UNAVAILABLE)
+            tally_log_str(&l, "policy", "closed: answering 503");
+        tally_log_end(&l);
+    }
+}
+
+void
+front_obs_reply(sup_front *f, struct sup_front_req *r, const struct proto_check_reply *reply)
+{
+    struct front_child *fc = r->owner;
+
+    if (r->start_ns != 0)
+        sup_front_hist_observe(&f->stats.decision, uv_hrtime() - r->start_ns);
+    if (fc == NULL || f->closing)
+        return;
+    switch (reply->status) {
+    case PROTO_ADMITTED:
+        set_mode(f, fc,
+                 (reply->flags & PROTO_F_DEGRADED) ? FRONT_MODE_DEGRADED : FRONT_MODE_NORMAL);
+        return;
+    case PROTO_UNAVAILABLE:
+        /* Only an outage changes the mode; a full table or a shutdown does not. */
+        if (!sup_child_reachable(fc->child, front_now()))
+            set_mode(f, fc, FRONT_MODE_UNAVAILABLE);
+        return;
+    default:
+        return; /* a refusal says nothing about the authority */
+    }
+}
+
+void
+front_obs_reload(const store_snapshot *old_snap, const store_snapshot *snap, bool forced)
+{
+    struct tally_log l;
+    size_t old_eps = 0, eps = 0;
+
+    if (old_snap == NULL || !tally_log_begin(&l, TALLY_LOG_INFO, "reload"))
+        return;
+    (void)store_snapshot_endpoints(old_snap, &old_eps);
+    (void)store_snapshot_endpoints(snap, &eps);
+    tally_log_str(&l, "trigger", forced ? "notify" : "poll");
+    tally_log_int(&l, "links", (int64_t)store_snapshot_link_count(snap));
+    tally_log_int(&l, "links_before", (int64_t)store_snapshot_link_count(old_snap));
+    tally_log_int(&l, "policies", (int64_t)eps);
+    tally_log_int(&l, "policies_before", (int64_t)old_eps);
+    tally_log_int(&l, "data_version", store_snapshot_version(snap));
+    tally_log_end(&l);
+}
