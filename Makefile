@@ -11,9 +11,11 @@ DEB_PACKAGES := build-essential cmake pkg-config clang clang-format libclang-rt-
 DATA ?= $(CURDIR)/.tally
 HTTP ?= 127.0.0.1:8080
 JOBS ?= 2
+FUZZ_SECONDS ?= 60
+FUZZ_TEST_SECONDS ?= 8
 SOURCES = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find . -name '*.[ch]' -not -path './build/*')
 
-.PHONY: all deps build run test fuzz bench format format-check clean
+.PHONY: all deps build run test fuzz fuzz-build analyze bench format format-check clean
 
 all: build
 
@@ -40,11 +42,17 @@ test: deps
 	cmake --preset asan >/dev/null
 	cmake --build build/asan -j$(JOBS)
 	ctest --preset asan -j$(JOBS)
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(FUZZ_TEST_SECONDS)
 	$(MAKE) --no-print-directory format-check
 
-fuzz: deps
+# libFuzzer targets (clang, ASan + UBSan) in build/fuzz; `make fuzz` runs each
+# for FUZZ_SECONDS over fuzz/corpus/<name>/ and fails on a crash (fuzz/run.sh).
+fuzz-build: deps
 	cmake --preset fuzz >/dev/null
-	cmake --build build/fuzz -j$(JOBS)
+	cmake --build build/fuzz -j$(JOBS) --target fuzzers
+
+fuzz: fuzz-build
+	fuzz/run.sh $(FUZZ_SECONDS)
 
 bench: build
 	@for b in build/release/bench/tally-bench-*; do [ -x "$$b" ] && echo "== $$b" && "$$b"; done

@@ -131,12 +131,19 @@ done(const struct proto_cursor *c)
     return proto_cursor_done(c) ? TALLY_OK : TALLY_EPROTO;
 }
 
+/* Flags are 0 unless the type defines some (PROTOCOL.md): only CHECK_REPLY does. */
+static bool
+type_ok(const struct proto_frame *f, uint8_t type)
+{
+    return f->type == type && f->flags == 0;
+}
+
 int
 proto_hello_decode(const struct proto_frame *f, struct proto_hello *out)
 {
     struct proto_cursor c;
 
-    if (f->type != PROTO_C_HELLO)
+    if (!type_ok(f, PROTO_C_HELLO))
         return TALLY_EPROTO;
     proto_cursor_init(&c, f->payload, f->payload_len);
     out->min_version = proto_get_u8(&c);
@@ -151,7 +158,7 @@ proto_hello_reply_decode(const struct proto_frame *f, struct proto_hello_reply *
 {
     struct proto_cursor c;
 
-    if (f->type != PROTO_C_HELLO_REPLY)
+    if (!type_ok(f, PROTO_C_HELLO_REPLY))
         return TALLY_EPROTO;
     proto_cursor_init(&c, f->payload, f->payload_len);
     out->version = proto_get_u8(&c);
@@ -165,7 +172,7 @@ proto_check_decode(const struct proto_frame *f, struct proto_check *out)
 {
     struct proto_cursor c;
 
-    if (f->type != PROTO_C_CHECK)
+    if (!type_ok(f, PROTO_C_CHECK))
         return TALLY_EPROTO;
     proto_cursor_init(&c, f->payload, f->payload_len);
     proto_get_str(&c, out->token, sizeof(out->token));
@@ -204,7 +211,7 @@ proto_release_decode(const struct proto_frame *f, struct proto_release *out)
 {
     struct proto_cursor c;
 
-    if (f->type != PROTO_C_RELEASE)
+    if (!type_ok(f, PROTO_C_RELEASE))
         return TALLY_EPROTO;
     proto_cursor_init(&c, f->payload, f->payload_len);
     proto_get_str(&c, out->token, sizeof(out->token));
@@ -219,6 +226,9 @@ proto_status_decode(const struct proto_frame *f, uint8_t *status)
 {
     struct proto_cursor c;
 
+    *status = 0;
+    if (f->flags != 0)
+        return TALLY_EPROTO;
     proto_cursor_init(&c, f->payload, f->payload_len);
     *status = proto_get_u8(&c);
     return done(&c);
@@ -229,7 +239,7 @@ proto_error_decode(const struct proto_frame *f, int32_t *code, char *msg, size_t
 {
     struct proto_cursor c;
 
-    if (f->type != PROTO_C_ERROR)
+    if (!type_ok(f, PROTO_C_ERROR))
         return TALLY_EPROTO;
     proto_cursor_init(&c, f->payload, f->payload_len);
     *code = (int32_t)proto_get_u32(&c);
