@@ -246,6 +246,7 @@ examples_wait_port(struct examples_env *e, int port, int timeout_ms)
 {
     struct sockaddr_in sa;
     int waited;
+    int i;
 
     memset(&sa, 0, sizeof(sa));
     sa.sin_family = AF_INET;
@@ -258,6 +259,14 @@ examples_wait_port(struct examples_env *e, int port, int timeout_ms)
             close(fd);
         if (ok)
             return;
+        for (i = 0; i < e->n_children; i++) {
+            int status;
+            if (e->children[i] > 0 && waitpid(e->children[i], &status, WNOHANG) == e->children[i]) {
+                e->children[i] = 0;
+                examples_dump_logs(e);
+                fail_msg("a child exited (status %d) before 127.0.0.1:%d accepted", status, port);
+            }
+        }
         sleep_ms(20);
     }
     examples_dump_logs(e);
