@@ -11,3 +11,21 @@ foreach(ex nginx caddy)
     add_dependencies(test_examples_${ex} tallyd tally_cli)
     set_tests_properties(test_examples_${ex} PROPERTIES TIMEOUT 120)
 endforeach()
+
+# make install's result, used as a user would (pkg-config, the installed binaries).
+tally_add_test(test_examples_install test_examples_install.c)
+target_link_libraries(test_examples_install PRIVATE tally_examples_env)
+add_dependencies(test_examples_install tallyd tally_cli tally_client)
+if(TALLY_SANITIZE)
+    set(TALLY_EXAMPLE_SAN_FLAGS "-fsanitize=${TALLY_SANITIZE} -fno-omit-frame-pointer")
+else()
+    set(TALLY_EXAMPLE_SAN_FLAGS "")
+endif()
+target_compile_definitions(test_examples_install PRIVATE
+    TALLY_CMAKE="${CMAKE_COMMAND}"
+    TALLY_CC="${CMAKE_C_COMPILER}"
+    TALLY_SANITIZE_FLAGS="${TALLY_EXAMPLE_SAN_FLAGS}"
+    TALLY_INSTALL_BINDIR="${CMAKE_INSTALL_FULL_BINDIR}"
+    TALLY_INSTALL_LIBDIR="${CMAKE_INSTALL_FULL_LIBDIR}"
+    TALLY_INSTALL_INCLUDEDIR="${CMAKE_INSTALL_FULL_INCLUDEDIR}")
+set_tests_properties(test_examples_install PROPERTIES TIMEOUT 180)

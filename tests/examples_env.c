@@ -141,9 +141,10 @@ examples_env_release(struct examples_env *e)
     e->n_children = 0;
     if (e->d.pid > 0)
         test_daemon_stop(&e->d);
+    if (e->root[0] == '\0')
+        return; /* never initialised */
     test_wait_supervisors(e->data, "acme", 0, 10000);
-    if (e->root[0] != '\0')
-        test_rmtree(e->root);
+    test_rmtree(e->root);
 }
 
 int
