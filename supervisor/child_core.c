@@ -33,6 +33,23 @@ sup_child_close(sup_child *c)
 }
 
 int
+sup_child_set_policy(sup_child *c, const struct tenant_endpoint *policy)
+{
+    struct tenant_budget probe;
+
+    if (strcmp(policy->name, c->policy.name) != 0)
+        return TALLY_EINVAL;
+    if (tenant_budget_init(&probe, TENANT_SCOPE_ENDPOINT_TENANT, TENANT_ALG_WINDOW,
+                           &policy->degraded_limits) != TALLY_OK)
+        return TALLY_ECONFIG;
+    if (memcmp(&policy->degraded_limits, &c->policy.degraded_limits,
+               sizeof(policy->degraded_limits)) != 0)
+        memset(&c->degraded, 0, sizeof(c->degraded));
+    c->policy = *policy;
+    return TALLY_OK;
+}
+
+int
 sup_child_open(const struct sup_child_config *cfg, sup_child **out)
 {
     struct tenant_budget probe;

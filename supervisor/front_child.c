@@ -17,80 +17,13 @@
 
 #include "sup_paths.h"
 
-static const char *const child_migrations[] = {
-    "CREATE TABLE meta(k TEXT PRIMARY KEY, v INTEGER NOT NULL) STRICT;"
-    "CREATE TABLE lease(id INTEGER PRIMARY KEY, rec BLOB NOT NULL) STRICT;",
-};
-enum { C_META_GET, C_META_PUT, C_LEASE_PUT, C_LEASE_DEL, C_LEASE_ALL, C__COUNT };
-static const char *const child_statements[C__COUNT] = {
-    [C_META_GET] = "SELECT v FROM meta WHERE k = ?1",
-    [C_META_PUT] = "INSERT OR REPLACE INTO meta(k, v) VALUES(?1, ?2)",
-    [C_LEASE_PUT] = "INSERT OR REPLACE INTO lease(id, rec) VALUES(?1, ?2)",
-    [C_LEASE_DEL] = "DELETE FROM lease WHERE id = ?1",
-    [C_LEASE_ALL] = "SELECT rec FROM lease ORDER BY id",
-};
-static const struct store_schema child_schema = {"child", child_migrations, 1, child_statements,
-                                                 C__COUNT};
-
-#define PERSIST_BATCH 64
-
-/* ---- the child's file ---- */
-
-/* Bumps and returns the incarnation counter: every start is a new incarnation. */
-static int
-next_incarnation(store_db *db, uint64_t *out)
-{
-    sqlite3_stmt *st;
-    int64_t v = 0;
-    int rc = store_db_begin(db);
-
-    if (rc != TALLY_OK)
-        return rc;
-    st = store_db_stmt(db, C_META_GET);
-    sqlite3_bind_text(st, 1, "incarnation", -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_reset(st);
-    st = store_db_stmt(db, C_META_PUT);
-    sqlite3_bind_text(st, 1, "incarnation", -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, v + 1);
-    rc = store_db_rc(db, sqlite3_step(st));
-    sqlite3_reset(st);
-    if (rc == TALLY_OK)
-        rc = store_db_commit(db);
-    else
-        store_db_rollback(db);
-    *out = (uint64_t)(v + 1);
-    return rc;
-}
-
-static int
-resume_rows(struct front_child *fc)
-{
-    sqlite3_stmt *st = store_db_stmt(fc->db, C_LEASE_ALL);
-    struct sup_child_lease_rec rec;
-    struct sup_time now = front_now();
-    int rc = TALLY_OK;
-
-    while (rc == TALLY_OK && sqlite3_step(st) == SQLITE_ROW) {
-        if ((size_t)sqlite3_column_bytes(st, 0) != sizeof(rec))
-            continue; /* not ours: its lease expires as spent at the supervisor */
-        memcpy(&rec, sqlite3_column_blob(st, 0), sizeof(rec));
-        rc = sup_child_resume(fc->child, &rec, now);
-        if (rc == TALLY_EINVAL)
-            rc = TALLY_OK;
-    }
-    sqlite3_reset(st);
-    return rc;
-}
-
 static void park(struct front_child *fc, struct sup_front_req *r, int stage, int64_t give_up_ms);
 
 /* Re-runs the requests of `link` waiting for a lease, in arrival order. They are
  * taken off the list first: one that parks again goes to the back of the list
  * and is not run twice in this pass. */
-static void
-rerun_link(struct front_child *fc, const char *link)
+void
+front_child_rerun_link(struct front_child *fc, const char *link)
 {
     struct sup_front_req *batch = NULL;
     struct sup_front_req **tail = &batch;
@@ -111,57 +44,6 @@ rerun_link(struct front_child *fc, const char *link)
         r->next = NULL;
         front_child_run(fc, r, 0);
     }
-}
-
-/* Writes the child's pending rows in one transaction, then tells it they are
- * durable (which may re-run parked requests). Returns how many rows it wrote. */
-static size_t
-persist(struct front_child *fc)
-{
-    struct sup_child_persist p[PERSIST_BATCH];
-    size_t n = 0;
-    size_t i;
-    int rc;
-
-    while (n < PERSIST_BATCH && sup_child_next_persist(fc->child, &p[n]) == TALLY_OK)
-        n++;
-    if (n == 0)
-        return 0;
-    rc = store_db_begin(fc->db);
-    for (i = 0; i < n && rc == TALLY_OK; i++) {
-        sqlite3_stmt *st;
-        if (p[i].op == SUP_PERSIST_PUT) {
-            st = store_db_stmt(fc->db, C_LEASE_PUT);
-            sqlite3_bind_int64(st, 1, (int64_t)p[i].rec.lease_id);
-            sqlite3_bind_blob(st, 2, &p[i].rec, sizeof(p[i].rec), SQLITE_STATIC);
-        } else {
-            st = store_db_stmt(fc->db, C_LEASE_DEL);
-            sqlite3_bind_int64(st, 1, (int64_t)p[i].rec.lease_id);
-        }
-        rc = store_db_rc(fc->db, sqlite3_step(st));
-        sqlite3_reset(st);
-    }
-    if (rc == TALLY_OK)
-        rc = store_db_commit(fc->db);
-    else
-        store_db_rollback(fc->db);
-    if (rc != TALLY_OK) {
-        /* Not durable: the child keeps waiting for these writes and its requests
-         * are given up at their deadline. */
-        fprintf(stderr,
-                "{\"level\":\"error\",\"event\":\"child_write_failed\",\"tenant\":\"%s\","
-                "\"endpoint\":\"%s\",\"error\":\"%s\"}\n",
-                fc->tenant, fc->endpoint, tally_strerror(rc));
-        return 0;
-    }
-    for (i = 0; i < n; i++) {
-        struct sup_child_event ev;
-        memset(&ev, 0, sizeof(ev));
-        sup_child_persisted(fc->child, &p[i], &ev);
-        if (ev.kind == SUP_EV_LINK)
-            rerun_link(fc, ev.link);
-    }
-    return n;
 }
 
 /* ---- parked requests ---- */
@@ -391,7 +273,7 @@ on_event(struct front_child *fc, const struct sup_child_event *ev)
         return;
     }
     if (ev->kind == SUP_EV_LINK)
-        rerun_link(fc, ev->link);
+        front_child_rerun_link(fc, ev->link);
 }
 
 /* ---- timers and messages ---- */
@@ -449,7 +331,7 @@ front_child_pump(struct front_child *fc)
                 sent = true;
             }
         }
-        if (persist(fc) == 0 && !sent)
+        if (!front_store_flush(fc) && !sent)
             break;
     }
     if (fc->timer_live)
@@ -537,8 +419,22 @@ static void
 child_free(struct front_child *fc)
 {
     sup_child_close(fc->child);
-    store_db_close(fc->db);
+    front_store_close(fc);
     tally_free(fc);
+}
+
+/* A child's policy follows the configuration: on_unavailable, degraded limits,
+ * cost and expensive take effect at the first request after a reload. */
+static void
+refresh_policy(struct front_child *fc, const struct tenant_endpoint *policy)
+{
+    if (fc->policy_reloads == fc->f->stats.reloads)
+        return;
+    fc->policy_reloads = fc->f->stats.reloads;
+    if (memcmp(&fc->policy, policy, sizeof(*policy)) == 0)
+        return;
+    if (sup_child_set_policy(fc->child, policy) == TALLY_OK)
+        fc->policy = *policy;
 }
 
 int
@@ -547,11 +443,11 @@ front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *
 {
     struct sup_child_config cfg;
     struct front_child *fc = find_child(f, tenant, policy->name);
-    char path[SUP_PATH_MAX];
     int rc;
 
     *out = NULL;
     if (fc != NULL) {
+        refresh_policy(fc, policy);
         *out = fc;
         return TALLY_OK;
     }
@@ -570,23 +466,17 @@ front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *
     snprintf(fc->tenant, sizeof(fc->tenant), "%s", tenant);
     snprintf(fc->endpoint, sizeof(fc->endpoint), "%s", policy->name);
     fc->policy = *policy;
-    rc = sup_tenant_dirs(f->data, tenant);
-    if (rc == TALLY_OK)
-        rc = sup_path_endpoint_db(f->data, tenant, policy->name, path, sizeof(path));
-    if (rc == TALLY_OK)
-        rc = store_db_open(path, &child_schema,
-                           STORE_OPEN_CREATE | (f->cfg.strict ? STORE_OPEN_SYNC_FULL : 0), &fc->db);
+    fc->policy_reloads = f->stats.reloads;
     memset(&cfg, 0, sizeof(cfg));
+    rc = front_store_open(fc, &cfg.incarnation);
     snprintf(cfg.tenant, sizeof(cfg.tenant), "%s", tenant);
     cfg.policy = *policy;
     cfg.persist_marks = f->cfg.strict;
     cfg.wait_ms = f->cfg.wait_ms;
     if (rc == TALLY_OK)
-        rc = next_incarnation(fc->db, &cfg.incarnation);
-    if (rc == TALLY_OK)
         rc = sup_child_open(&cfg, &fc->child);
     if (rc == TALLY_OK)
-        rc = resume_rows(fc);
+        rc = front_store_resume(fc);
     if (rc != TALLY_OK) {
         child_free(fc);
         return rc;
@@ -599,15 +489,25 @@ front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *
     return TALLY_OK;
 }
 
-static void
-on_child_timer_closed(uv_handle_t *h)
+void
+front_child_release(struct front_child *fc)
 {
-    struct front_child *fc = h->data;
     sup_front *f = fc->f;
 
     child_free(fc);
     if (--f->children_pending == 0 && f->children_done != NULL)
         f->children_done(f);
+}
+
+static void
+on_child_timer_closed(uv_handle_t *h)
+{
+    struct front_child *fc = h->data;
+
+    fc->closed = true;
+    /* The last rows (RETURNed leases deleted) are written before the file closes. */
+    if (!fc->store.busy && !front_store_flush(fc))
+        front_child_release(fc);
 }
 
 void

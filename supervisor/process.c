@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,14 +27,18 @@
 
 #define BATCH_RECORDS   256
 #define RELOAD_CHECK_MS 1000
+/* The journal is compacted once it has grown by this many rows and by at least
+ * the size of the last snapshot (TALLY_JOURNAL_COMPACT_ROWS overrides it). */
+#define COMPACT_ROWS_DEFAULT 4096
 
 static const char *const journal_migrations[] = {
     "CREATE TABLE journal(seq INTEGER PRIMARY KEY, rec BLOB NOT NULL) STRICT",
 };
-enum { J_INSERT, J_ALL, J__COUNT };
+enum { J_INSERT, J_ALL, J_CLEAR, J__COUNT };
 static const char *const journal_statements[J__COUNT] = {
     [J_INSERT] = "INSERT INTO journal(rec) VALUES(?1)",
     [J_ALL] = "SELECT rec FROM journal ORDER BY seq",
+    [J_CLEAR] = "DELETE FROM journal",
 };
 static const struct store_schema journal_schema = {"ledger", journal_migrations, 1,
                                                    journal_statements, J__COUNT};
@@ -62,6 +67,9 @@ struct sp {
     int exit_code;
     bool stopping;
     uint64_t records_total;
+    uint64_t journal_rows;   /* rows in the journal now */
+    uint64_t compacted_rows; /* rows the last compaction left */
+    uint64_t compact_rows;
 };
 
 static int64_t
@@ -82,6 +90,8 @@ log_event(const struct sp *s, const char *level, const char *event, const char *
             extra[0] != '\0' ? "," : "", extra);
 }
 
+static void maybe_compact(struct sp *s);
+
 static void
 stop(struct sp *s, int code)
 {
@@ -90,6 +100,67 @@ stop(struct sp *s, int code)
     s->stopping = true;
     s->exit_code = code;
     uv_stop(&s->loop);
+}
+
+static int
+store_snapshot_records(struct sp *s, const struct sup_records *snap)
+{
+    sqlite3_stmt *st = store_db_stmt(s->journal, J_CLEAR);
+    size_t i;
+    int rc = store_db_begin(s->journal);
+
+    if (rc == TALLY_OK) {
+        rc = store_db_rc(s->journal, sqlite3_step(st));
+        sqlite3_reset(st);
+    }
+    for (i = 0; i < snap->count && rc == TALLY_OK; i++) {
+        st = store_db_stmt(s->journal, J_INSERT);
+        sqlite3_bind_blob(st, 1, &snap->v[i], sizeof(snap->v[i]), SQLITE_STATIC);
+        rc = store_db_rc(s->journal, sqlite3_step(st));
+        sqlite3_reset(st);
+    }
+    if (rc == TALLY_OK)
+        return store_db_commit(s->journal);
+    store_db_rollback(s->journal);
+    return rc;
+}
+
+/* Replaces the journal by a snapshot of the ledger, in one transaction, once it
+ * has grown enough: replay at start stays proportional to the live state, not
+ * to history. Called between turns only, when every record is durable, so the
+ * snapshot is exactly the durable state. A failure changes nothing (the
+ * transaction rolls back) and waits for the next threshold. */
+static void
+maybe_compact(struct sp *s)
+{
+    struct sup_records snap = {NULL, 0, 0};
+    uint64_t grown = s->journal_rows - s->compacted_rows;
+    size_t needed = 0;
+    char extra[200];
+    int64_t t0;
+    int rc;
+
+    if (s->batch.count > 0 || grown < s->compact_rows || grown < s->compacted_rows)
+        return;
+    t0 = wall_ms();
+    rc = sup_ledger_snapshot(s->ledger, &snap, &needed);
+    if (rc == TALLY_ETOOBIG) {
+        snap.v = tally_calloc(needed, sizeof(*snap.v));
+        snap.cap = needed;
+        rc = snap.v == NULL ? TALLY_ENOMEM : sup_ledger_snapshot(s->ledger, &snap, &needed);
+    }
+    if (rc == TALLY_OK)
+        rc = store_snapshot_records(s, &snap);
+    snprintf(extra, sizeof(extra), "\"rows_before\":%llu,\"rows_after\":%llu,\"ms\":%lld%s%s%s",
+             (unsigned long long)s->journal_rows,
+             (unsigned long long)(rc == TALLY_OK ? snap.count : s->journal_rows),
+             (long long)(wall_ms() - t0), rc == TALLY_OK ? "" : ",\"error\":\"",
+             rc == TALLY_OK ? "" : tally_strerror(rc), rc == TALLY_OK ? "" : "\"");
+    log_event(s, rc == TALLY_OK ? "info" : "error", "journal_compacted", extra);
+    if (rc == TALLY_OK)
+        s->journal_rows = snap.count;
+    s->compacted_rows = s->journal_rows;
+    tally_free(snap.v);
 }
 
 /* Commits the turn's records, then writes its replies. */
@@ -121,11 +192,13 @@ flush(struct sp *s)
             return;
         }
         s->records_total += s->batch.count;
+        s->journal_rows += s->batch.count;
         s->batch.count = 0;
     }
     if (s->out_len > 0 && s->conn != NULL)
         (void)proto_conn_send(s->conn, s->out, s->out_len);
     s->out_len = 0;
+    maybe_compact(s);
 }
 
 static void
@@ -342,6 +415,7 @@ replay(struct sp *s)
         memcpy(&rec, sqlite3_column_blob(st, 0), sizeof(rec));
         rc = sup_ledger_replay(s->ledger, &rec);
         s->records_total++;
+        s->journal_rows++;
     }
     if (rc == TALLY_OK && step != SQLITE_DONE)
         rc = store_db_rc(s->journal, step);
@@ -379,6 +453,8 @@ open_all(struct sp *s)
     rc = sup_ledger_open(&cfg, &s->ledger);
     if (rc == TALLY_OK)
         rc = replay(s);
+    if (rc == TALLY_OK)
+        maybe_compact(s);
     if (rc == TALLY_OK)
         rc = sup_ledger_start(s->ledger, wall_ms(), &s->batch);
     if (rc == TALLY_OK) {
@@ -426,6 +502,11 @@ sup_process_run(const struct sup_process_opts *o)
     s.o = o;
     s.batch.v = s.recs;
     s.batch.cap = BATCH_RECORDS;
+    s.compact_rows = COMPACT_ROWS_DEFAULT;
+    if (getenv("TALLY_JOURNAL_COMPACT_ROWS") != NULL)
+        s.compact_rows = strtoull(getenv("TALLY_JOURNAL_COMPACT_ROWS"), NULL, 10);
+    if (s.compact_rows < 16)
+        s.compact_rows = 16;
     signal(SIGPIPE, SIG_IGN);
     rc = sup_tenant_dirs(o->data, o->tenant);
     if (rc == TALLY_OK)

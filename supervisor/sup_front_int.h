@@ -12,17 +12,31 @@
 
 #include "front_obs.h"
 
+#define FRONT_STORE_BATCH 64
+
+/* A child's file and its one batch of writes in flight (front_store.c). */
+struct front_store {
+    store_db *db;
+    uv_work_t work;
+    bool busy; /* a batch is on the thread pool: the loop leaves db alone */
+    int rc;
+    size_t n;
+    uint64_t writes, failures;
+    struct sup_child_persist batch[FRONT_STORE_BATCH];
+};
+
 struct front_child {
     sup_front *f;
     char tenant[TENANT_NAME_MAX + 1];
     char endpoint[TENANT_NAME_MAX + 1];
     struct tenant_endpoint policy;
+    uint64_t policy_reloads; /* f->stats.reloads when policy was taken */
     sup_child *child;
-    store_db *db;
+    struct front_store store;
     uv_timer_t timer;
     bool timer_live;
+    bool closed;                  /* timer closed: freed once the last write is done */
     struct sup_front_req *parked; /* FIFO: head; tail via head->prev */
-    uint8_t mode;                 /* enum front_mode, for front_obs.c */
 };
 
 struct sup_front {
@@ -66,6 +80,22 @@ void front_child_unpark(struct front_child *fc, struct sup_front_req *r);
 /** Shuts every child down (RETURNs sent, files flushed) and closes it; calls done
  *  when the last timer handle is closed. */
 void front_children_close(sup_front *f, void (*done)(sup_front *f));
+/** Re-runs the requests of `link` parked for a lease, in arrival order. */
+void front_child_rerun_link(struct front_child *fc, const char *link);
+/** Frees a closed child whose last write is done (counts down the close). */
+void front_child_release(struct front_child *fc);
+
+/* The child's file (front_store.c). */
+/** Opens (creates) the file and bumps its incarnation counter into *incarnation. */
+int front_store_open(struct front_child *fc, uint64_t *incarnation /* OUT */);
+/** Resumes every stored lease row into fc->child (before its first message). */
+int front_store_resume(struct front_child *fc);
+/** Queues the child's pending writes as one batch on the thread pool unless one is
+ *  in flight; true when it queued one. When it is durable the child hears of it,
+ *  and is pumped (or, closed, flushed again and then released). */
+bool front_store_flush(struct front_child *fc);
+void front_store_close(struct front_child *fc);
+
 /** Answers r and counts it. */
 void front_reply(sup_front *f, struct sup_front_req *r, const struct proto_check_reply *reply);
 void front_reply_status(sup_front *f, struct sup_front_req *r, uint8_t status,

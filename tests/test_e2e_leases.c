@@ -324,6 +324,8 @@ chaos(int what)
 
     snprintf(limit, sizeof(limit), "%d/365d", n);
     make_env(&e, limit, "100000/365d");
+    /* Compact the journal every few dozen records, so kills land during compactions too. */
+    setenv("TALLY_JOURNAL_COMPACT_ROWS", "16", 1);
     start(&e, NULL);
     for (round = 0; round < 12; round++) {
         struct test_load_result r;
@@ -369,7 +371,15 @@ chaos(int what)
         assert_true(admitted <= n);
     }
     assert_int_equal(test_daemon_stop(&e.d), 0);
+    unsetenv("TALLY_JOURNAL_COMPACT_ROWS");
     journal_cells(e.data);
+    {
+        size_t len = 0;
+        char *log = test_read_file(e.d.log, &len);
+        assert_non_null(log);
+        assert_non_null(strstr(log, "\"event\":\"journal_compacted\""));
+        free(log);
+    }
     test_rmtree(e.root);
 }
 

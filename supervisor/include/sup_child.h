@@ -149,6 +149,11 @@ struct sup_child_stats {
 /** Opens a child counter for `cfg` (borrowed, copied). *out is owned by the caller, release with
  *  sup_child_close(). TALLY_OK, TALLY_EINVAL/TALLY_ECONFIG, TALLY_ENOMEM. */
 TALLY_MUST_CHECK int sup_child_open(const struct sup_child_config *cfg, sup_child **out /* OUT */);
+/** Takes a new policy for the same endpoint (a reload): on_unavailable and the degraded limits
+ *  apply from the next decision; the degraded windows restart when their limits changed.
+ *  TALLY_OK; TALLY_EINVAL (another endpoint) or TALLY_ECONFIG (bad degraded limits), and then
+ *  nothing changed. */
+TALLY_MUST_CHECK int sup_child_set_policy(sup_child *c, const struct tenant_endpoint *policy);
 /** Frees the child; NULL is a no-op. Leases still held are left to expire as spent. */
 void sup_child_close(sup_child *c);
 
