@@ -91,6 +91,7 @@ test_caddy_admits_then_429_with_retry_after_then_401(void **state)
     assert_non_null(strstr(a.body, "\"error\":\"rate_limited\",\"scope\":\"plan\""));
     examples_curl(port, "/api/hello", "tly_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", &a);
     assert_int_equal(a.status, 401);
+    assert_string_equal(a.body, "{\"error\":\"unauthorized\"}");
     examples_curl(port, "/api/hello", "", &a);
     assert_int_equal(a.status, 401);
     /* refused requests were not charged, and the limit still holds */

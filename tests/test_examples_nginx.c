@@ -3,8 +3,8 @@
  * dir (a plan of 3 requests), the real nginx from Debian started on loopback
  * ports with the example filled in, and curl as the client. Through nginx:
  * 200 from the app (with tallyd's RateLimit field) while the plan lasts, then
- * 429 with Retry-After >= 1 (tallyd's 403 mapped by the example), 401 for an
- * unknown token and for none. nginx is always stopped (teardown), and a
+ * 429 with Retry-After >= 1 (tallyd's 403 mapped by the example), 401 with a
+ * JSON body for an unknown token, and 401 for none. nginx is always stopped (teardown), and a
  * missing nginx fails the suite: it is one of the Makefile's Debian packages.
  */
 /* clang-format off */
@@ -92,6 +92,7 @@ test_nginx_admits_then_429_with_retry_after_then_401(void **state)
     assert_non_null(strstr(a.body, "\"rate_limited\""));
     examples_curl(port, "/api/hello", "tly_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", &a);
     assert_int_equal(a.status, 401);
+    assert_string_equal(a.body, "{\"error\":\"unauthorized\"}\n");
     examples_curl(port, "/api/hello", "", &a);
     assert_int_equal(a.status, 401);
     /* refused requests were not charged, and the limit still holds */
