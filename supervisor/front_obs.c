@@ -128,7 +128,10 @@ front_obs_reload(const store_snapshot *old_snap, const store_snapshot *snap, boo
     struct tally_log l;
     size_t old_eps = 0, eps = 0;
 
-    if (old_snap == NULL || !tally_log_begin(&l, TALLY_LOG_INFO, "reload"))
+    /* The first load is part of the start line; a RELOAD that finds nothing new
+     * (the poll got there first) is not a change. */
+    if (old_snap == NULL || store_snapshot_version(old_snap) == store_snapshot_version(snap) ||
+        !tally_log_begin(&l, TALLY_LOG_INFO, "reload"))
         return;
     (void)store_snapshot_endpoints(old_snap, &old_eps);
     (void)store_snapshot_endpoints(snap, &eps);

@@ -37,6 +37,7 @@ struct front_child {
     bool timer_live;
     bool closed;                  /* timer closed: freed once the last write is done */
     struct sup_front_req *parked; /* FIFO: head; tail via head->prev */
+    uint8_t mode;                 /* enum front_mode, for front_obs.c */
 };
 
 struct sup_front {
