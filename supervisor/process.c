@@ -26,7 +26,7 @@
 #include "sup_paths.h"
 
 #define BATCH_RECORDS   256
-#define RELOAD_CHECK_MS 1000
+#define RELOAD_CHECK_MS 250 /* a change made with tally is in force within 1 s */
 /* The journal is compacted once it has grown by this many rows and by at least
  * the size of the last snapshot (TALLY_JOURNAL_COMPACT_ROWS overrides it). */
 #define COMPACT_ROWS_DEFAULT 4096
