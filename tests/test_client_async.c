@@ -5,7 +5,8 @@
  * handle accepts (TALLY_ETOOBIG beyond); a server killed with requests in flight
  * fails every pending callback with TALLY_EUNAVAIL, a handle closed with
  * requests in flight fails them with TALLY_ECANCELED (ASan checks that nothing
- * leaks); bad arguments are refused before anything is queued. The caller's
+ * leaks); bad arguments are refused before anything is queued; the same
+ * pipelining over TCP (tallyd --tcp, "tcp:HOST:PORT"). The caller's
  * event loop here is plain poll(2), as the header documents it.
  */
 /* clang-format off */
@@ -18,6 +19,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +31,7 @@
 
 #define N_CHECKS   1000
 #define LIMIT      100
-#define N_TENANTS  4
+#define N_TENANTS  5
 #define GUARD_MS   20000
 #define POLL_SLICE 100
 
@@ -95,6 +97,17 @@ start(void **state)
     struct env *e = *state;
 
     assert_int_equal(test_daemon_start(&e->d, e->data, "--wait-ms=3000", NULL), 0);
+    return 0;
+}
+
+/* The daemon with --tcp 127.0.0.1:0 too, when this tallyd has the option. */
+static int
+start_tcp(void **state)
+{
+    struct env *e = *state;
+
+    assert_int_equal(
+        test_daemon_start(&e->d, e->data, "--wait-ms=3000", "--tcp", "127.0.0.1:0", NULL), 0);
     return 0;
 }
 
@@ -331,6 +344,48 @@ test_async_bad_arguments_queue_nothing(void **state)
     assert_null(a);
 }
 
+/* "tcp:127.0.0.1:PORT" from the "tcp" field of the daemon's start line. */
+static bool
+tcp_address(const struct env *e, char *out, size_t cap)
+{
+    size_t len = 0;
+    char *log = test_read_file(e->d.log, &len);
+    const char *p = log != NULL ? strstr(log, "\"tcp\":\"") : NULL;
+    bool ok = p != NULL;
+
+    if (ok)
+        snprintf(out, cap, "tcp:%.*s", (int)strcspn(p + 7, "\""), p + 7);
+    free(log);
+    return ok;
+}
+
+static void
+test_async_over_tcp(void **state)
+{
+    struct env *e = *state;
+    static struct seen s;
+    static struct req reqs[N_CHECKS];
+    char where[64];
+    tally_async *a = NULL;
+    int n = 300;
+    int i;
+
+    memset(&s, 0, sizeof(s));
+    /* the start line may come just after the socket answers */
+    for (i = 0; i < 500 && !tcp_address(e, where, sizeof(where)); i++)
+        poll(NULL, 0, 10);
+    if (!tcp_address(e, where, sizeof(where)))
+        fail_msg("no \"tcp\" field in the start line of %s", e->d.log);
+    assert_int_equal(tally_async_open(where, 5000, 0, &a), TALLY_OK);
+    queue_all(a, e->token[4], &s, reqs, n);
+    drive_ok(e, a);
+    for (i = 0; i < n; i++)
+        assert_int_equal(s.calls[i], 1);
+    assert_int_equal(s.admitted, LIMIT);
+    assert_int_equal(s.refused, n - LIMIT);
+    tally_async_close(a);
+}
+
 int
 main(void)
 {
@@ -340,6 +395,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_async_server_killed_fails_every_pending, start, stop),
         cmocka_unit_test_setup_teardown(test_async_close_cancels_pending, start, stop),
         cmocka_unit_test_setup_teardown(test_async_bad_arguments_queue_nothing, start, stop),
+        cmocka_unit_test_setup_teardown(test_async_over_tcp, start_tcp, stop),
     };
 
     signal(SIGPIPE, SIG_IGN);
