@@ -1,0 +1,465 @@
+/*
+ * /metrics and the event log of the real tallyd. The page is parsed line by
+ * line as Prometheus text (0.0.4): every sample belongs to a family declared
+ * by # HELP and # TYPE, names and labels are well formed, histogram buckets
+ * are cumulative with +Inf equal to _count, and counts match the traffic
+ * sent. No label carries a token or a link id. The log: one JSON line per
+ * event (start, supervisor start, exit after kill -9, restart, stop), and
+ * one line per transition when an endpoint enters degraded (fail-open) or
+ * unavailable (fail-closed) mode because its supervisor stopped answering
+ * (SIGSTOP), and when it recovers (SIGCONT), whatever the number of requests
+ * answered meanwhile.
+ */
+#define _GNU_SOURCE /* memmem */
+/* clang-format off */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+
+#include <cmocka.h>
+/* clang-format on */
+
+#include <ctype.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve_util.h"
+
+struct env {
+    struct serve_env s;
+    char token[64];
+};
+
+static int
+setup(void **state)
+{
+    struct env *e = calloc(1, sizeof(*e));
+
+    assert_non_null(e);
+    serve_env_init(&e->s);
+    serve_tally_ok(&e->s, NULL, 0, "plan", "set", "pro", "--limit", "100000/365d", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "search", "--limit", "3/365d", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "open", "--limit", "100000/365d",
+                   "--on-unavailable", "open", "--degraded-limit", "1000/1h", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "closed", "--limit", "100000/365d",
+                   "--on-unavailable", "closed", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "acme", "--plan", "pro", NULL);
+    serve_tally_ok(&e->s, e->token, sizeof(e->token), "link", "create", "acme", NULL);
+    *state = e;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct env *e = *state;
+
+    serve_env_release(&e->s);
+    free(e);
+    return 0;
+}
+
+/* ---- a small Prometheus text parser ---- */
+
+struct family {
+    char name[96];
+    char type[16];
+    bool help;
+};
+
+struct page {
+    struct family fam[64];
+    int n_fam;
+    int samples;
+    /* the histogram being read */
+    char hist[96];
+    double last_le, last_cum;
+    int buckets;
+    double inf;
+    bool saw_inf;
+};
+
+static bool
+metric_name(const char *s, size_t len)
+{
+    size_t i;
+
+    if (len == 0 || !(isalpha((unsigned char)s[0]) || s[0] == '_' || s[0] == ':'))
+        return false;
+    for (i = 1; i < len; i++) {
+        if (!(isalnum((unsigned char)s[i]) || s[i] == '_' || s[i] == ':'))
+            return false;
+    }
+    return true;
+}
+
+static struct family *
+family_of(struct page *p, const char *sample)
+{
+    static const char *const suffixes[] = {"_bucket", "_sum", "_count"};
+    int i;
+
+    for (i = 0; i < p->n_fam; i++) {
+        size_t n = strlen(p->fam[i].name);
+        size_t k;
+        if (strncmp(sample, p->fam[i].name, n) != 0)
+            continue;
+        if (sample[n] == '\0')
+            return &p->fam[i];
+        for (k = 0; k < 3 && strcmp(p->fam[i].type, "histogram") == 0; k++) {
+            if (strcmp(sample + n, suffixes[k]) == 0)
+                return &p->fam[i];
+        }
+    }
+    return NULL;
+}
+
+/* `k="v",k2="v2"`: well formed, values without tokens or link ids; the value of
+ * label `want` into out when present. */
+static void
+parse_labels(const char *s, size_t len, const char *want, char *out, size_t cap)
+{
+    size_t i = 0;
+
+    out[0] = '\0';
+    while (i < len) {
+        size_t k = i, v;
+        while (i < len && s[i] != '=')
+            i++;
+        assert_true(metric_name(s + k, i - k));
+        assert_true(i + 1 < len && s[i + 1] == '"');
+        v = i + 2;
+        i = v;
+        while (i < len && s[i] != '"') {
+            assert_true(s[i] != '\\' && s[i] != '\n');
+            i++;
+        }
+        assert_true(i < len);
+        assert_null(memmem(s + v, i - v, "tly_", 4));
+        assert_null(memmem(s + v, i - v, "lnk_", 4));
+        if (strlen(want) == (size_t)(v - 2 - k) && strncmp(s + k, want, v - 2 - k) == 0)
+            snprintf(out, cap, "%.*s", (int)(i - v), s + v);
+        i++;
+        if (i < len) {
+            assert_int_equal(s[i], ',');
+            i++;
+        }
+    }
+}
+
+static void
+parse_sample(struct page *p, const char *line)
+{
+    const char *brace = strchr(line, '{');
+    const char *sp = strrchr(line, ' ');
+    char name[96], le[32];
+    struct family *f;
+    double v;
+    char *end;
+
+    assert_non_null(sp);
+    if (brace != NULL && brace < sp) {
+        const char *close = strchr(brace, '}');
+        assert_non_null(close);
+        assert_true(close + 1 == sp);
+        snprintf(name, sizeof(name), "%.*s", (int)(brace - line), line);
+        parse_labels(brace + 1, (size_t)(close - brace - 1), "le", le, sizeof(le));
+    } else {
+        snprintf(name, sizeof(name), "%.*s", (int)(sp - line), line);
+        le[0] = '\0';
+    }
+    assert_true(metric_name(name, strlen(name)));
+    v = strtod(sp + 1, &end);
+    assert_true(*end == '\0' && end != sp + 1);
+    assert_true(v >= 0);
+    f = family_of(p, name);
+    if (f == NULL)
+        fail_msg("sample %s has no # TYPE", name);
+    assert_true(f->help);
+    p->samples++;
+    if (strcmp(f->type, "histogram") != 0)
+        return;
+    if (strstr(name, "_bucket") != NULL) {
+        double bound;
+        assert_true(le[0] != '\0');
+        if (strcmp(p->hist, f->name) != 0) {
+            snprintf(p->hist, sizeof(p->hist), "%s", f->name);
+            p->last_le = -1;
+            p->last_cum = 0;
+            p->buckets = 0;
+            p->saw_inf = false;
+        }
+        assert_false(p->saw_inf);
+        bound = strcmp(le, "+Inf") == 0 ? 1e300 : strtod(le, NULL);
+        assert_true(bound > p->last_le); /* ascending bounds */
+        assert_true(v >= p->last_cum);   /* cumulative */
+        p->last_le = bound;
+        p->last_cum = v;
+        p->buckets++;
+        if (bound == 1e300) {
+            p->saw_inf = true;
+            p->inf = v;
+        }
+    } else if (strstr(name, "_count") != NULL) {
+        assert_string_equal(p->hist, f->name);
+        assert_true(p->saw_inf);
+        assert_true(p->inf == v); /* +Inf == _count */
+    }
+}
+
+static void
+parse_page(struct page *p, char *body)
+{
+    char *line = body;
+
+    memset(p, 0, sizeof(*p));
+    while (line != NULL && *line != '\0') {
+        char *nl = strchr(line, '\n');
+        assert_non_null(nl); /* every line ends with a newline */
+        *nl = '\0';
+        if (strncmp(line, "# HELP ", 7) == 0) {
+            char *sp = strchr(line + 7, ' ');
+            assert_non_null(sp);
+            assert_true(sp[1] != '\0');
+            assert_true(p->n_fam < 64);
+            snprintf(p->fam[p->n_fam].name, sizeof(p->fam[0].name), "%.*s", (int)(sp - line - 7),
+                     line + 7);
+            assert_true(metric_name(p->fam[p->n_fam].name, strlen(p->fam[p->n_fam].name)));
+            p->fam[p->n_fam].help = true;
+            p->n_fam++;
+        } else if (strncmp(line, "# TYPE ", 7) == 0) {
+            struct family *f = &p->fam[p->n_fam - 1];
+            size_t n = strlen(f->name);
+            assert_true(p->n_fam > 0);
+            assert_memory_equal(line + 7, f->name, n); /* right after its HELP */
+            assert_int_equal(line[7 + n], ' ');
+            snprintf(f->type, sizeof(f->type), "%s", line + 8 + n);
+            assert_true(strcmp(f->type, "counter") == 0 || strcmp(f->type, "gauge") == 0 ||
+                        strcmp(f->type, "histogram") == 0);
+        } else {
+            assert_true(line[0] != '#' && line[0] != '\0');
+            parse_sample(p, line);
+        }
+        line = nl + 1;
+    }
+}
+
+static void
+get_metrics(const struct env *e, struct serve_http *m)
+{
+    serve_http_get(e->s.http_port, "/metrics", NULL, m);
+    assert_int_equal(m->status, 200);
+}
+
+static void
+test_metrics_page_is_valid_and_counts(void **state)
+{
+    struct env *e = *state;
+    struct serve_http r, m;
+    struct page p;
+    char copy[sizeof(m.body)];
+    int i;
+
+    serve_start(&e->s, NULL, NULL);
+    for (i = 0; i < 5; i++) {
+        serve_check(&e->s, e->token, "search", &r);
+        assert_int_equal(r.status, i < 3 ? 200 : 429);
+    }
+    serve_check(&e->s, "tly_not_a_real_token_at_all_xxxxxxxxxx", "search", &r);
+    assert_int_equal(r.status, 401);
+    serve_check(&e->s, e->token, "nosuch", &r);
+    assert_int_equal(r.status, 400);
+    get_metrics(e, &m);
+    assert_non_null(strstr(m.head, "Content-Type: text/plain; version=0.0.4"));
+    memcpy(copy, m.body, sizeof(copy));
+    parse_page(&p, copy);
+    assert_true(p.samples > 40);
+    assert_null(strstr(m.body, e->token));
+    assert_true(serve_metric(m.body, "tally_decisions_total{result=\"admitted\"}") == 3);
+    assert_true(serve_metric(m.body, "tally_decisions_total{result=\"refused\"}") == 2);
+    assert_true(serve_metric(m.body, "tally_decisions_total{result=\"unauthorized\"}") == 1);
+    assert_true(serve_metric(m.body, "tally_decisions_total{result=\"bad_request\"}") == 1);
+    assert_true(serve_metric(m.body, "tally_refusals_total{scope=\"endpoint\"}") == 2);
+    assert_true(serve_metric(m.body, "tally_decision_seconds_count") == 7);
+    assert_true(serve_metric(m.body, "tally_decision_seconds_bucket{le=\"+Inf\"}") == 7);
+    assert_true(serve_metric(m.body, "tally_lease_rtt_seconds_count") >= 1);
+    assert_true(serve_metric(m.body, "tally_lease_messages_total") >=
+                serve_metric(m.body, "tally_lease_rtt_seconds_count"));
+    assert_true(serve_metric(m.body, "tally_supervisors_live") == 1);
+    assert_true(serve_metric(m.body, "tally_supervisor_events_total{event=\"start\"}") == 1);
+    assert_true(serve_metric(m.body, "tally_links_live") == 1);
+    assert_true(serve_metric(m.body, "tally_child_counters") == 1);
+    assert_true(serve_metric(m.body, "tally_shadow_refusals_total") == 0);
+    serve_stop(&e->s);
+}
+
+/* Every line tallyd itself writes is one JSON object with ts, level, event. */
+static void
+check_log_lines(const struct env *e)
+{
+    char *log = serve_log(&e->s);
+    char *line = log;
+    int ours = 0;
+
+    assert_null(strstr(log, e->token));
+    while (line != NULL && *line != '\0') {
+        char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        *nl = '\0';
+        if (strncmp(line, "{\"ts\":\"", 7) == 0) {
+            /* 2026-11-29T17:40:01.123Z */
+            assert_true(strlen(line) > 40);
+            assert_true(line[11] == '-' && line[17] == 'T' && line[26] == '.' && line[30] == 'Z');
+            assert_memory_equal(line + 31, "\",\"level\":\"", 11);
+            assert_non_null(strstr(line, "\",\"event\":\""));
+            assert_int_equal(nl[-1], '}');
+            ours++;
+        }
+        line = nl + 1;
+    }
+    assert_true(ours >= 4);
+    free(log);
+}
+
+static void
+test_log_lines_for_supervisor_lifecycle(void **state)
+{
+    struct env *e = *state;
+    struct serve_http r, m;
+    pid_t pids[4];
+    int64_t until;
+
+    serve_start(&e->s, NULL, NULL);
+    assert_int_equal(serve_log_count(&e->s, "\"event\":\"start\""), 1);
+    serve_check(&e->s, e->token, "open", &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(serve_log_count(&e->s, "\"event\":\"supervisor_start\",\"tenant\":\"acme\""),
+                     1);
+    assert_int_equal(test_supervisor_pids(e->s.data, "acme", pids, 4), 1);
+    kill(pids[0], SIGKILL);
+    until = serve_now_ms() + 10000;
+    while (serve_log_count(&e->s, "\"event\":\"supervisor_exit\"") == 0 && serve_now_ms() < until)
+        serve_sleep_ms(10);
+    assert_int_equal(serve_log_count(&e->s, "\"reason\":\"signal\",\"signal\":9"), 1);
+    /* the next lease request brings it back, after its backoff */
+    until = serve_now_ms() + 20000;
+    while (serve_log_count(&e->s, "\"event\":\"supervisor_restart\",\"tenant\":\"acme\"") == 0 &&
+           serve_now_ms() < until) {
+        serve_check(&e->s, e->token, "open", &r);
+        assert_int_equal(r.status, 200);
+        serve_sleep_ms(20);
+    }
+    assert_int_equal(serve_log_count(&e->s, "\"event\":\"supervisor_restart\""), 1);
+    get_metrics(e, &m);
+    assert_true(serve_metric(m.body, "tally_supervisor_events_total{event=\"crash\"}") == 1);
+    assert_true(serve_metric(m.body, "tally_supervisor_events_total{event=\"restart\"}") == 1);
+    /* a change made with tally is one reload line */
+    serve_tally_ok(&e->s, NULL, 0, "link", "create", "acme", NULL);
+    assert_int_equal(serve_log_count(&e->s, "\"event\":\"reload\""), 1);
+    assert_int_equal(serve_log_count(&e->s, "\"links\":2,\"links_before\":1"), 1);
+    serve_stop(&e->s);
+    assert_int_equal(serve_log_count(&e->s, "\"event\":\"stop\""), 1);
+    check_log_lines(e);
+}
+
+/* Sends checks to `endpoint` until `done` says the answer is the one awaited
+ * (at most 30 s); returns how many it sent. */
+static int
+until_answer(const struct env *e, const char *endpoint, bool (*done)(const struct serve_http *r))
+{
+    int64_t until = serve_now_ms() + 30000;
+    struct serve_http r;
+    int n = 0;
+
+    for (;;) {
+        serve_check(&e->s, e->token, endpoint, &r);
+        n++;
+        if (done(&r))
+            return n;
+        if (serve_now_ms() > until)
+            fail_msg("%s: still %d after %d requests", endpoint, r.status, n);
+        serve_sleep_ms(20);
+    }
+}
+
+static bool
+is_degraded(const struct serve_http *r)
+{
+    char v[8];
+
+    return r->status == 200 && serve_http_header(r, "X-Tally-Degraded", v, sizeof(v));
+}
+
+static bool
+is_normal(const struct serve_http *r)
+{
+    char v[8];
+
+    return r->status == 200 && !serve_http_header(r, "X-Tally-Degraded", v, sizeof(v));
+}
+
+static bool
+is_503(const struct serve_http *r)
+{
+    return r->status == 503;
+}
+
+static void
+test_degraded_transitions_are_one_line_each(void **state)
+{
+    struct env *e = *state;
+    struct serve_http r, m;
+    pid_t pids[4];
+    int i;
+
+    /* short waits so a stopped supervisor is noticed quickly */
+    serve_start(&e->s, "--wait-ms=300", NULL);
+    serve_check(&e->s, e->token, "open", &r);
+    assert_true(is_normal(&r));
+    serve_check(&e->s, e->token, "closed", &r);
+    assert_true(is_normal(&r));
+    assert_int_equal(test_supervisor_pids(e->s.data, "acme", pids, 4), 1);
+    kill(pids[0], SIGSTOP);
+    until_answer(e, "open", is_degraded);
+    until_answer(e, "closed", is_503);
+    for (i = 0; i < 5; i++) { /* more answers in the same mode: no more lines */
+        serve_check(&e->s, e->token, "open", &r);
+        assert_true(is_degraded(&r));
+        serve_check(&e->s, e->token, "closed", &r);
+        assert_int_equal(r.status, 503);
+    }
+    kill(pids[0], SIGCONT);
+    until_answer(e, "open", is_normal);
+    until_answer(e, "closed", is_normal);
+    assert_int_equal(serve_log_count(&e->s, "\"event\":\"endpoint_degraded\",\"tenant\":\"acme\","
+                                            "\"endpoint\":\"open\""),
+                     1);
+    assert_int_equal(serve_log_count(&e->s, "\"event\":\"endpoint_unavailable\",\"tenant\":"
+                                            "\"acme\",\"endpoint\":\"closed\""),
+                     1);
+    assert_int_equal(serve_log_count(&e->s, "\"event\":\"endpoint_recovered\""), 2);
+    get_metrics(e, &m);
+    assert_true(serve_metric(m.body, "tally_endpoint_mode_changes_total{to=\"degraded\"}") == 1);
+    assert_true(serve_metric(m.body, "tally_endpoint_mode_changes_total{to=\"unavailable\"}") == 1);
+    assert_true(serve_metric(m.body, "tally_endpoint_mode_changes_total{to=\"normal\"}") == 2);
+    assert_true(serve_metric(m.body, "tally_endpoints_mode{mode=\"degraded\"}") == 0);
+    assert_true(serve_metric(m.body, "tally_degraded_total") >= 6);
+    assert_true(serve_metric(m.body, "tally_decisions_total{result=\"unavailable\"}") >= 6);
+    serve_stop(&e->s);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_metrics_page_is_valid_and_counts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_log_lines_for_supervisor_lifecycle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_degraded_transitions_are_one_line_each, setup,
+                                        teardown),
+    };
+
+    return cmocka_run_group_tests_name("serve_metrics", tests, NULL, NULL);
+}
