@@ -1,0 +1,10 @@
+# Bad input against the real tallyd (README "Bad input"): the binary socket and
+# HTTP, each bad input with its exact answer, the daemon alive and counts exact.
+add_library(tally_test_badinput STATIC badinput_env.c)
+target_include_directories(tally_test_badinput PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
+target_link_libraries(tally_test_badinput PUBLIC tally_proto tally_test_support
+                      PkgConfig::CMOCKA PRIVATE tally_warnings)
+
+tally_add_test(test_badinput_socket test_badinput_socket.c)
+target_link_libraries(test_badinput_socket PRIVATE tally_test_badinput)
+add_dependencies(test_badinput_socket tallyd tally_cli)
