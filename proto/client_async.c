@@ -26,8 +26,10 @@
 #define TALLY_ASYNC_WINDOW     128 /* the protocol's in-flight limit (PROTOCOL.md) */
 #define TALLY_ASYNC_SLOT_BITS  7   /* 2^7 == TALLY_ASYNC_WINDOW */
 #define TALLY_ASYNC_QUEUE_DEF  1024
-#define TALLY_ASYNC_QUEUE_MAX  (1u << 20)
+#define TALLY_ASYNC_QUEUE_MAX  65536u
 #define TALLY_ASYNC_READ_BYTES 16384
+
+_Static_assert((1u << TALLY_ASYNC_SLOT_BITS) == TALLY_ASYNC_WINDOW, "a request id's slot bits");
 
 struct slot {
     tally_async_cb cb; /* NULL when the slot is free */

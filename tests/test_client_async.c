@@ -342,6 +342,8 @@ test_async_bad_arguments_queue_nothing(void **state)
     tally_async_close(a);
     assert_int_equal(tally_async_open("/nonexistent/tally.sock", 1000, 0, &a), TALLY_EUNAVAIL);
     assert_null(a);
+    assert_int_equal(tally_async_open(e->d.socket, 1000, 65537, &a), TALLY_EINVAL);
+    assert_null(a);
 }
 
 /* "tcp:127.0.0.1:PORT" from the "tcp" field of the daemon's start line. */

@@ -103,7 +103,8 @@ typedef void (*tally_async_cb)(void *user, int rc, const struct tally_result *r)
 
 /** Connects to `where` (a Unix socket path, or "tcp:HOST:PORT") and does the
  *  handshake, blocking up to `timeout_ms` (0 = 5000); the socket is non-blocking
- *  afterwards. `queue_max`: requests kept beyond the in-flight window (0 = 1024).
+ *  afterwards. `queue_max`: requests kept beyond the in-flight window (0 = 1024,
+ *  at most 65536, TALLY_EINVAL beyond; about 530 bytes each, allocated here).
  *  *out is owned by the caller, release with tally_async_close(). */
 TALLY_EXPORT TALLY_MUST_CHECK int tally_async_open(const char *where, int timeout_ms,
                                                    unsigned queue_max, tally_async **out /* OUT */);
