@@ -13,3 +13,5 @@ install(FILES ${PROJECT_BINARY_DIR}/proto/tally.pc
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 install(EXPORT tally-targets NAMESPACE tally::
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tally)
+install(FILES ${PROJECT_SOURCE_DIR}/cmake/tally-config.cmake
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/tally)

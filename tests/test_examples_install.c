@@ -90,6 +90,7 @@ test_install_lays_out_files(void **state)
     assert_exists(f->libdir, "libtally.so.0");
     assert_exists(f->libdir, "libtally.so");
     assert_exists(f->libdir, "cmake/tally/tally-targets.cmake");
+    assert_exists(f->libdir, "cmake/tally/tally-config.cmake");
     assert_exists(f->incdir, "tally.h");
     assert_exists(f->incdir, "tally_common.h");
     assert_exists(f->pcdir, "tally.pc");
