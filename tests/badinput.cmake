@@ -8,3 +8,7 @@ target_link_libraries(tally_test_badinput PUBLIC tally_proto tally_test_support
 tally_add_test(test_badinput_socket test_badinput_socket.c)
 target_link_libraries(test_badinput_socket PRIVATE tally_test_badinput)
 add_dependencies(test_badinput_socket tallyd tally_cli)
+
+tally_add_test(test_badinput_http test_badinput_http.c)
+target_link_libraries(test_badinput_http PRIVATE tally_test_badinput)
+add_dependencies(test_badinput_http tallyd tally_cli)

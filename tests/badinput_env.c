@@ -274,12 +274,13 @@ bi_http_read(int fd, struct bi_http *r)
     assert_memory_equal(r->head, "HTTP/1.1 ", 9);
     r->status = atoi(r->head + 9);
     assert_non_null(strstr(r->head, "Cache-Control: no-store\r\n"));
+    if (r->status == 204) /* no body, no Content-Length */
+        return true;
     cl = strstr(r->head, "Content-Length: ");
     assert_non_null(cl);
     len = (size_t)atol(cl + 16);
     assert_true(len < sizeof(r->body));
-    if (strncmp(r->head, "HTTP/1.1 204", 12) != 0)
-        assert_int_equal(bi_recv(fd, r->body, len, &eof), len);
+    assert_int_equal(bi_recv(fd, r->body, len, &eof), len);
     r->body[len] = '\0';
     return true;
 }
