@@ -5,7 +5,8 @@
  * `pkg-config --cflags --libs tally` (PKG_CONFIG_PATH and PKG_CONFIG_SYSROOT_DIR
  * into the DESTDIR); the installed tally and tallyd making a data dir and
  * serving it; the example run against it with LD_LIBRARY_PATH into the DESTDIR
- * (blocking, then 10 pipelined checks on a plan of 5). And
+ * (blocking, then 10 pipelined checks on a plan of 5); find_package(tally)
+ * with tally::client builds it too (found at run time through its RPATH). And
  * examples/systemd/tallyd.service, pointed at the installed tallyd, passes
  * `systemd-analyze verify` silently.
  */
@@ -34,7 +35,7 @@ static struct test_out o;
 struct fx {
     struct examples_env e;
     char dest[300];
-    char bindir[600], libdir[600], incdir[600], pcdir[700];
+    char prefix[600], bindir[600], libdir[600], incdir[600], pcdir[700];
 };
 
 static int
@@ -45,6 +46,7 @@ setup(void **state)
 
     memset(&f, 0, sizeof(f));
     test_tmpdir(f.dest, sizeof(f.dest));
+    snprintf(f.prefix, sizeof(f.prefix), "%s%s", f.dest, TALLY_INSTALL_PREFIX);
     snprintf(f.bindir, sizeof(f.bindir), "%s%s", f.dest, TALLY_INSTALL_BINDIR);
     snprintf(f.libdir, sizeof(f.libdir), "%s%s", f.dest, TALLY_INSTALL_LIBDIR);
     snprintf(f.incdir, sizeof(f.incdir), "%s%s", f.dest, TALLY_INSTALL_INCLUDEDIR);
@@ -187,6 +189,35 @@ test_install_example_builds_with_pkg_config_and_runs(void **state)
 }
 
 static void
+test_install_find_package_builds_the_example(void **state)
+{
+    struct fx *f = *state;
+    char dir[400], list[450], cmd[2600];
+    FILE *out;
+
+    snprintf(dir, sizeof(dir), "%s/fp", f->dest);
+    mkdir(dir, 0700);
+    snprintf(list, sizeof(list), "%s/CMakeLists.txt", dir);
+    out = fopen(list, "w");
+    assert_non_null(out);
+    fprintf(out,
+            "cmake_minimum_required(VERSION 3.25)\nproject(fp C)\n"
+            "find_package(tally REQUIRED)\n"
+            "add_executable(ex %s/examples/c/tally_example.c)\n"
+            "target_link_libraries(ex PRIVATE tally::client)\n",
+            TALLY_SOURCE_DIR);
+    fclose(out);
+    snprintf(cmd, sizeof(cmd),
+             "%s -S %s -B %s/b -DCMAKE_PREFIX_PATH=%s -DCMAKE_C_COMPILER=%s "
+             "-DCMAKE_C_FLAGS='%s' >/dev/null && %s --build %s/b >/dev/null && ldd %s/b/ex",
+             TALLY_CMAKE, dir, dir, f->prefix, TALLY_CC, TALLY_SANITIZE_FLAGS, TALLY_CMAKE, dir,
+             dir);
+    sh(cmd);
+    snprintf(cmd, sizeof(cmd), "libtally.so.0 => %s/libtally.so.0", f->libdir);
+    assert_non_null(strstr(o.out, cmd));
+}
+
+static void
 test_install_systemd_unit_verifies(void **state)
 {
     struct fx *f = *state;
@@ -212,6 +243,7 @@ main(void)
         cmocka_unit_test(test_install_lays_out_files),
         cmocka_unit_test(test_install_library_exports_only_the_api),
         cmocka_unit_test(test_install_example_builds_with_pkg_config_and_runs),
+        cmocka_unit_test(test_install_find_package_builds_the_example),
         cmocka_unit_test(test_install_systemd_unit_verifies),
     };
 
