@@ -5,6 +5,8 @@
  * throughput and percentiles. The last line is always
  *   decisions_per_s=N p50_us=N p99_us=N p999_us=N admitted=N refused=N
  * so scripts can read it. Single-threaded (poll), so pin it to one CPU.
+ * --seconds S stops sending after S seconds (at most N requests either way) and
+ * reports on the requests that finished.
  *
  * With --redis ADDR:PORT|PATH --script FILE it drives redis-server instead: the
  * Lua limiter in FILE is loaded once (SCRIPT LOAD) and each request is
@@ -187,11 +189,13 @@ main(int argc, char **argv)
 {
     const char *sock = NULL, *tcp = NULL, *tokens_path = NULL, *endpoint = "search";
     long conns = 1, pipeline = 1, total = 100000;
+    double seconds = 0; /* > 0: stop sending after this long, count what finished */
     char **tokens;
     int ntokens = 0, next_token = 0;
     struct bconn *c;
     int64_t *lat;
     long sent = 0, done = 0, admitted = 0, refused = 0, other = 0;
+    long by_status[8] = {0}; /* answers other than admitted/refused, by status */
     int64_t t0, t1;
     struct redis_cfg rd = {NULL, NULL, "1000000000", "3600000", ""};
     int i;
@@ -211,6 +215,8 @@ main(int argc, char **argv)
             pipeline = strtol(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--requests") == 0)
             total = strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--seconds") == 0)
+            seconds = strtod(argv[i + 1], NULL);
         else if (strcmp(argv[i], "--redis") == 0)
             rd.addr = argv[i + 1];
         else if (strcmp(argv[i], "--script") == 0)
@@ -230,7 +236,7 @@ main(int argc, char **argv)
         fprintf(stderr, "usage: tally-bench (--socket PATH | --tcp ADDR:PORT | --redis "
                         "ADDR:PORT|PATH --script FILE.lua [--limit N] [--period-ms P]) "
                         "--tokens FILE [--endpoint NAME] [--connections C<=1000] "
-                        "[--pipeline D<=64] [--requests N]\n");
+                        "[--pipeline D<=64] [--requests N] [--seconds S]\n");
         return 64;
     }
     tokens = load_tokens(tokens_path, &ntokens);
@@ -263,6 +269,8 @@ main(int argc, char **argv)
         /* top every connection up to its pipeline depth, one write each */
         for (i = 0; i < conns; i++) {
             c[i].wlen = 0;
+            if (seconds > 0 && sent < total && now_ns() - t0 > (int64_t)(seconds * 1e9))
+                total = sent; /* time is up: wait for what is in flight */
             while (c[i].inflight < pipeline && sent < total) {
                 uint32_t id = ++c[i].next_id;
                 if (rd.addr != NULL) {
@@ -289,6 +297,8 @@ main(int argc, char **argv)
             pf[i].events = POLLIN;
             pf[i].revents = 0;
         }
+        if (done == total)
+            break;
         if (poll(pf, (nfds_t)conns, 10000) <= 0) {
             fprintf(stderr, "tally-bench: no answer for 10 s\n");
             return 69;
@@ -319,21 +329,27 @@ main(int argc, char **argv)
                     continue;
                 lat[done++] = now_ns() - c[i].sent_ns[f.request_id % RING];
                 c[i].inflight--;
-                if (proto_check_reply_decode(&f, &r) != TALLY_OK)
+                if (proto_check_reply_decode(&f, &r) != TALLY_OK) {
                     other++;
-                else if (r.status == PROTO_ADMITTED)
+                } else if (r.status == PROTO_ADMITTED) {
                     admitted++;
-                else if (r.status == PROTO_REFUSED)
+                } else if (r.status == PROTO_REFUSED) {
                     refused++;
-                else
+                } else {
                     other++;
+                    by_status[r.status & 7]++;
+                }
             }
         }
     }
     t1 = now_ns();
     qsort(lat, (size_t)total, sizeof(*lat), cmp64);
     if (other > 0)
-        fprintf(stderr, "tally-bench: %ld answers neither admitted nor refused\n", other);
+        fprintf(stderr,
+                "tally-bench: %ld answers neither admitted nor refused (unauthorized=%ld "
+                "unavailable=%ld bad_request=%ld internal=%ld)\n",
+                other, by_status[PROTO_UNAUTHORIZED], by_status[PROTO_UNAVAILABLE],
+                by_status[PROTO_BAD_REQUEST], by_status[PROTO_INTERNAL]);
     printf("decisions_per_s=%.0f p50_us=%.1f p99_us=%.1f p999_us=%.1f admitted=%ld refused=%ld\n",
            (double)total * 1e9 / (double)(t1 - t0), (double)lat[total / 2] / 1000.0,
            (double)lat[total * 99 / 100] / 1000.0, (double)lat[total * 999 / 1000] / 1000.0,
