@@ -284,9 +284,12 @@ static void
 arm(struct front_child *fc)
 {
     int64_t wake = sup_child_next_wake_ms(fc->child);
+    int64_t retry = front_store_wake_ms(fc);
     struct sup_front_req *r;
     int64_t now = front_now().mono_ms;
 
+    if (retry < wake)
+        wake = retry;
     for (r = fc->parked; r != NULL; r = r->next) {
         if (r->give_up_ms < wake)
             wake = r->give_up_ms;

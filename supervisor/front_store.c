@@ -140,22 +140,45 @@ batch_done(uv_work_t *w, int status)
     if (status != 0 && s->rc == TALLY_OK)
         s->rc = TALLY_EIO;
     if (s->rc != TALLY_OK) {
-        /* Not durable: the child keeps waiting for these writes and its requests
-         * are given up at their deadline (degraded or 503 per policy). */
+        /* Not durable: the child keeps waiting for these writes (its requests are
+         * given up at their deadline: degraded or 503 per policy) and the same
+         * batch is tried again after a backoff, so the child heals when the disk
+         * does. One log line when it starts failing, one when it recovers. */
+        if (s->failing++ == 0)
+            fprintf(stderr,
+                    "{\"level\":\"error\",\"event\":\"child_write_failed\",\"tenant\":\"%s\","
+                    "\"endpoint\":\"%s\",\"error\":\"%s\"}\n",
+                    fc->tenant, fc->endpoint, tally_strerror(s->rc));
         s->failures++;
-        fprintf(stderr,
-                "{\"level\":\"error\",\"event\":\"child_write_failed\",\"tenant\":\"%s\","
-                "\"endpoint\":\"%s\",\"error\":\"%s\"}\n",
-                fc->tenant, fc->endpoint, tally_strerror(s->rc));
-    } else {
-        s->writes += s->n;
-        for (i = 0; i < s->n; i++) {
-            struct sup_child_event ev;
-            memset(&ev, 0, sizeof(ev));
-            sup_child_persisted(fc->child, &s->batch[i], &ev);
-            if (ev.kind == SUP_EV_LINK)
-                front_child_rerun_link(fc, ev.link);
+        s->backoff_ms = s->backoff_ms == 0 ? 100 : s->backoff_ms * 2;
+        if (s->backoff_ms > 2000)
+            s->backoff_ms = 2000;
+        s->retry_mono_ms = front_now().mono_ms + s->backoff_ms;
+        s->busy = false;
+        if (fc->closed) {
+            /* Shutting down: leave the rows as they are on disk. An undeleted row is
+             * resumed next time or expires as spent; nothing is admitted twice. */
+            s->n = 0;
+            front_child_release(fc);
+            return;
         }
+        front_child_pump(fc);
+        return;
+    }
+    if (s->failing > 0)
+        fprintf(stderr,
+                "{\"level\":\"info\",\"event\":\"child_write_recovered\",\"tenant\":\"%s\","
+                "\"endpoint\":\"%s\",\"failed_attempts\":%llu}\n",
+                fc->tenant, fc->endpoint, (unsigned long long)s->failing);
+    s->failing = 0;
+    s->backoff_ms = 0;
+    s->writes += s->n;
+    for (i = 0; i < s->n; i++) {
+        struct sup_child_event ev;
+        memset(&ev, 0, sizeof(ev));
+        sup_child_persisted(fc->child, &s->batch[i], &ev);
+        if (ev.kind == SUP_EV_LINK)
+            front_child_rerun_link(fc, ev.link);
     }
     s->n = 0;
     s->busy = false;
@@ -175,7 +198,8 @@ front_store_flush(struct front_child *fc)
 
     if (s->busy)
         return false;
-    s->n = 0;
+    if (s->n > 0 && front_now().mono_ms < s->retry_mono_ms)
+        return false; /* a failed batch waits for its retry (front_store_wake_ms) */
     while (s->n < FRONT_STORE_BATCH &&
            sup_child_next_persist(fc->child, &s->batch[s->n]) == TALLY_OK)
         s->n++;
@@ -189,6 +213,14 @@ front_store_flush(struct front_child *fc)
         return false;
     s->busy = true;
     return true;
+}
+
+int64_t
+front_store_wake_ms(const struct front_child *fc)
+{
+    const struct front_store *s = &fc->store;
+
+    return !s->busy && s->n > 0 ? s->retry_mono_ms : INT64_MAX;
 }
 
 void

@@ -22,6 +22,9 @@ struct front_store {
     int rc;
     size_t n;
     uint64_t writes, failures;
+    uint64_t failing;      /* failed attempts in a row */
+    int64_t backoff_ms;    /* before the next attempt of a failed batch */
+    int64_t retry_mono_ms; /* when a failed batch (n > 0, not busy) is tried again */
     struct sup_child_persist batch[FRONT_STORE_BATCH];
 };
 
@@ -95,6 +98,8 @@ int front_store_resume(struct front_child *fc);
  *  in flight; true when it queued one. When it is durable the child hears of it,
  *  and is pumped (or, closed, flushed again and then released). */
 bool front_store_flush(struct front_child *fc);
+/** When a failed batch is due again (monotonic ms); INT64_MAX when none waits. */
+int64_t front_store_wake_ms(const struct front_child *fc);
 void front_store_close(struct front_child *fc);
 
 /** Answers r and counts it. */
