@@ -29,6 +29,10 @@
 #define TALLY_ASYNC_QUEUE_MAX  65536u
 #define TALLY_ASYNC_READ_BYTES 16384
 
+/* memset through a volatile pointer: a wipe of token bytes the compiler cannot
+ * drop as a dead store (libtally links libc only, so not sodium_memzero). */
+static void *(*const volatile wipe_fn)(void *, int, size_t) = memset;
+
 _Static_assert((1u << TALLY_ASYNC_SLOT_BITS) == TALLY_ASYNC_WINDOW, "a request id's slot bits");
 
 struct slot {
@@ -84,12 +88,12 @@ fail_all(tally_async *a, int rc)
         struct queued *q = &a->queue[a->q_head];
         tally_async_cb cb = q->cb;
         void *user = q->user;
-        memset(q, 0, sizeof(*q)); /* the token */
+        wipe_fn(q, 0, sizeof(*q)); /* the token */
         a->q_head = (a->q_head + 1) % a->q_cap;
         a->q_len--;
         cb(user, rc, &none);
     }
-    memset(a->out, 0, sizeof(a->out));
+    wipe_fn(a->out, 0, sizeof(a->out));
     a->out_off = a->out_len = 0;
 }
 
@@ -98,12 +102,12 @@ static uint8_t *
 out_room(tally_async *a)
 {
     if (a->out_off == a->out_len) {
-        memset(a->out, 0, a->out_len);
+        wipe_fn(a->out, 0, a->out_len);
         a->out_off = a->out_len = 0;
     } else if (sizeof(a->out) - a->out_len < PROTO_CLIENT_MSG_MAX) {
         size_t left = a->out_len - a->out_off;
         memmove(a->out, a->out + a->out_off, left);
-        memset(a->out + left, 0, a->out_len - left);
+        wipe_fn(a->out + left, 0, a->out_len - left);
         a->out_off = 0;
         a->out_len = left;
     }
@@ -150,7 +154,7 @@ promote(tally_async *a)
         memcpy(dst, q->frame, q->len);
         set_request_id(dst, id);
         a->out_len += q->len;
-        memset(q, 0, sizeof(*q)); /* the token */
+        wipe_fn(q, 0, sizeof(*q)); /* the token */
         a->q_head = (a->q_head + 1) % a->q_cap;
         a->q_len--;
     }
@@ -272,7 +276,7 @@ tally_async_check(tally_async *a, const char *token, const char *endpoint, int64
         rc = TALLY_ETOOBIG; /* window and queue full: process answers first */
     }
 out:
-    memset(&m, 0, sizeof(m)); /* the token */
+    wipe_fn(&m, 0, sizeof(m)); /* the token */
     return rc;
 }
 
@@ -291,6 +295,10 @@ tally_async_flush(tally_async *a)
             break;
         }
         a->out_off += (size_t)n;
+    }
+    if (a->out_off > 0 && a->out_off == a->out_len) { /* all sent: no token bytes left */
+        wipe_fn(a->out, 0, a->out_len);
+        a->out_off = a->out_len = 0;
     }
     return a->err;
 }
