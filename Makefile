@@ -3,7 +3,7 @@
 #              in ./.tally and starts tallyd in the foreground on 127.0.0.1:8080
 #   make test  installs what is missing, builds with ASan+UBSan and -Werror and
 #              runs every suite through ctest, then checks formatting
-# Other targets: build (release), fuzz, bench, format, format-check, clean.
+# Other targets: build (release), install (PREFIX, DESTDIR), fuzz, bench, format, format-check, clean.
 
 DEB_PACKAGES := build-essential cmake pkg-config clang clang-format libclang-rt-14-dev \
                 libuv1-dev libsqlite3-dev libsodium-dev libcmocka-dev libhttp-parser-dev \
@@ -20,7 +20,7 @@ ANALYZE_INCLUDES := $(addprefix -I,tenant/include store/include proto/include su
                     supervisor proto cli tests/support fuzz)
 SOURCES = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find . -name '*.[ch]' -not -path './build/*')
 
-.PHONY: all deps build run test fuzz fuzz-build analyze bench format format-check clean
+.PHONY: all deps build run install test fuzz fuzz-build analyze bench format format-check clean
 
 all: build
 
@@ -42,6 +42,17 @@ build: deps
 
 run: build
 	DATA=$(DATA) HTTP=$(HTTP) BIN=$(CURDIR)/build/release/cli scripts/demo.sh
+
+# Installs tallyd, tally, libtally.so.0, tally.h, tally_common.h and tally.pc
+# under PREFIX (GNUInstallDirs), staged under DESTDIR when given (packaging):
+#   make install PREFIX=/usr/local DESTDIR=/tmp/stage
+PREFIX ?= /usr/local
+INSTALL_BUILD ?= build/release
+install: deps
+	cmake -S . -B $(INSTALL_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTALLY_WERROR=ON \
+	      -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
+	cmake --build $(INSTALL_BUILD) -j$(JOBS) --target tallyd tally_cli tally_client
+	DESTDIR=$(DESTDIR) cmake --install $(INSTALL_BUILD)
 
 test: deps
 	cmake --preset asan >/dev/null
