@@ -4,7 +4,7 @@
 set -euo pipefail
 OUT=$1
 {
-echo "### Binary protocol, 10,000 links (medians; ratios are tally strict / anchor)"
+echo "### Binary protocol (medians; mix admit/refuse: 10,000 links over 50 tenants, hot100: 100 links of one tenant; ratios: this row / anchor)"
 echo
 echo "| target | mix | setting | decisions/s | p50 us | p99 us | p99.9 us | server CPU us/decision | server RSS MB | x echo | x redis fw | x redis gcra | p99 / echo p99 |"
 echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"

@@ -6,7 +6,10 @@
  *   decisions_per_s=N p50_us=N p99_us=N p999_us=N admitted=N refused=N
  * so scripts can read it. Single-threaded (poll), so pin it to one CPU.
  * --seconds S stops sending after S seconds (at most N requests either way) and
- * reports on the requests that finished.
+ * reports on the requests that finished. --timeline FILE (tally's protocol,
+ * with --seconds) writes answers per 100 ms ("t_s admitted refused other") and
+ * survives a server killed under it: a lost connection drops its requests in
+ * flight (counted as lost) and is dialled again every 20 ms.
  *
  * With --redis ADDR:PORT|PATH --script FILE it drives redis-server instead: the
  * Lua limiter in FILE is loaded once (SCRIPT LOAD) and each request is
@@ -148,6 +151,51 @@ write_all(int fd, const uint8_t *p, size_t n)
     return true;
 }
 
+/* Timeline mode: forget a lost connection's requests in flight; redial later. */
+static void
+drop(struct bconn *c, long *lost)
+{
+    close(c->fd);
+    c->fd = -1;
+    *lost += c->inflight;
+    c->inflight = 0;
+}
+
+/* Timeline mode: dials again and says HELLO; false while the server is away. */
+static bool
+redial(struct bconn *c, const char *sock, const char *tcp)
+{
+    struct proto_hello h = {PROTO_VERSION, PROTO_VERSION};
+    uint8_t f[PROTO_CLIENT_MSG_MAX];
+
+    c->fd = dial(sock, tcp);
+    if (c->fd < 0)
+        return false;
+    proto_frame_reader_init(&c->r, c->rbuf, sizeof(c->rbuf));
+    if (!write_all(c->fd, f, proto_hello_encode(f, 0, &h))) {
+        close(c->fd);
+        c->fd = -1;
+        return false;
+    }
+    return true;
+}
+
+static int
+write_timeline(const char *path, const long *tl, long buckets, long lost)
+{
+    FILE *f = fopen(path, "w");
+    long b;
+
+    if (f == NULL) {
+        fprintf(stderr, "tally-bench: cannot write %s\n", path);
+        return -1;
+    }
+    fprintf(f, "# t_s admitted refused other (per 100 ms); lost in flight: %ld\n", lost);
+    for (b = 0; b < buckets; b++)
+        fprintf(f, "%.1f %ld %ld %ld\n", (double)b / 10.0, tl[b * 3], tl[b * 3 + 1], tl[b * 3 + 2]);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 /* Reads what redis sent on c and takes every whole reply, in request order. */
 static int
 redis_read(struct bconn *c, int64_t *lat, long *done, long *admitted, long *refused, long *other)
@@ -196,6 +244,8 @@ main(int argc, char **argv)
     int64_t *lat;
     long sent = 0, done = 0, admitted = 0, refused = 0, other = 0;
     long by_status[8] = {0}; /* answers other than admitted/refused, by status */
+    const char *timeline = NULL;
+    long lost = 0, *tl = NULL, tl_n = 0; /* timeline: 3 counters per 100 ms bucket */
     int64_t t0, t1;
     struct redis_cfg rd = {NULL, NULL, "1000000000", "3600000", ""};
     int i;
@@ -225,6 +275,8 @@ main(int argc, char **argv)
             rd.limit = argv[i + 1];
         else if (strcmp(argv[i], "--period-ms") == 0)
             rd.period_ms = argv[i + 1];
+        else if (strcmp(argv[i], "--timeline") == 0)
+            timeline = argv[i + 1];
         else
             break;
     }
@@ -232,17 +284,22 @@ main(int argc, char **argv)
         tcp = rd.addr; /* dial() takes a path here too */
     if (i < argc || (sock == NULL) == (tcp == NULL) || tokens_path == NULL || conns < 1 ||
         conns > 1000 || pipeline < 1 || pipeline > 64 || total < 1 ||
-        (rd.addr != NULL) != (rd.script != NULL) || (rd.addr != NULL && tcp != rd.addr)) {
+        (rd.addr != NULL) != (rd.script != NULL) || (rd.addr != NULL && tcp != rd.addr) ||
+        (timeline != NULL && (rd.addr != NULL || seconds <= 0))) {
         fprintf(stderr, "usage: tally-bench (--socket PATH | --tcp ADDR:PORT | --redis "
                         "ADDR:PORT|PATH --script FILE.lua [--limit N] [--period-ms P]) "
                         "--tokens FILE [--endpoint NAME] [--connections C<=1000] "
-                        "[--pipeline D<=64] [--requests N] [--seconds S]\n");
+                        "[--pipeline D<=64] [--requests N] [--seconds S [--timeline FILE]]\n");
         return 64;
     }
     tokens = load_tokens(tokens_path, &ntokens);
     if (ntokens == 0) {
         fprintf(stderr, "tally-bench: no tokens in %s\n", tokens_path);
         return 66;
+    }
+    if (timeline != NULL) {
+        tl_n = (long)(seconds * 10) + 600; /* a minute of grace for the last answers */
+        tl = calloc((size_t)tl_n * 3, sizeof(*tl));
     }
     c = calloc((size_t)conns, sizeof(*c));
     lat = malloc((size_t)total * sizeof(*lat));
@@ -264,11 +321,16 @@ main(int argc, char **argv)
         }
     }
     t0 = now_ns();
-    while (done < total) {
+    while (done + lost < total) {
         struct pollfd pf[1000];
+        int ready;
         /* top every connection up to its pipeline depth, one write each */
         for (i = 0; i < conns; i++) {
             c[i].wlen = 0;
+            pf[i].fd = -1;
+            pf[i].revents = 0;
+            if (c[i].fd < 0 && !redial(&c[i], sock, tcp))
+                continue;
             if (seconds > 0 && sent < total && now_ns() - t0 > (int64_t)(seconds * 1e9))
                 total = sent; /* time is up: wait for what is in flight */
             while (c[i].inflight < pipeline && sent < total) {
@@ -290,16 +352,20 @@ main(int argc, char **argv)
                 sent++;
             }
             if (c[i].wlen > 0 && !write_all(c[i].fd, c[i].wbuf, c[i].wlen)) {
-                fprintf(stderr, "tally-bench: connection lost\n");
-                return 69;
+                if (timeline == NULL) {
+                    fprintf(stderr, "tally-bench: connection lost\n");
+                    return 69;
+                }
+                drop(&c[i], &lost);
+                continue;
             }
             pf[i].fd = c[i].fd;
             pf[i].events = POLLIN;
-            pf[i].revents = 0;
         }
-        if (done == total)
+        if (done + lost >= total)
             break;
-        if (poll(pf, (nfds_t)conns, 10000) <= 0) {
+        ready = poll(pf, (nfds_t)conns, timeline != NULL ? 20 : 10000);
+        if (ready < 0 || (ready == 0 && timeline == NULL)) {
             fprintf(stderr, "tally-bench: no answer for 10 s\n");
             return 69;
         }
@@ -319,31 +385,51 @@ main(int argc, char **argv)
                 got = read(c[i].fd, space, room);
             }
             if (got <= 0) {
-                fprintf(stderr, "tally-bench: connection closed\n");
-                return 69;
+                if (timeline == NULL) {
+                    fprintf(stderr, "tally-bench: connection closed\n");
+                    return 69;
+                }
+                drop(&c[i], &lost);
+                continue;
             }
             proto_frame_reader_commit(&c[i].r, (size_t)got);
             while (proto_frame_next(&c[i].r, &f) == TALLY_OK) {
                 struct proto_check_reply r;
                 if (f.type != PROTO_C_CHECK_REPLY)
                     continue;
-                lat[done++] = now_ns() - c[i].sent_ns[f.request_id % RING];
+                int64_t at = now_ns();
+                long b = (long)((at - t0) / 100000000) * 3;
+                int kind = 2;
+                lat[done++] = at - c[i].sent_ns[f.request_id % RING];
                 c[i].inflight--;
                 if (proto_check_reply_decode(&f, &r) != TALLY_OK) {
                     other++;
                 } else if (r.status == PROTO_ADMITTED) {
                     admitted++;
+                    kind = 0;
                 } else if (r.status == PROTO_REFUSED) {
                     refused++;
+                    kind = 1;
                 } else {
                     other++;
                     by_status[r.status & 7]++;
                 }
+                if (tl != NULL && b / 3 < tl_n)
+                    tl[b + kind]++;
             }
         }
     }
     t1 = now_ns();
-    qsort(lat, (size_t)total, sizeof(*lat), cmp64);
+    if (tl != NULL) {
+        long buckets = (long)((t1 - t0) / 100000000) + 1;
+        if (write_timeline(timeline, tl, buckets < tl_n ? buckets : tl_n, lost) != 0)
+            return 73;
+        fprintf(stderr, "tally-bench: %ld requests lost in flight with their connections\n", lost);
+    }
+    total = done > 0 ? done : 1; /* percentiles over the answers received */
+    if (done == 0)
+        lat[0] = 0;
+    qsort(lat, (size_t)done, sizeof(*lat), cmp64);
     if (other > 0)
         fprintf(stderr,
                 "tally-bench: %ld answers neither admitted nor refused (unauthorized=%ld "
