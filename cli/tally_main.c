@@ -159,6 +159,7 @@ main(int argc, char **argv)
     umask(077);
     if (sodium_init() < 0)
         return cli_fail(EXIT_IOERR, "libsodium failed to initialise");
+    (void)store_process_private(); /* tokens and the key stay out of core files */
     /* --data may stand anywhere (`tally init --data DIR` reads naturally): take
      * it out of argv first, then the global flags, then the verb. */
     n = 1;

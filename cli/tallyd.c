@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/un.h>
 #include <time.h>
@@ -447,6 +448,10 @@ start_front(struct tallyd *d)
              sizeof(((struct sockaddr_un *)0)->sun_path))
         return fail(TALLYD_EXIT_USAGE, "socket path %s/tally.sock is too long: use --socket",
                     d->data);
+    if (store_socket_dir_check(d->socket_path) == TALLY_EPERM)
+        return fail(TALLYD_EXIT_CONFIG,
+                    "the directory of %s is writable by others: put the socket in a private one",
+                    d->socket_path);
     rc = sup_sock_open(&d->loop, d->front, d->socket_path, 0660, NULL, 0, &d->sock);
     if (rc != TALLY_OK)
         return fail(TALLYD_EXIT_FAIL, "cannot listen on %s: %s", d->socket_path,
@@ -515,7 +520,8 @@ serve(struct tallyd *d)
         fail(TALLYD_EXIT_FAIL, "cannot watch SIGINT and SIGTERM");
         goto out;
     }
-    if (start_front(d) != TALLYD_EXIT_OK)
+    code = start_front(d); /* its exit code: 78 for a bad key or socket directory */
+    if (code != TALLYD_EXIT_OK)
         goto out;
     log_start(d, port);
     code = TALLYD_EXIT_OK;
@@ -558,6 +564,10 @@ main(int argc, char **argv)
     sigaction(SIGPIPE, &sa, NULL);
     if (sodium_init() < 0)
         return fail(TALLYD_EXIT_FAIL, "cannot initialise libsodium");
+    /* Secrets: files private whatever the caller's umask; no core file and no
+     * ptrace by others (TALLY_DUMPABLE=1 keeps them, for debugging). */
+    umask(077);
+    (void)store_process_private();
     if (o.supervise != NULL) {
         struct sup_process_opts so = {d.data, o.supervise, strcmp(o.durability, "strict") == 0,
                                       o.idle_exit, 3};

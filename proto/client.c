@@ -20,6 +20,10 @@
 #include "proto_client.h"
 #include "tenant_count.h"
 
+/* memset through a volatile pointer: a wipe the compiler cannot drop (libtally
+ * links libc only, so not sodium_memzero). */
+static void *(*const volatile wipe_fn)(void *, int, size_t) = memset;
+
 struct tally_client {
     int fd;
     int timeout_ms;
@@ -164,6 +168,7 @@ roundtrip(tally_client *c, size_t len, uint32_t id, struct proto_frame *f)
     if (len == 0)
         return TALLY_EINVAL;
     rc = send_all(c, c->wbuf, len, deadline);
+    wipe_fn(c->wbuf, 0, len); /* CHECK and RELEASE carry the token */
     if (rc == TALLY_OK)
         rc = recv_frame(c, id, f, deadline);
     if (rc == TALLY_OK && f->type == PROTO_C_ERROR) {
@@ -277,7 +282,7 @@ tally_check(tally_client *c, const char *token, const char *endpoint, int64_t co
     rc = tally__check_prepare(&m, token, endpoint, cost);
     if (rc == TALLY_OK)
         rc = roundtrip(c, proto_check_encode(c->wbuf, id, &m), id, &f);
-    memset(&m, 0, sizeof(m)); /* the token */
+    wipe_fn(&m, 0, sizeof(m)); /* the token */
     if (rc != TALLY_OK)
         return rc;
     if (f.type != PROTO_C_CHECK_REPLY || proto_check_reply_decode(&f, &r) != TALLY_OK)
@@ -308,7 +313,7 @@ tally_release(tally_client *c, const char *token, int64_t slot_id)
     snprintf(m.token, sizeof(m.token), "%s", token);
     m.slot_id = slot_id;
     rc = roundtrip(c, proto_release_encode(c->wbuf, id, &m), id, &f);
-    memset(&m, 0, sizeof(m));
+    wipe_fn(&m, 0, sizeof(m)); /* the token */
     if (rc == TALLY_OK &&
         (f.type != PROTO_C_RELEASE_REPLY || proto_status_decode(&f, &status) != TALLY_OK))
         rc = TALLY_EPROTO;

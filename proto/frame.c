@@ -8,6 +8,10 @@
 
 #include <string.h>
 
+/* memset through a volatile pointer: a wipe the compiler cannot drop (frame.c
+ * is part of libtally, which links libc only, so not sodium_memzero). */
+static void *(*const volatile wipe_fn)(void *, int, size_t) = memset;
+
 void
 proto_frame_reader_init(struct proto_frame_reader *r, uint8_t *buf, size_t cap)
 {
@@ -24,6 +28,8 @@ compact(struct proto_frame_reader *r)
     if (r->consumed == 0)
         return;
     memmove(r->buf, r->buf + r->consumed, r->len - r->consumed);
+    /* Frames handed out may have carried tokens: their bytes are not left behind. */
+    wipe_fn(r->buf + r->len - r->consumed, 0, r->consumed);
     r->len -= r->consumed;
     r->consumed = 0;
 }

@@ -11,6 +11,7 @@
 #include "proto_http_int.h"
 
 #include <limits.h>
+#include <sodium.h>
 #include <string.h>
 
 static int on_url(http_parser *p, const char *at, size_t len);
@@ -239,6 +240,23 @@ on_message_complete(http_parser *p)
     c->flags |= CONN_MSG_DONE;
     http_parser_pause(p, 1);
     return 0;
+}
+
+void
+proto__http_request_wipe(struct http_conn *c)
+{
+    size_t i;
+
+    for (i = 0; i < c->srv->kept_count; i++) {
+        if (c->kept_seen & (1u << i))
+            sodium_memzero(kept_value(c, (int)i), c->kept_len[i] + 1);
+    }
+    c->kept_seen = 0;
+    if (c->rpos == c->rlen) {
+        sodium_memzero(c->rbuf, c->rlen);
+        c->rpos = 0;
+        c->rlen = 0;
+    }
 }
 
 void

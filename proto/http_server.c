@@ -24,6 +24,7 @@
 #include "proto_http_int.h"
 
 #include <arpa/inet.h>
+#include <sodium.h>
 #include <string.h>
 
 static void conn_process(struct http_conn *c);
@@ -136,6 +137,7 @@ on_conn_handle_closed(uv_handle_t *h)
     if (c->next != NULL)
         c->next->prev = c->prev;
     srv->stats.connections_active--;
+    sodium_memzero(c, srv->conn_size); /* requests held tokens */
     tally_free(c);
     handle_gone(srv);
 }
@@ -391,6 +393,7 @@ conn_answer(struct http_conn *c, enum proto_http_reject refused)
     /* The request's method and keep-alive stay in c until the next one begins. */
     keep_alive = c->keep_alive && !resp->close && !srv->closing;
     conn_send(c, keep_alive, c->method == PROTO_HTTP_HEAD);
+    proto__http_request_wipe(c); /* the request's token is used up */
 }
 
 /* Answers one complete request: route, handler, then conn_answer(), unless

@@ -166,6 +166,9 @@ enum http_feed {
 void proto__http_request_reset(struct http_conn *c);
 /** Feeds the parser with c's buffered bytes [rpos, rlen). */
 enum http_feed proto__http_request_feed(struct http_conn *c);
+/** Wipes what held the answered request's secrets (a bearer token): the kept
+ *  header values and, when nothing more is buffered, the read buffer. */
+void proto__http_request_wipe(struct http_conn *c);
 /** Fills req from the complete request of c; called once per request. */
 void proto__http_request_view(struct http_conn *c, struct proto_http_request *req /* OUT */);
 

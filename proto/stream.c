@@ -11,6 +11,7 @@
 #include "proto_stream.h"
 
 #include <errno.h>
+#include <sodium.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -85,6 +86,7 @@ conn_free(proto_conn *c)
 {
     tally_free(c->out);
     tally_free(c->flight);
+    sodium_memzero(c->rbuf, c->reader.cap); /* frames held tokens */
     tally_free(c);
 }
 
@@ -195,6 +197,11 @@ on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (!c->closing && rc == TALLY_EPROTO)
         conn_close_reason(c, TALLY_EPROTO);
+    if (!c->closing) {
+        uint8_t *p;
+
+        (void)proto_frame_reader_space(&c->reader, &p); /* wipes the frames handed out */
+    }
     proto_conn_unref(c);
 }
 

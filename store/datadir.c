@@ -2,7 +2,10 @@
  * The data directory: created 0700, holding the deployment key (secret.key,
  * 32 random bytes, 0600, written once by `tally init`) and the configuration
  * database. The key is loaded into sodium_malloc'd memory, made read-only and
- * wiped on release; it is never logged.
+ * wiped on release; it is never logged. sodium_malloc maps the key on pages of
+ * its own, guarded, locked (mlock, where RLIMIT_MEMLOCK allows) and marked
+ * MADV_DONTDUMP, so even a core file of a dumpable process leaves it out
+ * (tests/test_secret_hygiene.c checks the VmFlags of that mapping).
  */
 #include "store_config.h"
 
@@ -12,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -172,4 +176,32 @@ store_key_free(unsigned char *key)
 {
     if (key != NULL)
         sodium_free(key);
+}
+
+bool
+store_process_private(void)
+{
+    const char *keep = getenv("TALLY_DUMPABLE");
+
+    if (keep != NULL && strcmp(keep, "1") == 0)
+        return false;
+    return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
+}
+
+int
+store_socket_dir_check(const char *path)
+{
+    char dir[STORE_PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    struct stat sb;
+
+    if (slash == NULL)
+        snprintf(dir, sizeof(dir), ".");
+    else if (slash == path)
+        snprintf(dir, sizeof(dir), "/");
+    else if ((size_t)snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path) >= sizeof(dir))
+        return TALLY_ETOOBIG;
+    if (stat(dir, &sb) != 0)
+        return errno_rc(errno);
+    return (sb.st_mode & S_IWOTH) != 0 ? TALLY_EPERM : TALLY_OK;
 }

@@ -12,3 +12,8 @@ add_dependencies(test_badinput_socket tallyd tally_cli)
 tally_add_test(test_badinput_http test_badinput_http.c)
 target_link_libraries(test_badinput_http PRIVATE tally_test_badinput)
 add_dependencies(test_badinput_http tallyd tally_cli)
+
+# Secrets: key pages, dumpability, file and socket modes, tokens in files, logs and memory.
+tally_add_test(test_secret_hygiene test_secret_hygiene.c)
+target_link_libraries(test_secret_hygiene PRIVATE tally_test_badinput PkgConfig::SODIUM)
+add_dependencies(test_secret_hygiene tallyd tally_cli)

@@ -77,5 +77,14 @@ TALLY_MUST_CHECK int store_datadir_check(const char *dir);
 TALLY_MUST_CHECK int store_key_load(const char *dir, unsigned char **out /* OUT */);
 /** Wipes and frees a key from store_key_load(). NULL is a no-op. */
 void store_key_free(unsigned char *key);
+/** Keeps this process's memory (the key, tokens in flight) out of core files and
+ *  away from ptrace by other users: prctl(PR_SET_DUMPABLE, 0). $TALLY_DUMPABLE=1
+ *  skips it, for debugging with gdb or a core file. Returns true iff the process
+ *  is now non-dumpable. Call once, early in main. */
+bool store_process_private(void);
+/** TALLY_OK when the directory that will hold socket `path` (borrowed) is not
+ *  writable by others (who could replace the socket or squat its name);
+ *  TALLY_EPERM when it is, TALLY_ENODATA when it does not exist. */
+TALLY_MUST_CHECK int store_socket_dir_check(const char *path);
 
 #endif /* STORE_H */
