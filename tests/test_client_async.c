@@ -31,7 +31,7 @@
 
 #define N_CHECKS   1000
 #define LIMIT      100
-#define N_TENANTS  5
+#define N_TENANTS  6
 #define GUARD_MS   20000
 #define POLL_SLICE 100
 
@@ -49,7 +49,8 @@ struct seen {
     int calls[N_CHECKS];
     int rc[N_CHECKS];
     enum tally_status status[N_CHECKS];
-    int admitted, refused, errors;
+    int answered_at[N_CHECKS]; /* order in which the callbacks ran */
+    int admitted, refused, errors, answered;
 };
 
 struct req {
@@ -132,6 +133,7 @@ on_answer(void *user, int rc, const struct tally_result *r)
     assert_non_null(r);
     s->calls[q->i]++;
     s->rc[q->i] = rc;
+    s->answered_at[q->i] = s->answered++;
     if (rc != TALLY_OK) {
         s->errors++;
         return;
@@ -218,6 +220,48 @@ test_async_pipelined_admits_exactly_the_limit(void **state)
     tally_async_close(a);
     for (i = 0; i < N_CHECKS; i++)
         assert_int_equal(s.calls[i], 1); /* close ran nothing twice */
+}
+
+/* Three kinds of request interleaved, answered from different places (unknown
+ * tokens and endpoints from memory at once, the rest after the tenant's lease):
+ * each callback must get the answer to its own request. */
+static void
+test_async_answers_matched_by_request_id(void **state)
+{
+    struct env *e = *state;
+    static struct seen s;
+    static struct req reqs[N_CHECKS];
+    tally_async *a = NULL;
+    int n = 600;
+    int overtaken;
+    int i;
+
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(tally_async_open(e->d.socket, 5000, N_CHECKS, &a), TALLY_OK);
+    for (i = 0; i < n; i++) {
+        const char *token = i % 3 == 1 ? "tly_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" : e->token[5];
+        const char *endpoint = i % 3 == 2 ? "nope" : "api";
+        reqs[i].s = &s;
+        reqs[i].i = i;
+        assert_int_equal(tally_async_check(a, token, endpoint, 0, on_answer, &reqs[i]), TALLY_OK);
+    }
+    drive_ok(e, a);
+    for (i = 0; i < n; i++) {
+        assert_int_equal(s.calls[i], 1);
+        assert_int_equal(s.rc[i], TALLY_OK);
+        if (i % 3 == 0)
+            assert_true(s.status[i] == TALLY_ADMITTED || s.status[i] == TALLY_REFUSED);
+        else if (i % 3 == 1)
+            assert_int_equal(s.status[i], TALLY_UNAUTHORIZED);
+        else
+            assert_int_equal(s.status[i], TALLY_BAD_REQUEST);
+    }
+    assert_int_equal(s.admitted, LIMIT);
+    assert_int_equal(s.refused, n / 3 - LIMIT);
+    for (i = 1, overtaken = 0; i < n; i++)
+        overtaken += s.answered_at[i] < s.answered_at[i - 1];
+    print_message("answers out of request order: %d of %d\n", overtaken, n);
+    tally_async_close(a);
 }
 
 static void
@@ -393,6 +437,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_async_pipelined_admits_exactly_the_limit, start, stop),
+        cmocka_unit_test_setup_teardown(test_async_answers_matched_by_request_id, start, stop),
         cmocka_unit_test_setup_teardown(test_async_window_and_queue_bound_the_handle, start, stop),
         cmocka_unit_test_setup_teardown(test_async_server_killed_fails_every_pending, start, stop),
         cmocka_unit_test_setup_teardown(test_async_close_cancels_pending, start, stop),
