@@ -49,6 +49,15 @@ sup_child_set_policy(sup_child *c, const struct tenant_endpoint *policy)
     return TALLY_OK;
 }
 
+void
+sup_child_forget_refusals(sup_child *c)
+{
+    for (uint32_t i = 0; i < c->link_hw; i++) {
+        if (c->links[i] != NULL)
+            c->links[i]->deny_until = 0;
+    }
+}
+
 int
 sup_child_open(const struct sup_child_config *cfg, sup_child **out)
 {

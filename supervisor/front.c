@@ -127,6 +127,13 @@ sup_front_reload(sup_front *f, bool force)
     }
     f->stats.reload_fail_streak = 0;
     front_obs_reload(f->snap, snap, force);
+    /* A refusal a child remembers (until its window ends) may be stale now: a
+     * raised limit must be in force from the next request on. */
+    if (f->snap != NULL && store_snapshot_version(f->snap) != store_snapshot_version(snap)) {
+        uint32_t i;
+        for (i = 0; i < f->n_children; i++)
+            sup_child_forget_refusals(f->children[i]->child);
+    }
     store_snapshot_free(f->snap);
     f->snap = snap;
     f->stats.reloads++;

@@ -276,12 +276,9 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
     }
     if (s->batch.count == s->batch.cap || s->out_len > PROTO_CONN_OUT_MAX / 2)
         flush(s);
-    /* A link created a moment ago may be newer than our copy of the configuration:
-     * look again before refusing it. */
-    if ((in.type == PROTO_LEASE_ACQUIRE || in.type == PROTO_LEASE_SLOT_ACQUIRE) &&
-        store_snapshot_link_by_id(s->snap, in.type == PROTO_LEASE_ACQUIRE
-                                               ? in.acquire.link
-                                               : in.slot_acquire.link) == NULL)
+    /* The configuration may have changed a moment ago (a new link, a raised limit):
+     * look again before answering a request for tokens (PRAGMA data_version, cheap). */
+    if (in.type == PROTO_LEASE_ACQUIRE || in.type == PROTO_LEASE_SLOT_ACQUIRE)
         on_reload(&s->reload_timer);
     if (s->stopping)
         return;

@@ -154,6 +154,9 @@ TALLY_MUST_CHECK int sup_child_open(const struct sup_child_config *cfg, sup_chil
  *  TALLY_OK; TALLY_EINVAL (another endpoint) or TALLY_ECONFIG (bad degraded limits), and then
  *  nothing changed. */
 TALLY_MUST_CHECK int sup_child_set_policy(sup_child *c, const struct tenant_endpoint *policy);
+/** Drops every cached refusal: the configuration changed (a raised limit), so the next
+ *  request of each refused link asks the supervisor again. */
+void sup_child_forget_refusals(sup_child *c);
 /** Frees the child; NULL is a no-op. Leases still held are left to expire as spent. */
 void sup_child_close(sup_child *c);
 
