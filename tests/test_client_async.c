@@ -5,7 +5,8 @@
  * handle accepts (TALLY_ETOOBIG beyond); a server killed with requests in flight
  * fails every pending callback with TALLY_EUNAVAIL, a handle closed with
  * requests in flight fails them with TALLY_ECANCELED (ASan checks that nothing
- * leaks); bad arguments are refused before anything is queued; the same
+ * leaks); bad arguments are refused before anything is queued; every
+ * allocation of open fails cleanly and none happens after it; the same
  * pipelining over TCP (tallyd --tcp, "tcp:HOST:PORT"). The caller's
  * event loop here is plain poll(2), as the header documents it.
  */
@@ -390,6 +391,37 @@ test_async_bad_arguments_queue_nothing(void **state)
     assert_null(a);
 }
 
+/* Every allocation of open failed in turn: TALLY_ENOMEM, nothing leaked (ASan);
+ * after open, requests and answers allocate nothing. */
+static void
+test_async_allocates_only_at_open(void **state)
+{
+    struct env *e = *state;
+    static struct seen s;
+    static struct req reqs[N_CHECKS];
+    tally_async *a = NULL;
+    uint64_t before;
+    int k;
+    int rc = TALLY_ENOMEM;
+
+    for (k = 1; k < 20 && rc == TALLY_ENOMEM; k++) {
+        tally_alloc_fail_at((uint64_t)k);
+        rc = tally_async_open(e->d.socket, 5000, 0, &a);
+        tally_alloc_fail_at(0);
+        if (rc == TALLY_ENOMEM)
+            assert_null(a);
+    }
+    assert_int_equal(rc, TALLY_OK);
+    assert_true(k > 3); /* handle, queue, the handshake's client: each failed once */
+    memset(&s, 0, sizeof(s));
+    before = tally_alloc_count();
+    queue_all(a, e->token[0], &s, reqs, 300);
+    drive_ok(e, a);
+    assert_int_equal(s.admitted + s.refused, 300);
+    assert_true(tally_alloc_count() == before);
+    tally_async_close(a);
+}
+
 /* "tcp:127.0.0.1:PORT" from the "tcp" field of the daemon's start line. */
 static bool
 tcp_address(const struct env *e, char *out, size_t cap)
@@ -442,6 +474,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_async_server_killed_fails_every_pending, start, stop),
         cmocka_unit_test_setup_teardown(test_async_close_cancels_pending, start, stop),
         cmocka_unit_test_setup_teardown(test_async_bad_arguments_queue_nothing, start, stop),
+        cmocka_unit_test_setup_teardown(test_async_allocates_only_at_open, start, stop),
         cmocka_unit_test_setup_teardown(test_async_over_tcp, start_tcp, stop),
     };
 
