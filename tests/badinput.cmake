@@ -17,3 +17,7 @@ add_dependencies(test_badinput_http tallyd tally_cli)
 tally_add_test(test_secret_hygiene test_secret_hygiene.c)
 target_link_libraries(test_secret_hygiene PRIVATE tally_test_badinput PkgConfig::SODIUM)
 add_dependencies(test_secret_hygiene tallyd tally_cli)
+
+# Inputs found by the fuzz targets, replayed as unit tests.
+tally_add_test(test_badinput_codec test_badinput_codec.c)
+target_link_libraries(test_badinput_codec PRIVATE tally_proto)
