@@ -50,5 +50,6 @@ int cli_export(struct cli *c);
 int cli_tenant(struct cli *c);
 int cli_link(struct cli *c);
 int cli_check(struct cli *c);
+int cli_stats(struct cli *c);
 
 #endif /* TALLY_CLI_H */

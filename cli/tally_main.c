@@ -28,6 +28,7 @@ static const char usage_text[] =
     "  link create TENANT [--endpoint NAME ...] [--expires DURATION] [--json]\n"
     "  link revoke TOKEN-OR-ID | list TENANT\n"
     "  check TOKEN ENDPOINT [--cost C]        (TOKEN '-' reads it from stdin)\n"
+    "  stats [TENANT]                         counters of the running tallyd\n"
     "\n"
     "Limits are N/PERIOD with PERIOD one of s, m, h, d, optionally prefixed by a\n"
     "count (100/10s, 600/1m, 36000/1h); 1 <= N <= 2^32, PERIOD at most 365d.\n"
@@ -36,7 +37,7 @@ static const char usage_text[] =
     "\n"
     "exit codes:\n"
     "  0 success (check: admitted)      1 failed: not found, exists, in use (check: refused)\n"
-    "  2 check: unauthorized            3 check: unavailable\n"
+    "  2 check: unauthorized            3 check: unavailable; stats: no tallyd\n"
     "  64 usage: bad syntax, name, limit or cost; nothing changed\n"
     "  65 apply: invalid file; nothing changed\n"
     "  74 storage error                 78 data dir not initialised or key unreadable\n";
@@ -144,7 +145,7 @@ static const struct {
 } verbs[] = {
     {"init", cli_init},   {"plan", cli_plan},     {"endpoint", cli_endpoint},
     {"apply", cli_apply}, {"export", cli_export}, {"tenant", cli_tenant},
-    {"link", cli_link},   {"check", cli_check},
+    {"link", cli_link},   {"check", cli_check},   {"stats", cli_stats},
 };
 
 int

@@ -8,6 +8,7 @@
  */
 #include "front_obs.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "sup_front_int.h"
@@ -142,4 +143,64 @@ front_obs_reload(const store_snapshot *old_snap, const store_snapshot *snap, boo
     tally_log_int(&l, "policies_before", (int64_t)old_eps);
     tally_log_int(&l, "data_version", store_snapshot_version(snap));
     tally_log_end(&l);
+}
+
+void
+sup_front_stats_reply(sup_front *f, const char *tenant, struct proto_stats_reply *out)
+{
+    struct sup_front_stats fs;
+    struct sup_time now = front_now();
+    uint32_t i;
+
+    sup_front_stats(f, &fs);
+    memset(out, 0, sizeof(*out));
+    out->checks = fs.checks;
+    out->admitted = fs.admitted;
+    out->refused = fs.refused;
+    out->unauthorized = fs.unauthorized;
+    out->bad_request = fs.bad_request;
+    out->unavailable = fs.unavailable;
+    out->internal = fs.internal;
+    out->degraded = fs.degraded;
+    out->shadow_refused = fs.shadow_refused;
+    out->reloads = fs.reloads;
+    out->sup_starts = fs.sup.starts;
+    out->sup_restarts = fs.sup.restarts;
+    out->sup_idle_exits = fs.sup.exits;
+    out->sup_crashes = fs.sup.crashes;
+    out->sup_live = fs.sup.live;
+    out->children = fs.children;
+    out->links_live = fs.live_links;
+    if (tenant[0] == '\0')
+        return;
+    if (store_snapshot_tenant(f->snap, tenant) == NULL) {
+        out->tenant_status = PROTO_STATS_UNKNOWN;
+        return;
+    }
+    out->tenant_status = PROTO_STATS_TENANT;
+    out->sup_up = sup_manager_is_up(f->mgr, tenant);
+    out->sup_pid = (uint32_t)sup_manager_pid(f->mgr, tenant);
+    for (i = 0; i < f->n_children; i++) {
+        struct front_child *fc = f->children[i];
+        struct proto_stats_endpoint *e;
+        struct sup_child_stats cs;
+
+        if (strcmp(fc->tenant, tenant) != 0)
+            continue;
+        if (out->n_endpoints == PROTO_STATS_ENDPOINTS_MAX) {
+            out->more = 1;
+            break;
+        }
+        e = &out->ep[out->n_endpoints++];
+        sup_child_stats(fc->child, now, &cs);
+        snprintf(e->name, sizeof(e->name), "%s", fc->endpoint);
+        e->mode = fc->mode;
+        e->reachable = cs.reachable;
+        e->links = cs.links;
+        e->leases = cs.live_leases;
+        e->admitted = cs.admits + cs.degraded;
+        e->refused = cs.refused;
+        e->degraded = cs.degraded;
+        e->unavailable = cs.unavailable;
+    }
 }

@@ -111,6 +111,34 @@ handle_check(struct sock_conn *sc, const struct proto_frame *f)
     sodium_memzero(&m, sizeof(m));
 }
 
+/* An admin request: answered at once from the counters, in a buffer of its own
+ * (larger than a check's answer, allocated per request: STATS is rare). */
+static void
+handle_stats(struct sock_conn *sc, const struct proto_frame *f)
+{
+    char tenant[TENANT_NAME_MAX + 1];
+    struct proto_stats_reply *m = NULL;
+    uint8_t *out = NULL;
+    size_t len = 0;
+
+    if (proto_stats_decode(f, tenant) != TALLY_OK) {
+        protocol_error(sc, f->request_id, TALLY_EPROTO, "malformed STATS");
+        return;
+    }
+    m = tally_malloc(sizeof(*m));
+    out = tally_malloc(PROTO_STATS_REPLY_MAX);
+    if (m != NULL && out != NULL) {
+        sup_front_stats_reply(sc->s->front, tenant, m);
+        len = proto_stats_reply_encode(out, PROTO_STATS_REPLY_MAX, f->request_id, m);
+    }
+    if (len > 0 && !sc->closed)
+        (void)proto_conn_send(sc->c, out, len);
+    else
+        protocol_error(sc, f->request_id, TALLY_ENOMEM, "cannot answer STATS");
+    tally_free(out);
+    tally_free(m);
+}
+
 static void
 on_frame(proto_conn *c, const struct proto_frame *f, void *data)
 {
@@ -156,6 +184,9 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
                                            rc == TALLY_OK ? 0 : 1));
         return;
     }
+    case PROTO_C_STATS:
+        handle_stats(sc, f);
+        return;
     default:
         protocol_error(sc, f->request_id, TALLY_EPROTO, "unknown message type");
         return;

@@ -3,7 +3,7 @@
 # real tallyd, tally and supervisors (serve_util.c drives them).
 tally_add_test(test_serve_log test_serve_log.c)
 
-foreach(t test_serve_shadow test_serve_metrics test_serve_admin)
+foreach(t test_serve_shadow test_serve_metrics test_serve_admin test_serve_stats)
     tally_add_test(${t} ${t}.c serve_util.c)
     target_link_libraries(${t} PRIVATE tally_proto)
     add_dependencies(${t} tallyd tally_cli)

@@ -24,6 +24,7 @@
 #include <uv.h>
 
 #include "proto_client.h"
+#include "proto_stats.h"
 #include "sup_manager.h"
 
 typedef struct sup_front sup_front;
@@ -114,6 +115,10 @@ void sup_front_cancel(sup_front *f, struct sup_front_req *r);
  *  a storage error (the old configuration stays). */
 int sup_front_reload(sup_front *f, bool force);
 void sup_front_stats(const sup_front *f, struct sup_front_stats *out /* OUT */);
+/** The answer to a STATS request (front_obs.c): the counters above and, when
+ *  `tenant` is not "", each endpoint of that tenant with a child counter. */
+void sup_front_stats_reply(sup_front *f, const char *tenant,
+                           struct proto_stats_reply *out /* OUT */);
 /** The manager, for metrics and tests. */
 sup_manager *sup_front_manager(sup_front *f);
 /** Returns leases (RETURN to the supervisors), flushes the child files, closes
