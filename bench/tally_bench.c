@@ -82,7 +82,7 @@ dial(const char *sock, const char *tcp)
             close(fd);
             fd = -1;
         }
-    } else {
+    } else if (tcp != NULL) {
         char host[256];
         const char *colon = strrchr(tcp, ':');
         struct addrinfo hints, *res = NULL;
@@ -127,8 +127,12 @@ load_tokens(const char *path, int *n)
         if (line[0] == '\0')
             continue;
         if (*n == cap) {
+            char **grown = realloc(v, (size_t)(cap == 0 ? 1024 : cap * 2) * sizeof(*v));
+
+            if (grown == NULL)
+                break; /* out of memory: the tokens read so far */
+            v = grown;
             cap = cap == 0 ? 1024 : cap * 2;
-            v = realloc(v, (size_t)cap * sizeof(*v));
         }
         v[(*n)++] = strdup(line);
     }

@@ -211,7 +211,9 @@ bi_hello(int fd)
     uint8_t buf[PROTO_CLIENT_MSG_MAX];
     struct proto_frame f;
 
-    bi_send(fd, buf, proto_hello_encode(buf, 1, &h));
+    size_t len = proto_hello_encode(buf, 1, &h);
+
+    bi_send(fd, buf, len);
     assert_true(bi_frame(fd, buf, &f));
     assert_int_equal(proto_hello_reply_decode(&f, &hr), TALLY_OK);
     assert_int_equal(hr.version, 1);
@@ -247,7 +249,11 @@ bi_check(const struct bi_env *e, const char *token, const char *endpoint, int64_
     snprintf(m.endpoint, sizeof(m.endpoint), "%s", endpoint);
     m.cost = cost;
     bi_hello(fd);
-    bi_send(fd, buf, proto_check_encode(buf, 7, &m));
+    {
+        size_t len_ = proto_check_encode(buf, 7, &m);
+
+        bi_send(fd, buf, len_);
+    }
     assert_true(bi_frame(fd, buf, &f));
     assert_int_equal(f.request_id, 7);
     assert_int_equal(proto_check_reply_decode(&f, &r), TALLY_OK);

@@ -39,6 +39,7 @@ int bi_unix_connect(const struct bi_env *e);
 int bi_tcp_connect(const struct bi_env *e);
 /** Writes all n bytes (a peer that closed is not an error here). */
 void bi_send(int fd, const void *p, size_t n);
+
 /** Reads into buf until `want` bytes, EOF or BI_WAIT_MS; returns bytes read and
  *  sets *eof when the peer closed. */
 size_t bi_recv(int fd, void *buf, size_t want, bool *eof);

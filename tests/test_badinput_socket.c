@@ -148,7 +148,11 @@ test_socket_unknown_version(void **state)
     close(fd);
     /* A HELLO offering only versions 2..9: ERROR -17, then close. */
     fd = bi_unix_connect(e);
-    bi_send(fd, buf, proto_hello_encode(buf, 1, &h));
+    {
+        size_t len_ = proto_hello_encode(buf, 1, &h);
+
+        bi_send(fd, buf, len_);
+    }
     assert_string_equal(bi_expect_error(fd, TALLY_EPROTO), "no common protocol version");
     close(fd);
 }
@@ -160,12 +164,20 @@ test_socket_wrong_first_frame_and_unknown_type(void **state)
     uint8_t buf[PROTO_CLIENT_MSG_MAX];
     int fd = bi_unix_connect(e);
 
-    bi_send(fd, buf, proto_empty_encode(buf, PROTO_C_RELOAD, 3));
+    {
+        size_t len_ = proto_empty_encode(buf, PROTO_C_RELOAD, 3);
+
+        bi_send(fd, buf, len_);
+    }
     assert_string_equal(bi_expect_error(fd, TALLY_EPROTO), "HELLO first");
     close(fd);
     fd = bi_unix_connect(e);
     bi_hello(fd);
-    bi_send(fd, buf, proto_empty_encode(buf, 99, 4));
+    {
+        size_t len_ = proto_empty_encode(buf, 99, 4);
+
+        bi_send(fd, buf, len_);
+    }
     assert_string_equal(bi_expect_error(fd, TALLY_EPROTO), "unknown message type");
     close(fd);
     /* A CHECK with a flag set: flags are 0 unless the type defines some
@@ -224,7 +236,7 @@ test_socket_bad_names_and_costs(void **state)
     struct bi_env *e = *state;
     uint8_t p[PROTO_CLIENT_MSG_MAX];
     char long_name[256];
-    size_t i;
+    size_t i, n;
 
     /* Names that are not [a-z0-9][a-z0-9_-]{0,62}: bad request, no state. */
     for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -232,13 +244,18 @@ test_socket_bad_names_and_costs(void **state)
     /* An unknown token is unauthorized before the name is looked at. */
     assert_int_equal(bi_check(e, "tly_nobody", "..", 1), PROTO_UNAUTHORIZED);
     /* A NUL inside, or longer than 63 bytes: the frame itself is refused. */
-    expect_malformed(e, p, check_payload(p, e->token, "se\0rch", 6, 1));
+    n = check_payload(p, e->token, "se\0rch", 6, 1);
+    expect_malformed(e, p, n);
     memset(long_name, 'a', sizeof(long_name));
-    expect_malformed(e, p, check_payload(p, e->token, long_name, 255, 1));
+    n = check_payload(p, e->token, long_name, 255, 1);
+    expect_malformed(e, p, n);
     /* Costs: negative and above 2^32 are refused by the codec; 0 is the default. */
-    expect_malformed(e, p, check_payload(p, e->token, "search", 6, -1));
-    expect_malformed(e, p, check_payload(p, e->token, "search", 6, TENANT_COST_MAX + 1));
-    expect_malformed(e, p, check_payload(p, e->token, "search", 6, INT64_MIN));
+    n = check_payload(p, e->token, "search", 6, -1);
+    expect_malformed(e, p, n);
+    n = check_payload(p, e->token, "search", 6, TENANT_COST_MAX + 1);
+    expect_malformed(e, p, n);
+    n = check_payload(p, e->token, "search", 6, INT64_MIN);
+    expect_malformed(e, p, n);
     /* A cost above the limit is refused, never charged. */
     assert_int_equal(bi_check(e, e->token, "search", 6), PROTO_REFUSED);
     assert_int_equal(bi_check(e, e->token, "search", 0), PROTO_ADMITTED);
@@ -267,7 +284,11 @@ test_socket_client_gone_mid_request(void **state)
 
     snprintf(m.token, sizeof(m.token), "%s", e->token);
     bi_hello(fd);
-    bi_send(fd, buf, proto_check_encode(buf, 2, &m));
+    {
+        size_t len_ = proto_check_encode(buf, 2, &m);
+
+        bi_send(fd, buf, len_);
+    }
     close(fd); /* at once: the supervisor is not even started */
     left = bi_admit_all(e, e->token, "search");
     assert_true(left == 4 || left == 5);

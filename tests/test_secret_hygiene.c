@@ -244,7 +244,11 @@ test_daemon_files_tokens_and_memory(void **state)
     memset(&m, 0, sizeof(m));
     snprintf(m.token, sizeof(m.token), "%s", e.token2);
     snprintf(m.endpoint, sizeof(m.endpoint), "wide");
-    bi_send(sock_fd, frame, proto_check_encode(frame, 3, &m));
+    {
+        size_t len_ = proto_check_encode(frame, 3, &m);
+
+        bi_send(sock_fd, frame, len_);
+    }
     assert_true(bi_frame(sock_fd, frame, &f));
     assert_int_equal(f.type, PROTO_C_CHECK_REPLY);
     usleep(200000);
