@@ -279,7 +279,14 @@ spawn(sup_manager *m, struct sup_proc *p)
     opts.stdio = stdio;
     opts.stdio_count = 4;
     p->process.data = p;
-    if (uv_spawn(m->loop, &p->process, &opts) != 0) {
+    if ((rc = uv_spawn(m->loop, &p->process, &opts)) != 0) {
+        struct tally_log l;
+        if (tally_log_begin(&l, TALLY_LOG_ERROR, "supervisor_spawn_failed")) {
+            tally_log_str(&l, "tenant", p->tenant);
+            tally_log_str(&l, "error", uv_strerror(rc));
+            tally_log_int(&l, "retry_in_ms", m->cfg.backoff_max_ms);
+            tally_log_end(&l);
+        }
         /* uv_spawn initialised the handle even on failure: close it. */
         p->process_closing = true;
         m->pending_handles++;
