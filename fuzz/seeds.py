@@ -48,7 +48,7 @@ def i64(v):
     return struct.pack(">q", v)
 
 
-TOKEN = "tly_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+TOKEN = "tly_fuzzFUZZfuzzFUZZfuzzFUZZfuzzFUZZ"  # the live link of fuzz_http
 LINK = "lnk_0123456789abcdef"
 
 # --- client protocol ------------------------------------------------------
@@ -178,6 +178,9 @@ http = {
     "not_found": "GET /nope HTTP/1.1\r\n\r\n",
     "method": "DELETE /v1/check HTTP/1.1\r\n\r\n",
     "garbage": "\x00\x01 GET / HTTP/9.9\r\n\r\n",
+    "export_release": "GET /v1/check HTTP/1.1\r\n" + auth + "X-Tally-Endpoint: export\r\n\r\n"
+                      + "POST /v1/release HTTP/1.1\r\n" + auth + "X-Tally-Lease: 1\r\n"
+                      + "Content-Length: 0\r\n\r\n",
 }
 for k, v in http.items():
     put("http", k, v)
