@@ -110,6 +110,8 @@ cli_check(struct cli *c)
         token[strcspn(token, "\r\n")] = '\0';
     } else {
         snprintf(token, sizeof(token), "%s", c->argv[0]);
+        /* Out of /proc/PID/cmdline (ps) from now on; `-` reads it from stdin instead. */
+        sodium_memzero(c->argv[0], strlen(c->argv[0]));
     }
     socket_path(c, sock, path, sizeof(path));
     rc = tally_client_open(path, CHECK_TIMEOUT_MS, &client);
