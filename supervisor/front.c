@@ -104,6 +104,15 @@ front_reply_status(sup_front *f, struct sup_front_req *r, uint8_t status, int64_
     front_reply(f, r, &reply);
 }
 
+static void
+forget_refusals(sup_front *f)
+{
+    uint32_t i;
+
+    for (i = 0; i < f->n_children; i++)
+        sup_child_forget_refusals(f->children[i]->child);
+}
+
 int
 sup_front_reload(sup_front *f, bool force)
 {
@@ -128,11 +137,12 @@ sup_front_reload(sup_front *f, bool force)
     f->stats.reload_fail_streak = 0;
     front_obs_reload(f->snap, snap, force);
     /* A refusal a child remembers (until its window ends) may be stale now: a
-     * raised limit must be in force from the next request on. */
+     * raised limit must be in force from the next request on. Once more at the
+     * next poll, for a refusal the supervisor sent just before it saw the change
+     * and that arrives after this reload. */
     if (f->snap != NULL && store_snapshot_version(f->snap) != store_snapshot_version(snap)) {
-        uint32_t i;
-        for (i = 0; i < f->n_children; i++)
-            sup_child_forget_refusals(f->children[i]->child);
+        forget_refusals(f);
+        f->obs.forget_again = true;
     }
     store_snapshot_free(f->snap);
     f->snap = snap;
@@ -144,7 +154,13 @@ sup_front_reload(sup_front *f, bool force)
 static void
 on_reload_timer(uv_timer_t *t)
 {
-    (void)sup_front_reload(t->data, false);
+    sup_front *f = t->data;
+
+    if (f->obs.forget_again) {
+        f->obs.forget_again = false;
+        forget_refusals(f);
+    }
+    (void)sup_front_reload(f, false);
 }
 
 static void

@@ -10,6 +10,7 @@
 #ifndef FRONT_OBS_H
 #define FRONT_OBS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "proto_client.h"
@@ -28,6 +29,7 @@ struct front_obs_rtt {
 
 struct front_obs {
     struct front_obs_rtt rtt[FRONT_OBS_RTT_SLOTS];
+    bool forget_again; /* front.c: drop remembered refusals again at the next poll */
 };
 
 /* Service mode of an endpoint's child counter, as its answers show it. */
