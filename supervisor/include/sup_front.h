@@ -66,13 +66,14 @@ struct sup_front_req {
 /* Latency histograms (decisions, lease round trips): fixed buckets, upper bounds
  * in sup_front_hist_bounds_ns[], counts per bucket (not cumulative); the last
  * bucket is +Inf. */
-#define SUP_FRONT_HIST_BOUNDS 14
+#define SUP_FRONT_HIST_BOUNDS 16
 struct sup_front_hist {
     uint64_t bucket[SUP_FRONT_HIST_BOUNDS + 1];
     uint64_t count;
     uint64_t sum_ns;
 };
-/* 50us, 100us, 250us, 500us, 1ms, 2.5ms, 5ms, 10ms, 25ms, 50ms, 100ms, 250ms, 500ms, 1s */
+/* 10us, 25us, 50us, 100us, 250us, 500us, 1ms, 2.5ms, 5ms, 10ms, 25ms, 50ms, 100ms, 250ms,
+ * 500ms, 1s: a decision from a lease takes microseconds, a lease round trip milliseconds */
 extern const uint64_t sup_front_hist_bounds_ns[SUP_FRONT_HIST_BOUNDS];
 void sup_front_hist_observe(struct sup_front_hist *h, uint64_t ns);
 
