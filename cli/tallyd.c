@@ -1,13 +1,14 @@
 /*
  * tallyd: the daemon's thin main. It parses the command line (DESIGN.md §5),
- * checks that the data dir was initialised, serves HTTP with proto_http on
- * one libuv loop and stops cleanly on SIGINT or SIGTERM: the server closes its
- * connections, every other handle is closed, the loop runs dry and
- * uv_loop_close() must return 0. For now it answers GET /healthz only; the
- * binary protocol (--socket) and leases (--durability) come later and their
- * options are only validated. It logs one JSON line at start (with the port
- * actually bound, so --http 127.0.0.1:0 can be discovered) and one at stop,
- * never one per request. Errors are one plain line on stderr.
+ * checks that the data dir was initialised, and on one libuv loop serves the
+ * decision service (sup_front) over HTTP (tallyd_http.c), the binary protocol
+ * on its Unix socket and, with --tcp, on TCP (sup_sock). With --supervise it
+ * is instead a tenant's supervisor process, spawned by itself. It stops
+ * cleanly on SIGINT or SIGTERM: HTTP, then the socket, then the front (leases
+ * returned), then whatever is left; the loop runs dry and uv_loop_close() must
+ * return 0. It logs one JSON line at start (with the ports actually bound, so
+ * --http 127.0.0.1:0 can be discovered) and one at stop (tally_log.h), never
+ * one per request. Usage errors are one plain line on stderr.
  */
 #include "proto_http.h"
 #include "store.h"
