@@ -8,7 +8,7 @@
  * one line per transition when an endpoint enters degraded (fail-open) or
  * unavailable (fail-closed) mode because its supervisor stopped answering
  * (SIGSTOP), and when it recovers (SIGCONT), whatever the number of requests
- * answered meanwhile.
+ * answered meanwhile. --log-level drops the lines below it.
  */
 #define _GNU_SOURCE /* memmem */
 /* clang-format off */
@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "serve_util.h"
+#include "tally.h"
 
 struct env {
     struct serve_env s;
@@ -451,6 +452,35 @@ test_degraded_transitions_are_one_line_each(void **state)
     serve_stop(&e->s);
 }
 
+/* --log-level warn keeps the info lines (start, supervisor start, stop) out;
+ * an unknown level is a usage error (64) in one line. */
+static void
+test_log_level(void **state)
+{
+    struct env *e = *state;
+    struct test_out *o = calloc(1, sizeof(*o));
+    struct tally_result res;
+    tally_client *c = NULL;
+    char bin[512];
+    char *argv[] = {bin, "--data", e->s.data, "--log-level", "chatty", NULL};
+
+    assert_non_null(o);
+    test_bin("tallyd", bin, sizeof(bin));
+    assert_int_equal(test_run(argv, NULL, o), 64);
+    assert_non_null(strstr(o->err, "tallyd: invalid --log-level 'chatty'"));
+    assert_null(strchr(strchr(o->err, '\n') + 1, '\n')); /* one line */
+    free(o);
+    assert_int_equal(
+        test_daemon_start(&e->s.d, e->s.data, "--wait-ms=3000", "--log-level=warn", NULL), 0);
+    /* a check starts the tenant's supervisor: an info line, dropped */
+    assert_int_equal(tally_client_open(e->s.d.socket, 10000, &c), TALLY_OK);
+    assert_int_equal(tally_check(c, e->token, "open", 0, &res), TALLY_OK);
+    assert_int_equal(res.status, TALLY_ADMITTED);
+    tally_client_close(c);
+    serve_stop(&e->s);
+    assert_int_equal(serve_log_count(&e->s, "\"event\":"), 0);
+}
+
 int
 main(void)
 {
@@ -459,6 +489,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_log_lines_for_supervisor_lifecycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_degraded_transitions_are_one_line_each, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_log_level, setup, teardown),
     };
 
     return cmocka_run_group_tests_name("serve_metrics", tests, NULL, NULL);
