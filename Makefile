@@ -2,8 +2,10 @@
 #   make run   installs what is missing, builds, creates a demo tenant and link
 #              in ./.tally and starts tallyd in the foreground on 127.0.0.1:8080
 #   make test  installs what is missing, builds with ASan+UBSan and -Werror and
-#              runs every suite through ctest, then checks formatting
-# Other targets: build (release), install (PREFIX, DESTDIR), fuzz, bench, format, format-check, clean.
+#              runs every suite through ctest, each fuzz target briefly, cppcheck
+#              (analyze), then checks formatting
+# Other targets: build (release), install (PREFIX, DESTDIR), fuzz, analyze, bench, format,
+# format-check, clean.
 
 DEB_PACKAGES := build-essential cmake pkg-config clang clang-format libclang-rt-14-dev \
                 libuv1-dev libsqlite3-dev libsodium-dev libcmocka-dev libhttp-parser-dev \
