@@ -14,11 +14,14 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "badinput_env.h"
+
+#define SUP_INFLIGHT_MAX 128 /* PROTOCOL.md: requests in flight per connection */
 
 static struct bi_env env;
 
@@ -294,6 +297,47 @@ test_socket_client_gone_mid_request(void **state)
     assert_true(left == 4 || left == 5);
 }
 
+/* 129 CHECKs pipelined while the tenant's supervisor is still starting (so
+ * none is answered yet): the 129th is one more than max_inflight. */
+static void
+test_socket_too_many_in_flight(void **state)
+{
+    enum { N = SUP_INFLIGHT_MAX + 1 };
+    struct bi_env *e = *state;
+    struct proto_check m = {"", "wide", 1};
+    uint8_t *out = malloc((size_t)N * PROTO_CLIENT_MSG_MAX), buf[PROTO_CLIENT_MSG_MAX];
+    struct proto_frame f;
+    size_t len = 0;
+    int fd = bi_unix_connect(e), i, replies = 0;
+    bool error = false;
+
+    snprintf(m.token, sizeof(m.token), "%s", e->token);
+    bi_hello(fd);
+    for (i = 0; i < N; i++)
+        len += proto_check_encode(out + len, (uint32_t)(i + 1), &m);
+    bi_send(fd, out, len);
+    while (!error && bi_frame(fd, buf, &f)) {
+        if (f.type == PROTO_C_ERROR) {
+            int32_t code = 0;
+            char msg[128];
+
+            assert_int_equal(proto_error_decode(&f, &code, msg, sizeof(msg)), TALLY_OK);
+            assert_int_equal(code, TALLY_ETOOBIG);
+            assert_string_equal(msg, "too many requests in flight");
+            assert_int_equal(f.request_id, N);
+            error = true;
+        } else {
+            replies++; /* answered before the 129th arrived: not expected, but not wrong */
+        }
+    }
+    assert_true(error);
+    assert_true(bi_closed_silently(fd, BI_WAIT_MS));
+    close(fd);
+    print_message("%d answered before the error\n", replies);
+    free(out);
+    assert_int_equal(bi_check(e, e->token, "wide", 1), PROTO_ADMITTED);
+}
+
 int
 main(void)
 {
@@ -306,6 +350,7 @@ main(void)
         T(test_socket_wrong_first_frame_and_unknown_type),
         T(test_socket_bad_names_and_costs),
         T(test_socket_client_gone_mid_request),
+        T(test_socket_too_many_in_flight),
 #undef T
     };
 
