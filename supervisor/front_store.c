@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "sup_paths.h"
+#include "tally_log.h"
 
 static const char *const child_migrations[] = {
     "CREATE TABLE meta(k TEXT PRIMARY KEY, v INTEGER NOT NULL) STRICT;"
@@ -126,6 +127,23 @@ write_batch(uv_work_t *w)
     s->rc = rc;
 }
 
+static void
+log_write(const struct front_child *fc, enum tally_log_level level, const char *event, int rc,
+          uint64_t attempts)
+{
+    struct tally_log l;
+
+    if (!tally_log_begin(&l, level, event))
+        return;
+    tally_log_str(&l, "tenant", fc->tenant);
+    tally_log_str(&l, "endpoint", fc->endpoint);
+    if (rc != TALLY_OK)
+        tally_log_str(&l, "error", tally_strerror(rc));
+    if (attempts > 0)
+        tally_log_int(&l, "failed_attempts", (int64_t)attempts);
+    tally_log_end(&l);
+}
+
 /* Loop thread: the batch is durable (or failed); tell the child, then go on.
  * busy stays set while the child hears of it: a request re-run here may want
  * another write, which waits for the pump below instead of reusing the batch
@@ -145,10 +163,7 @@ batch_done(uv_work_t *w, int status)
          * batch is tried again after a backoff, so the child heals when the disk
          * does. One log line when it starts failing, one when it recovers. */
         if (s->failing++ == 0)
-            fprintf(stderr,
-                    "{\"level\":\"error\",\"event\":\"child_write_failed\",\"tenant\":\"%s\","
-                    "\"endpoint\":\"%s\",\"error\":\"%s\"}\n",
-                    fc->tenant, fc->endpoint, tally_strerror(s->rc));
+            log_write(fc, TALLY_LOG_ERROR, "child_write_failed", s->rc, 0);
         s->failures++;
         s->backoff_ms = s->backoff_ms == 0 ? 100 : s->backoff_ms * 2;
         if (s->backoff_ms > 2000)
@@ -166,10 +181,7 @@ batch_done(uv_work_t *w, int status)
         return;
     }
     if (s->failing > 0)
-        fprintf(stderr,
-                "{\"level\":\"info\",\"event\":\"child_write_recovered\",\"tenant\":\"%s\","
-                "\"endpoint\":\"%s\",\"failed_attempts\":%llu}\n",
-                fc->tenant, fc->endpoint, (unsigned long long)s->failing);
+        log_write(fc, TALLY_LOG_INFO, "child_write_recovered", TALLY_OK, s->failing);
     s->failing = 0;
     s->backoff_ms = 0;
     s->writes += s->n;

@@ -263,7 +263,9 @@ spawn(sup_manager *m, struct sup_proc *p)
     args[6] = m->durability;
     args[7] = "--idle-exit-ms";
     args[8] = idle;
-    args[9] = NULL;
+    args[9] = "--log-level"; /* the supervisor logs at tallyd's level */
+    args[10] = (char *)tally_log_level_name(tally_log_get_level());
+    args[11] = NULL;
     memset(stdio, 0, sizeof(stdio));
     stdio[0].flags = UV_IGNORE;
     stdio[1].flags = UV_INHERIT_FD;

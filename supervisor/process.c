@@ -24,6 +24,7 @@
 #include "store_snapshot.h"
 #include "sup_lease.h"
 #include "sup_paths.h"
+#include "tally_log.h"
 
 #define BATCH_RECORDS   256
 #define RELOAD_CHECK_MS 250 /* a change made with tally is in force within 1 s */
@@ -81,13 +82,38 @@ wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void
-log_event(const struct sp *s, const char *level, const char *event, const char *extra)
+/* One JSON line (tally_log.h) naming the tenant and this process. */
+static bool
+log_begin(const struct sp *s, struct tally_log *l, enum tally_log_level level, const char *event)
 {
-    fprintf(stderr,
-            "{\"ts\":%lld,\"level\":\"%s\",\"event\":\"%s\",\"tenant\":\"%s\",\"pid\":%d%s%s}\n",
-            (long long)wall_ms(), level, event, s->o->tenant, (int)getpid(),
-            extra[0] != '\0' ? "," : "", extra);
+    if (!tally_log_begin(l, level, event))
+        return false;
+    tally_log_str(l, "tenant", s->o->tenant);
+    tally_log_int(l, "pid", (int64_t)getpid());
+    return true;
+}
+
+static void
+log_event(const struct sp *s, enum tally_log_level level, const char *event)
+{
+    struct tally_log l;
+
+    if (log_begin(s, &l, level, event))
+        tally_log_end(&l);
+}
+
+static void
+log_error(const struct sp *s, enum tally_log_level level, const char *event, int rc,
+          const char *detail)
+{
+    struct tally_log l;
+
+    if (!log_begin(s, &l, level, event))
+        return;
+    tally_log_str(&l, "error", tally_strerror(rc));
+    if (detail != NULL)
+        tally_log_str(&l, "detail", detail);
+    tally_log_end(&l);
 }
 
 static void maybe_compact(struct sp *s);
@@ -136,7 +162,7 @@ maybe_compact(struct sp *s)
     struct sup_records snap = {NULL, 0, 0};
     uint64_t grown = s->journal_rows - s->compacted_rows;
     size_t needed = 0;
-    char extra[200];
+    struct tally_log l;
     int64_t t0;
     int rc;
 
@@ -151,12 +177,14 @@ maybe_compact(struct sp *s)
     }
     if (rc == TALLY_OK)
         rc = store_snapshot_records(s, &snap);
-    snprintf(extra, sizeof(extra), "\"rows_before\":%llu,\"rows_after\":%llu,\"ms\":%lld%s%s%s",
-             (unsigned long long)s->journal_rows,
-             (unsigned long long)(rc == TALLY_OK ? snap.count : s->journal_rows),
-             (long long)(wall_ms() - t0), rc == TALLY_OK ? "" : ",\"error\":\"",
-             rc == TALLY_OK ? "" : tally_strerror(rc), rc == TALLY_OK ? "" : "\"");
-    log_event(s, rc == TALLY_OK ? "info" : "error", "journal_compacted", extra);
+    if (log_begin(s, &l, rc == TALLY_OK ? TALLY_LOG_INFO : TALLY_LOG_ERROR, "journal_compacted")) {
+        tally_log_int(&l, "rows_before", (int64_t)s->journal_rows);
+        tally_log_int(&l, "rows_after", (int64_t)(rc == TALLY_OK ? snap.count : s->journal_rows));
+        tally_log_int(&l, "ms", wall_ms() - t0);
+        if (rc != TALLY_OK)
+            tally_log_str(&l, "error", tally_strerror(rc));
+        tally_log_end(&l);
+    }
     if (rc == TALLY_OK)
         s->journal_rows = snap.count;
     s->compacted_rows = s->journal_rows;
@@ -183,10 +211,7 @@ flush(struct sp *s)
         else
             store_db_rollback(s->journal);
         if (rc != TALLY_OK) {
-            char extra[600];
-            snprintf(extra, sizeof(extra), "\"error\":\"%s\",\"detail\":\"%s\"", tally_strerror(rc),
-                     store_db_errmsg(s->journal));
-            log_event(s, "error", "journal_commit_failed", extra);
+            log_error(s, TALLY_LOG_ERROR, "journal_commit_failed", rc, store_db_errmsg(s->journal));
             s->out_len = 0; /* never answer what is not durable */
             stop(s, 74);
             return;
@@ -270,7 +295,7 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
 
     uv_timer_again(&s->idle_timer);
     if (proto_lease_decode(f, &in) != TALLY_OK) {
-        log_event(s, "warn", "bad_frame", "");
+        log_event(s, TALLY_LOG_WARN, "bad_frame");
         proto_conn_close(c);
         return;
     }
@@ -284,7 +309,7 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
         return;
     rc = sup_ledger_handle(s->ledger, wall_ms(), &in, &reply, &s->batch);
     if (rc == TALLY_EPROTO) {
-        log_event(s, "warn", "bad_message", "");
+        log_event(s, TALLY_LOG_WARN, "bad_message");
         proto_conn_close(c);
         return;
     }
@@ -314,7 +339,7 @@ on_idle(uv_timer_t *t)
     struct sp *s = t->data;
 
     flush(s);
-    log_event(s, "info", "supervisor_idle_exit", "");
+    log_event(s, TALLY_LOG_INFO, "supervisor_idle_exit");
     stop(s, 0);
 }
 
@@ -386,14 +411,17 @@ on_reload(uv_timer_t *h)
         return;
     rc = load_config(s, &t);
     if (rc == TALLY_ENOTFOUND) {
-        log_event(s, "info", "tenant_removed", "");
+        log_event(s, TALLY_LOG_INFO, "tenant_removed");
         flush(s);
         stop(s, 0);
         return;
     }
     if (rc == TALLY_OK)
         rc = sup_ledger_configure(s->ledger, t->plan, s->eps, s->n_eps);
-    log_event(s, rc == TALLY_OK ? "info" : "error", "reload", "");
+    if (rc == TALLY_OK)
+        log_event(s, TALLY_LOG_DEBUG, "supervisor_reload");
+    else
+        log_error(s, TALLY_LOG_ERROR, "supervisor_reload_failed", rc, NULL);
 }
 
 static int
@@ -490,7 +518,7 @@ sup_process_run(const struct sup_process_opts *o)
     static struct sp s; /* one supervisor per process */
     static const struct proto_conn_cbs cbs = {on_frame, on_close};
     char path[SUP_PATH_MAX];
-    char extra[256];
+    struct tally_log l;
     int64_t started = wall_ms();
     int lock_fd = -1;
     int rc;
@@ -511,16 +539,15 @@ sup_process_run(const struct sup_process_opts *o)
     if (rc == TALLY_OK)
         rc = sup_lock_take(path, &lock_fd);
     if (rc != TALLY_OK) {
-        snprintf(extra, sizeof(extra), "\"error\":\"%s\"", tally_strerror(rc));
-        log_event(&s, rc == TALLY_ELOCKED ? "warn" : "error", "supervisor_refused", extra);
+        log_error(&s, rc == TALLY_ELOCKED ? TALLY_LOG_WARN : TALLY_LOG_ERROR, "supervisor_refused",
+                  rc, NULL);
         return exit_code_for(rc);
     }
     uv_loop_init(&s.loop);
     rc = open_all(&s);
     if (rc != TALLY_OK) {
-        snprintf(extra, sizeof(extra), "\"error\":\"%s\",\"detail\":\"%s\"", tally_strerror(rc),
-                 s.journal != NULL ? store_db_errmsg(s.journal) : store_open_errmsg());
-        log_event(&s, "error", "supervisor_open_failed", extra);
+        log_error(&s, TALLY_LOG_ERROR, "supervisor_open_failed", rc,
+                  s.journal != NULL ? store_db_errmsg(s.journal) : store_open_errmsg());
         s.exit_code = exit_code_for(rc);
         goto out;
     }
@@ -548,9 +575,12 @@ sup_process_run(const struct sup_process_opts *o)
     s.sigint.data = &s;
     uv_signal_start(&s.sigint, on_signal, SIGINT);
     arm_expiry(&s);
-    snprintf(extra, sizeof(extra), "\"records\":%llu,\"replay_ms\":%lld",
-             (unsigned long long)s.records_total, (long long)(wall_ms() - started));
-    log_event(&s, "info", "supervisor_start", extra);
+    if (log_begin(&s, &l, TALLY_LOG_INFO, "supervisor_ready")) {
+        tally_log_int(&l, "records", (int64_t)s.records_total);
+        tally_log_int(&l, "journal_rows", (int64_t)s.journal_rows);
+        tally_log_int(&l, "replay_ms", wall_ms() - started);
+        tally_log_end(&l);
+    }
     uv_run(&s.loop, UV_RUN_DEFAULT);
     flush(&s);
 out:
