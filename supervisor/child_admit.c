@@ -178,7 +178,12 @@ after_charge(sup_child *c, struct child_link *k, struct child_lease *cl, int64_t
         }
         sup__child_retire(c, k, cl);
     }
-    if (!k->pass && k->acq_seq == 0 && !k->acq_due) {
+    /* Prefetch only for a stream: a link that expects another request within
+     * T_renew (or whose leases already grew by slow start). A lone request on a
+     * quiet link would otherwise leave a second lease idle until its RETURN,
+     * doubling the messages of links that are hit now and then. */
+    if (!k->pass && k->acq_seq == 0 && !k->acq_due &&
+        (n > c->l_min || k->rate_milli * c->renew_ms >= 1000000)) {
         int64_t by_rate = (k->rate_milli * c->lead_ms + 999999) / 1000000;
         int64_t mark = (n + 3) / 4 > by_rate ? (n + 3) / 4 : by_rate;
 
