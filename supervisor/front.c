@@ -283,8 +283,8 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
         return;
     }
     rc = front_child_get(f, l->tenant->id, policy, &fc);
-    if (rc != TALLY_OK) {
-        front_reply_status(f, r, PROTO_INTERNAL, 0, tally_strerror(rc));
+    if (rc != TALLY_OK) { /* its file is unusable (logged): unavailable, not our bug */
+        front_reply_status(f, r, PROTO_UNAVAILABLE, 1000, tally_strerror(rc));
         return;
     }
     snprintf(r->link, sizeof(r->link), "%s", l->id);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "sup_paths.h"
+#include "tally_log.h"
 
 static void park(struct front_child *fc, struct sup_front_req *r, int stage, int64_t give_up_ms);
 
@@ -172,15 +173,21 @@ needs_slot(struct front_child *fc, struct sup_front_req *r)
 }
 
 /* True when the tenant's supervisor is not running and may be started now, or
- * was started and has not answered yet: a cold start, not an outage. */
+ * was started and has not answered yet: a cold start, not an outage. A restart
+ * after a crash is an outage (a full disk, a corrupt journal make it crash
+ * again and again), and so is a process whose channel closed but which has
+ * not exited yet (it is going away, perhaps to crash): requests keep their
+ * deadline. */
 static bool
 cold(struct front_child *fc)
 {
     sup_manager *m = fc->f->mgr;
 
+    if (sup_manager_crashed(m, fc->tenant))
+        return false;
     if (sup_manager_is_starting(m, fc->tenant))
         return true;
-    return !sup_manager_is_up(m, fc->tenant) && sup_manager_backoff_left_ms(m, fc->tenant) == 0;
+    return sup_manager_pid(m, fc->tenant) == 0 && sup_manager_backoff_left_ms(m, fc->tenant) == 0;
 }
 
 void
@@ -409,10 +416,20 @@ front_child_on_down(sup_front *f, const char *tenant)
     uint32_t i;
 
     /* The children retransmit on their own timers; the next send respawns the
-     * supervisor (after the backoff, if it crashed). */
+     * supervisor (after the backoff, if it crashed). A crash ends a cold start:
+     * requests parked for one keep only their own deadline. */
+    bool crashed = sup_manager_crashed(f->mgr, tenant);
+    int64_t until = front_now().mono_ms + f->cfg.wait_ms;
+
     for (i = 0; i < f->n_children; i++) {
-        if (strcmp(f->children[i]->tenant, tenant) == 0)
-            front_child_pump(f->children[i]);
+        struct front_child *fc = f->children[i];
+        if (strcmp(fc->tenant, tenant) != 0)
+            continue;
+        for (struct sup_front_req *r = fc->parked; crashed && r != NULL; r = r->next) {
+            if (r->stage == 1 && r->give_up_ms > until)
+                r->give_up_ms = until;
+        }
+        front_child_pump(fc);
     }
 }
 
@@ -438,6 +455,30 @@ refresh_policy(struct front_child *fc, const struct tenant_endpoint *policy)
         return;
     if (sup_child_set_policy(fc->child, policy) == TALLY_OK)
         fc->policy = *policy;
+}
+
+/* A child's file cannot be opened (corrupt, newer schema, no space): its
+ * requests get 503 and every one tries again, so it heals when the file is
+ * fixed; the log says so once a minute, naming the tenant and the file. */
+static void
+log_open_failed(sup_front *f, const char *tenant, const char *endpoint, int rc, const char *detail)
+{
+    char key[sizeof(f->open_failed)];
+    int64_t now = front_now().mono_ms;
+    struct tally_log l;
+
+    snprintf(key, sizeof(key), "%s/%s", tenant, endpoint);
+    if (strcmp(key, f->open_failed) == 0 && now - f->open_failed_mono_ms < 60000)
+        return;
+    snprintf(f->open_failed, sizeof(f->open_failed), "%s", key);
+    f->open_failed_mono_ms = now;
+    if (!tally_log_begin(&l, TALLY_LOG_ERROR, "child_open_failed"))
+        return;
+    tally_log_str(&l, "tenant", tenant);
+    tally_log_str(&l, "endpoint", endpoint);
+    tally_log_str(&l, "error", tally_strerror(rc));
+    tally_log_str(&l, "detail", detail);
+    tally_log_end(&l);
 }
 
 int
@@ -481,6 +522,8 @@ front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *
     if (rc == TALLY_OK)
         rc = front_store_resume(fc);
     if (rc != TALLY_OK) {
+        log_open_failed(f, tenant, policy->name, rc,
+                        fc->store.db != NULL ? store_db_errmsg(fc->store.db) : store_open_errmsg());
         child_free(fc);
         return rc;
     }

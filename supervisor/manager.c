@@ -389,6 +389,14 @@ sup_manager_is_starting(const sup_manager *m, const char *tenant)
     return p != NULL && p->process_live && !p->answered;
 }
 
+bool
+sup_manager_crashed(const sup_manager *m, const char *tenant)
+{
+    const struct sup_proc *p = proc_find(m, tenant);
+
+    return p != NULL && p->backoff_ms > 0;
+}
+
 int64_t
 sup_manager_backoff_left_ms(const sup_manager *m, const char *tenant)
 {

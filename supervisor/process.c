@@ -67,6 +67,7 @@ struct sp {
     size_t out_cap;
     int exit_code;
     bool stopping;
+    bool failed; /* a commit failed: memory is ahead of disk */
     uint64_t records_total;
     uint64_t journal_rows;   /* rows in the journal now */
     uint64_t compacted_rows; /* rows the last compaction left */
@@ -198,6 +199,8 @@ flush(struct sp *s)
     size_t i;
     int rc = TALLY_OK;
 
+    if (s->failed)
+        return; /* exiting 74: no second try, no second line, no reply */
     if (s->batch.count > 0) {
         rc = store_db_begin(s->journal);
         for (i = 0; i < s->batch.count && rc == TALLY_OK; i++) {
@@ -213,6 +216,7 @@ flush(struct sp *s)
         if (rc != TALLY_OK) {
             log_error(s, TALLY_LOG_ERROR, "journal_commit_failed", rc, store_db_errmsg(s->journal));
             s->out_len = 0; /* never answer what is not durable */
+            s->failed = true;
             stop(s, 74);
             return;
         }

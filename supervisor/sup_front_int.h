@@ -65,6 +65,9 @@ struct sup_front {
     int children_pending;
     void (*children_done)(sup_front *f);
     uint8_t frame[PROTO_LEASE_FRAME_MAX];
+    /* The last child_open_failed line: one a minute per (tenant, endpoint). */
+    char open_failed[2 * TENANT_NAME_MAX + 2];
+    int64_t open_failed_mono_ms;
 };
 
 struct sup_time front_now(void);

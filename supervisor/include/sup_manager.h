@@ -65,6 +65,10 @@ bool sup_manager_is_up(const sup_manager *m, const char *tenant);
 /** True iff `tenant`'s supervisor was spawned and has not answered yet (cold
  *  start: replaying its journal). */
 bool sup_manager_is_starting(const sup_manager *m, const char *tenant);
+/** True iff `tenant`'s supervisor last went away by crashing (non-zero exit,
+ *  signal, failed spawn) and has not exited cleanly since: its next start is a
+ *  restart, an outage rather than a cold start. */
+bool sup_manager_crashed(const sup_manager *m, const char *tenant);
 /** Milliseconds until `tenant` may be spawned again (0 when it may now). */
 int64_t sup_manager_backoff_left_ms(const sup_manager *m, const char *tenant);
 void sup_manager_stats(const sup_manager *m, struct sup_manager_stats *out /* OUT */);
