@@ -175,9 +175,9 @@ needs_slot(struct front_child *fc, struct sup_front_req *r)
 /* True when the tenant's supervisor is not running and may be started now, or
  * was started and has not answered yet: a cold start, not an outage. A restart
  * after a crash is an outage (a full disk, a corrupt journal make it crash
- * again and again), and so is a process whose channel closed but which has
- * not exited yet (it is going away, perhaps to crash): requests keep their
- * deadline. */
+ * again and again): its requests keep their deadline. One going away (its
+ * channel closed, the process not yet reaped) may be hibernating or crashing:
+ * cold until its exit says which (front_child_on_down). */
 static bool
 cold(struct front_child *fc)
 {
@@ -187,7 +187,7 @@ cold(struct front_child *fc)
         return false;
     if (sup_manager_is_starting(m, fc->tenant))
         return true;
-    return sup_manager_pid(m, fc->tenant) == 0 && sup_manager_backoff_left_ms(m, fc->tenant) == 0;
+    return !sup_manager_is_up(m, fc->tenant) && sup_manager_backoff_left_ms(m, fc->tenant) == 0;
 }
 
 void
