@@ -235,11 +235,20 @@ on_connection(uv_stream_t *server, int status)
         uv_tcp_nodelay(&c->h.tcp, 1);
 }
 
+/* Closes every handle; a connection frees itself in on_closed. */
+static void
+close_walk(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, h->data != NULL ? on_closed : NULL);
+}
+
 static void
 on_signal(uv_signal_t *s, int signum)
 {
     (void)signum;
-    uv_stop(s->loop);
+    uv_walk(s->loop, close_walk, NULL);
 }
 
 static void
@@ -322,12 +331,15 @@ main(int argc, char **argv)
         fprintf(stderr, "tally-bench-echo: cannot listen on %s\n", sock != NULL ? sock : tcp);
         return 69;
     }
+    srv.pipe.data = NULL; /* same offset in both members: not a connection */
     uv_signal_init(loop, &sigint);
     uv_signal_init(loop, &sigterm);
+    sigint.data = NULL;
+    sigterm.data = NULL;
     uv_signal_start(&sigint, on_signal, SIGINT);
     uv_signal_start(&sigterm, on_signal, SIGTERM);
     uv_run(loop, UV_RUN_DEFAULT);
     if (sock != NULL)
         unlink(sock);
-    return 0;
+    return uv_loop_close(loop) == 0 ? 0 : 70;
 }

@@ -444,5 +444,15 @@ main(int argc, char **argv)
            (double)total * 1e9 / (double)(t1 - t0), (double)lat[total / 2] / 1000.0,
            (double)lat[total * 99 / 100] / 1000.0, (double)lat[total * 999 / 1000] / 1000.0,
            admitted, refused);
+    for (i = 0; i < conns; i++) {
+        close(c[i].fd);
+        free(c[i].sent_ns);
+    }
+    for (i = 0; i < ntokens; i++)
+        free(tokens[i]);
+    free(tokens);
+    free(c);
+    free(lat);
+    free(tl);
     return 0;
 }
