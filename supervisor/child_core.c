@@ -13,6 +13,8 @@
 #include <string.h>
 
 #define LINKS_DEFAULT 256
+/* The table grows (doubling) when it is full of busy links, up to this. */
+#define LINKS_HARD_MAX (1u << 20)
 
 static int64_t
 or_default(int64_t v, int64_t def)
@@ -143,6 +145,38 @@ link_in_flight(const sup_child *c, int32_t index)
     return false;
 }
 
+/* Doubles the link table and rebuilds its index; the links keep their slots, so
+ * request and heartbeat references by index stay valid. TALLY_OK, TALLY_EFULL at
+ * the hard maximum, TALLY_ENOMEM (then nothing changed). */
+static int
+links_grow(sup_child *c)
+{
+    uint32_t cap = c->max_links * 2;
+    struct sup_index ix = {NULL, 0};
+    struct child_link **links;
+
+    if (c->max_links >= LINKS_HARD_MAX)
+        return TALLY_EFULL;
+    if (sup__index_init(&ix, cap) != TALLY_OK)
+        return TALLY_ENOMEM;
+    links = tally_realloc(c->links, cap * sizeof(*links));
+    if (links == NULL) {
+        sup__index_release(&ix);
+        return TALLY_ENOMEM;
+    }
+    memset(links + c->max_links, 0, (cap - c->max_links) * sizeof(*links));
+    c->links = links;
+    sup__index_release(&c->link_index);
+    c->link_index = ix;
+    c->max_links = cap;
+    for (uint32_t i = 0; i < c->link_hw; i++) {
+        if (c->links[i] != NULL)
+            c->link_index.slot[sup__index_pos(&c->link_index, c->links[i]->id, link_key, c)] =
+                i + 1;
+    }
+    return TALLY_OK;
+}
+
 struct child_link *
 sup__child_link_get(sup_child *c, const char *id, int *rc, int32_t *index)
 {
@@ -165,8 +199,10 @@ sup__child_link_get(sup_child *c, const char *id, int *rc, int32_t *index)
                 break;
         }
         if (v == c->max_links) {
-            *rc = TALLY_EFULL;
-            return NULL;
+            *rc = links_grow(c);
+            if (*rc != TALLY_OK)
+                return NULL;
+            goto insert;
         }
         sup__index_remove(&c->link_index,
                           sup__index_pos(&c->link_index, c->links[v]->id, link_key, c), link_key,
@@ -177,6 +213,7 @@ sup__child_link_get(sup_child *c, const char *id, int *rc, int32_t *index)
         while (c->link_hw > 0 && c->links[c->link_hw - 1] == NULL)
             c->link_hw--;
     }
+insert:
     while (c->links[slot] != NULL)
         slot++;
     k = tally_calloc(1, sizeof(*k));

@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#define LINKS_DEFAULT  4096
+#define LINKS_DEFAULT 4096
+/* The table grows (doubling) when it is full of links in use, up to this. */
+#define LINKS_HARD_MAX (1u << 22)
 #define LEASES_DEFAULT 4096
 
 static int64_t
@@ -246,7 +248,39 @@ link_victim(const sup_ledger *l)
 bool
 sup__link_available(const sup_ledger *l, const char *id)
 {
-    return sup__link_find(l, id) != NULL || l->link_count < l->max_links || link_victim(l) >= 0;
+    return sup__link_find(l, id) != NULL || l->link_count < l->max_links ||
+           l->max_links < LINKS_HARD_MAX || link_victim(l) >= 0;
+}
+
+/* Doubles the link table and rebuilds its index (links keep their slots).
+ * TALLY_OK, TALLY_EFULL at the hard maximum, TALLY_ENOMEM (nothing changed). */
+static int
+links_grow(sup_ledger *l)
+{
+    uint32_t cap = l->max_links * 2;
+    struct sup_index ix = {NULL, 0};
+    struct sup_link **links;
+
+    if (l->max_links >= LINKS_HARD_MAX)
+        return TALLY_EFULL;
+    if (sup__index_init(&ix, cap) != TALLY_OK)
+        return TALLY_ENOMEM;
+    links = tally_realloc(l->links, cap * sizeof(*links));
+    if (links == NULL) {
+        sup__index_release(&ix);
+        return TALLY_ENOMEM;
+    }
+    memset(links + l->max_links, 0, (cap - l->max_links) * sizeof(*links));
+    l->links = links;
+    sup__index_release(&l->link_index);
+    l->link_index = ix;
+    for (uint32_t i = 0; i < l->max_links; i++) {
+        if (l->links[i] != NULL)
+            l->link_index.slot[sup__index_pos(&l->link_index, l->links[i]->id, link_key, l)] =
+                i + 1;
+    }
+    l->max_links = cap;
+    return TALLY_OK;
 }
 
 struct sup_link *
@@ -262,8 +296,10 @@ sup__link_get(sup_ledger *l, const char *id, int *rc)
         int victim = link_victim(l);
 
         if (victim < 0) {
-            *rc = TALLY_EFULL;
-            return NULL;
+            *rc = links_grow(l);
+            if (*rc != TALLY_OK)
+                return NULL;
+            goto insert;
         }
         sup__index_remove(&l->link_index,
                           sup__index_pos(&l->link_index, l->links[victim]->id, link_key, l),
@@ -272,6 +308,7 @@ sup__link_get(sup_ledger *l, const char *id, int *rc)
         l->links[victim] = NULL;
         l->link_count--;
     }
+insert:
     while (l->links[slot] != NULL)
         slot++;
     k = tally_calloc(1, sizeof(*k));

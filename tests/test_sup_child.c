@@ -16,6 +16,7 @@
 #include <cmocka.h>
 /* clang-format on */
 
+#include <stdio.h>
 #include <string.h>
 
 #include "sup_child.h"
@@ -312,6 +313,38 @@ test_child_hot_path_allocates_nothing(void **state)
     cx_close(&x);
 }
 
+/* More busy links than the table was sized for: it grows (the links keep
+ * their slots), never answers TALLY_EFULL, and every link is still found. */
+static void
+test_child_link_table_grows(void **state)
+{
+    struct sup_child_stats st;
+    struct cx x;
+    char id[32];
+    int i;
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    sup_child_close(x.c);
+    x.cfg.max_links = 4;
+    assert_int_equal(sup_child_open(&x.cfg, &x.c), TALLY_OK);
+    for (i = 0; i < 300; i++) {
+        struct sup_admit a;
+        snprintf(id, sizeof(id), "lnk_%016x", (unsigned)i + 1);
+        assert_int_equal(sup_child_admit(x.c, id, 1, x.now, 0, &a), TALLY_OK);
+        assert_int_equal(a.verdict, SUP_ADMIT_WAIT); /* each one asks: none is idle */
+    }
+    for (i = 0; i < 300; i++) {
+        struct sup_admit a;
+        snprintf(id, sizeof(id), "lnk_%016x", (unsigned)i + 1);
+        assert_int_equal(sup_child_admit(x.c, id, 1, x.now, 0, &a), TALLY_OK);
+        assert_int_equal(a.verdict, SUP_ADMIT_WAIT);
+    }
+    sup_child_stats(x.c, x.now, &st);
+    assert_int_equal(st.links, 300);
+    cx_close(&x);
+}
+
 static void
 test_child_bad_arguments_and_oom(void **state)
 {
@@ -353,6 +386,7 @@ main(void)
         cmocka_unit_test(test_child_idle_lease_returned),
         cmocka_unit_test(test_child_slots),
         cmocka_unit_test(test_child_hot_path_allocates_nothing),
+        cmocka_unit_test(test_child_link_table_grows),
         cmocka_unit_test(test_child_bad_arguments_and_oom),
     };
 
