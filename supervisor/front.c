@@ -293,7 +293,7 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
     r->cost = cost > 0 ? cost : policy->cost;
     r->degraded = false;
     front_child_run(fc, r, 0);
-    front_child_pump(fc);
+    front_child_pump_soon(fc);
 }
 
 int

@@ -318,6 +318,7 @@ front_child_pump(struct front_child *fc)
     struct sup_time now = front_now();
     int guard;
 
+    fc->pump_soon = false;
     /* A supervisor being started is not an unreachable one: its silence while it
      * replays its journal must not push the child into degraded mode. */
     if (sup_manager_is_starting(f->mgr, fc->tenant)) {
@@ -346,6 +347,21 @@ front_child_pump(struct front_child *fc)
     }
     if (fc->timer_live)
         arm(fc);
+}
+
+void
+front_child_pump_soon(struct front_child *fc)
+{
+    if (!fc->timer_live) {
+        front_child_pump(fc);
+        return;
+    }
+    if (fc->pump_soon)
+        return;
+    /* One pump for all the requests of this loop turn: a pipelined batch of 16
+     * checks costs one pass over the child's links, not sixteen. */
+    fc->pump_soon = true;
+    uv_timer_start(&fc->timer, on_timer, 0, 0);
 }
 
 static void
@@ -407,7 +423,7 @@ front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame 
     memset(&ev, 0, sizeof(ev));
     if (sup_child_on_message(fc->child, front_now(), &m, &ev) == TALLY_OK)
         on_event(fc, &ev);
-    front_child_pump(fc);
+    front_child_pump_soon(fc); /* the replies of one supervisor write: one pump */
 }
 
 void

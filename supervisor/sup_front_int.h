@@ -39,6 +39,7 @@ struct front_child {
     uv_timer_t timer;
     bool timer_live;
     bool closed;                  /* timer closed: freed once the last write is done */
+    bool pump_soon;               /* the timer is due now for front_child_pump_soon() */
     struct sup_front_req *parked; /* FIFO: head; tail via head->prev */
     uint8_t mode;                 /* enum front_mode, for front_obs.c */
 };
@@ -79,6 +80,8 @@ int front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoi
 void front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags);
 /** Carries out the child's intents: messages, writes, timer. */
 void front_child_pump(struct front_child *fc);
+/** Pumps fc at the end of this loop turn (once, however many requests ask). */
+void front_child_pump_soon(struct front_child *fc);
 /** Routes a reply from the tenant's supervisor to the child it is for. */
 void front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame *fr);
 /** The tenant's supervisor went away. */
