@@ -224,6 +224,8 @@ apply_acquire(sup_ledger *l, const struct sup_record *rec)
     /* Everything that can fail comes first. */
     if (granted) {
         lease = lease_slot_free(l);
+        if (lease == NULL && sup__leases_grow(l) == TALLY_OK)
+            lease = lease_slot_free(l);
         if (lease == NULL)
             return TALLY_EFULL;
     }

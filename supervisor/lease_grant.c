@@ -132,6 +132,9 @@ sup__decide_acquire(sup_ledger *l, int pi, int64_t now_ms, const struct proto_le
     uint16_t error = 0;
     int rc = TALLY_OK;
 
+    /* Room first, before any lease pointer is taken: a full table grows. */
+    if (l->lease_count >= l->max_leases)
+        (void)sup__leases_grow(l);
     sup__record_init(l, rec, SUP_REC_ACQUIRE, in, now_ms);
     snprintf(rec->endpoint, sizeof(rec->endpoint), "%s", a->endpoint);
     snprintf(rec->link, sizeof(rec->link), "%s", a->link);

@@ -15,6 +15,8 @@
 /* The table grows (doubling) when it is full of links in use, up to this. */
 #define LINKS_HARD_MAX (1u << 22)
 #define LEASES_DEFAULT 4096
+/* The lease table grows (doubling) when full, up to this. */
+#define LEASES_HARD_MAX (1u << 22)
 
 static int64_t
 or_default(int64_t v, int64_t def)
@@ -419,5 +421,22 @@ sup__path_get(sup_ledger *l, const char *endpoint, const char *link, struct sup_
         sup__cells_match(&pair->b, &sup__endpoint_find(l, endpoint)->policy.limits);
     }
     sup__path_find(l, endpoint, link, p);
+    return TALLY_OK;
+}
+
+int
+sup__leases_grow(sup_ledger *l)
+{
+    uint32_t cap = l->max_leases * 2;
+    struct sup_lease *v;
+
+    if (l->max_leases >= LEASES_HARD_MAX)
+        return TALLY_EFULL;
+    v = tally_realloc(l->leases, cap * sizeof(*v));
+    if (v == NULL)
+        return TALLY_ENOMEM;
+    memset(v + l->max_leases, 0, (cap - l->max_leases) * sizeof(*v));
+    l->leases = v;
+    l->max_leases = cap;
     return TALLY_OK;
 }

@@ -235,6 +235,8 @@ apply_lease(sup_ledger *l, const struct sup_record *rec)
 
     if (pi < 0 || sup__lease_find(l, rec->lease_id) != NULL)
         return TALLY_EINVAL;
+    if (l->lease_count >= l->max_leases && sup__leases_grow(l) != TALLY_OK)
+        return TALLY_EFULL;
     for (uint32_t i = 0; i < l->max_leases && lease == NULL; i++) {
         if (l->leases[i].id == 0)
             lease = &l->leases[i];

@@ -165,6 +165,9 @@ void sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int6
 
 /* lease_apply.c: records */
 struct sup_lease *sup__lease_find(const sup_ledger *l, uint64_t id);
+/* Doubles the lease table (entries move: call it only while no lease pointer is held).
+ * TALLY_OK, TALLY_EFULL at the hard maximum, TALLY_ENOMEM (nothing changed). */
+int sup__leases_grow(sup_ledger *l);
 /** Applies one record, live or replayed: the only writer of durable state. */
 int sup__apply(sup_ledger *l, const struct sup_record *rec);
 /** Caches `rec` (borrowed, copied) in its child's durable window. */

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 /* clang-format on */
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -405,6 +406,50 @@ test_ledger_reconfigure_keeps_counts_by_period(void **state)
     fx_close(&f);
 }
 
+/* More live leases and links than the tables were sized for: they grow, every
+ * ACQUIRE is granted, and the journal and a snapshot replay into ledgers sized
+ * just as small. */
+static void
+test_ledger_tables_grow(void **state)
+{
+    struct sup_records snap = {NULL, 0, 0};
+    sup_ledger *again = NULL;
+    size_t needed = 0;
+    struct fx f;
+    char link[32];
+
+    (void)state;
+    fx_config(&f);
+    f.cfg.max_leases = 2;
+    f.cfg.max_links = 2;
+    f.journal = calloc(FX_JOURNAL, sizeof(*f.journal));
+    assert_non_null(f.journal);
+    assert_int_equal(sup_ledger_open(&f.cfg, &f.l), TALLY_OK);
+    fx_hello(&f, 0, 1, T0);
+    for (int i = 0; i < 40; i++) {
+        struct proto_lease_msg r;
+        snprintf(link, sizeof(link), "lnk_%016x", (unsigned)i + 100);
+        r = fx_acquire(&f, 0, 1, link, 2, 1, T0 + i);
+        assert_int_equal(r.type, PROTO_LEASE_GRANT);
+    }
+    assert_int_equal(sup_ledger_open(&f.cfg, &again), TALLY_OK);
+    for (size_t i = 0; i < f.nj; i++)
+        assert_int_equal(sup_ledger_replay(again, &f.journal[i]), TALLY_OK);
+    assert_int_equal(sup_ledger_digest(again), sup_ledger_digest(f.l));
+    sup_ledger_close(again);
+    assert_int_equal(sup_ledger_snapshot(f.l, &snap, &needed), TALLY_ETOOBIG);
+    snap.v = calloc(needed, sizeof(*snap.v));
+    snap.cap = needed;
+    assert_int_equal(sup_ledger_snapshot(f.l, &snap, &needed), TALLY_OK);
+    assert_int_equal(sup_ledger_open(&f.cfg, &again), TALLY_OK);
+    for (size_t i = 0; i < snap.count; i++)
+        assert_int_equal(sup_ledger_replay(again, &snap.v[i]), TALLY_OK);
+    assert_int_equal(sup_ledger_digest(again), sup_ledger_digest(f.l));
+    sup_ledger_close(again);
+    free(snap.v);
+    fx_close(&f);
+}
+
 int
 main(void)
 {
@@ -421,6 +466,7 @@ main(void)
         cmocka_unit_test(test_ledger_refused_link_still_takes_debt),
         cmocka_unit_test(test_ledger_clock_back_keeps_windows),
         cmocka_unit_test(test_ledger_reconfigure_keeps_counts_by_period),
+        cmocka_unit_test(test_ledger_tables_grow),
     };
 
     return cmocka_run_group_tests_name("sup_ledger", tests, group_setup, NULL);
