@@ -310,6 +310,17 @@ arm(struct front_child *fc)
     uv_timer_start(&fc->timer, on_timer, wake > now ? (uint64_t)(wake - now) : 1, 0);
 }
 
+/* TALLY_DEBUG_LEASES prints the lease traffic; read once, not per message. */
+static bool
+debug_leases(void)
+{
+    static int on = -1;
+
+    if (on < 0)
+        on = getenv("TALLY_DEBUG_LEASES") != NULL;
+    return on == 1;
+}
+
 void
 front_child_pump(struct front_child *fc)
 {
@@ -333,7 +344,7 @@ front_child_pump(struct front_child *fc)
             size_t len = 0;
             if (proto_lease_encode(&m, 0, f->frame, sizeof(f->frame), &len) == TALLY_OK) {
                 int src = sup_manager_send(f->mgr, fc->tenant, f->frame, len);
-                if (getenv("TALLY_DEBUG_LEASES") != NULL)
+                if (debug_leases())
                     fprintf(stderr, "%lld send %s seq=%llu rc=%d\n",
                             (long long)now.mono_ms % 100000, proto_lease_type_name(m.type),
                             (unsigned long long)m.origin.seq, src);
@@ -412,7 +423,7 @@ front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame 
 
     if (proto_lease_decode(fr, &m) != TALLY_OK)
         return;
-    if (getenv("TALLY_DEBUG_LEASES") != NULL)
+    if (debug_leases())
         fprintf(stderr, "lease %s from %s seq=%llu code=%d\n", proto_lease_type_name(m.type),
                 tenant, (unsigned long long)m.origin.seq,
                 m.type == PROTO_LEASE_ERROR ? m.error.code : 0);

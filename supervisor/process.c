@@ -130,7 +130,7 @@ stop(struct sp *s, int code)
 }
 
 static int
-store_snapshot_records(struct sp *s, const struct sup_records *snap)
+journal_replace(struct sp *s, const struct sup_records *snap)
 {
     sqlite3_stmt *st = store_db_stmt(s->journal, J_CLEAR);
     size_t i;
@@ -177,7 +177,7 @@ maybe_compact(struct sp *s)
         rc = snap.v == NULL ? TALLY_ENOMEM : sup_ledger_snapshot(s->ledger, &snap, &needed);
     }
     if (rc == TALLY_OK)
-        rc = store_snapshot_records(s, &snap);
+        rc = journal_replace(s, &snap);
     if (log_begin(s, &l, rc == TALLY_OK ? TALLY_LOG_INFO : TALLY_LOG_ERROR, "journal_compacted")) {
         tally_log_int(&l, "rows_before", (int64_t)s->journal_rows);
         tally_log_int(&l, "rows_after", (int64_t)(rc == TALLY_OK ? snap.count : s->journal_rows));
