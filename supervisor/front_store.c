@@ -69,10 +69,15 @@ front_store_open(struct front_child *fc, uint64_t *incarnation)
         rc = sup_path_endpoint_db(f->data, fc->tenant, fc->endpoint, path, sizeof(path));
     if (rc == TALLY_OK)
         rc = store_db_open(path, &child_schema,
-                           STORE_OPEN_CREATE | (f->cfg.strict ? STORE_OPEN_SYNC_FULL : 0),
+                           STORE_OPEN_CREATE | STORE_OPEN_PRIVATE |
+                               (f->cfg.strict ? STORE_OPEN_SYNC_FULL : 0),
                            &fc->store.db);
     if (rc == TALLY_OK)
         rc = next_incarnation(fc->store.db, incarnation);
+    /* Durable in both modes: after an OS crash a reused incarnation would be
+     * answered from the supervisor's dedupe window with grants already spent. */
+    if (rc == TALLY_OK && !f->cfg.strict)
+        rc = store_db_sync(fc->store.db);
     return rc;
 }
 

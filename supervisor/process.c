@@ -7,6 +7,12 @@
  * config database changes. A commit that fails leaves memory ahead of disk,
  * so the process exits (74) without replying: tallyd restarts it and the
  * replay rebuilds exactly what was durable.
+ *
+ * In batched mode commits run with synchronous=NORMAL (no fsync: safe from
+ * kill -9, not from an OS crash) and a timer fsyncs the journal's WAL at most
+ * BATCH_SYNC_MS after the first commit that is not yet synced, so an OS crash
+ * or power loss loses at most the grants of that last stretch (README
+ * "Failure modes", durability).
  */
 #include "sup_process.h"
 
@@ -31,6 +37,9 @@
 /* The journal is compacted once it has grown by this many rows and by at least
  * the size of the last snapshot (TALLY_JOURNAL_COMPACT_ROWS overrides it). */
 #define COMPACT_ROWS_DEFAULT 4096
+/* Batched mode: the longest a commit stays unsynced (TALLY_BATCH_SYNC_MS
+ * overrides it; 0 leaves syncing to SQLite's checkpoints, for measurements). */
+#define BATCH_SYNC_MS_DEFAULT 100
 
 static const char *const journal_migrations[] = {
     "CREATE TABLE journal(seq INTEGER PRIMARY KEY, rec BLOB NOT NULL) STRICT",
@@ -51,6 +60,7 @@ struct sp {
     uv_timer_t expire_timer;
     uv_timer_t idle_timer;
     uv_timer_t reload_timer;
+    uv_timer_t sync_timer; /* batched mode: fsyncs the journal's unsynced commits */
     uv_signal_t sigterm;
     uv_signal_t sigint;
     proto_conn *conn;
@@ -67,7 +77,9 @@ struct sp {
     size_t out_cap;
     int exit_code;
     bool stopping;
-    bool failed; /* a commit failed: memory is ahead of disk */
+    bool failed;   /* a commit failed: memory is ahead of disk */
+    bool unsynced; /* batched mode: commits not yet fsynced */
+    uint64_t sync_ms;
     uint64_t records_total;
     uint64_t journal_rows;   /* rows in the journal now */
     uint64_t compacted_rows; /* rows the last compaction left */
@@ -129,6 +141,37 @@ stop(struct sp *s, int code)
     uv_stop(&s->loop);
 }
 
+/* Batched mode: every commit so far becomes durable. A failed fsync may have
+ * lost them (the kernel may drop the dirty pages), so it is a failed commit. */
+static void
+on_sync(uv_timer_t *t)
+{
+    struct sp *s = t->data;
+    int rc;
+
+    if (s->failed || !s->unsynced)
+        return;
+    rc = store_db_sync(s->journal);
+    if (rc != TALLY_OK) {
+        log_error(s, TALLY_LOG_ERROR, "journal_sync_failed", rc, store_db_errmsg(s->journal));
+        s->failed = true;
+        stop(s, 74);
+        return;
+    }
+    s->unsynced = false;
+}
+
+/* Called after each successful commit. */
+static void
+committed(struct sp *s)
+{
+    if (s->o->strict)
+        return;
+    s->unsynced = true;
+    if (s->sync_ms > 0 && !uv_is_active((uv_handle_t *)&s->sync_timer))
+        uv_timer_start(&s->sync_timer, on_sync, s->sync_ms, 0);
+}
+
 static int
 journal_replace(struct sp *s, const struct sup_records *snap)
 {
@@ -186,8 +229,10 @@ maybe_compact(struct sp *s)
             tally_log_str(&l, "error", tally_strerror(rc));
         tally_log_end(&l);
     }
-    if (rc == TALLY_OK)
+    if (rc == TALLY_OK) {
         s->journal_rows = snap.count;
+        committed(s);
+    }
     s->compacted_rows = s->journal_rows;
     tally_free(snap.v);
 }
@@ -223,6 +268,7 @@ flush(struct sp *s)
         s->records_total += s->batch.count;
         s->journal_rows += s->batch.count;
         s->batch.count = 0;
+        committed(s);
     }
     if (s->out_len > 0 && s->conn != NULL)
         (void)proto_conn_send(s->conn, s->out, s->out_len);
@@ -468,7 +514,8 @@ open_all(struct sp *s)
     rc = sup_path_tenant(s->o->data, s->o->tenant, "ledger.db", path, sizeof(path));
     if (rc == TALLY_OK)
         rc = store_db_open(path, &journal_schema,
-                           STORE_OPEN_CREATE | (s->o->strict ? STORE_OPEN_SYNC_FULL : 0),
+                           STORE_OPEN_CREATE | STORE_OPEN_PRIVATE |
+                               (s->o->strict ? STORE_OPEN_SYNC_FULL : 0),
                            &s->journal);
     if (rc != TALLY_OK)
         return rc;
@@ -536,6 +583,9 @@ sup_process_run(const struct sup_process_opts *o)
         s.compact_rows = strtoull(getenv("TALLY_JOURNAL_COMPACT_ROWS"), NULL, 10);
     if (s.compact_rows < 16)
         s.compact_rows = 16;
+    s.sync_ms = BATCH_SYNC_MS_DEFAULT;
+    if (getenv("TALLY_BATCH_SYNC_MS") != NULL)
+        s.sync_ms = strtoull(getenv("TALLY_BATCH_SYNC_MS"), NULL, 10);
     signal(SIGPIPE, SIG_IGN);
     rc = sup_tenant_dirs(o->data, o->tenant);
     if (rc == TALLY_OK)
@@ -548,6 +598,8 @@ sup_process_run(const struct sup_process_opts *o)
         return exit_code_for(rc);
     }
     uv_loop_init(&s.loop);
+    uv_timer_init(&s.loop, &s.sync_timer);
+    s.sync_timer.data = &s;
     rc = open_all(&s);
     if (rc != TALLY_OK) {
         log_error(&s, TALLY_LOG_ERROR, "supervisor_open_failed", rc,

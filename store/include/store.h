@@ -22,8 +22,10 @@ typedef struct store_db store_db;
 typedef struct sqlite3_stmt sqlite3_stmt;
 
 enum store_open_flags {
-    STORE_OPEN_CREATE = 1 << 0,   /* create the file (mode 0600) if missing */
-    STORE_OPEN_SYNC_FULL = 1 << 1 /* synchronous=FULL (strict); NORMAL otherwise */
+    STORE_OPEN_CREATE = 1 << 0,    /* create the file (mode 0600) if missing */
+    STORE_OPEN_SYNC_FULL = 1 << 1, /* synchronous=FULL (strict); NORMAL otherwise */
+    STORE_OPEN_PRIVATE = 1 << 2    /* only this process opens the file (a journal, a child
+                                      file): the power-loss test hook may hold its writes */
 };
 
 struct store_schema {
@@ -51,6 +53,9 @@ int store_db_rc(store_db *db, int sqlite_rc);
 TALLY_MUST_CHECK int store_db_begin(store_db *db);
 TALLY_MUST_CHECK int store_db_commit(store_db *db);
 void store_db_rollback(store_db *db);
+/** Makes every commit so far durable (fsync of the WAL file): what a commit
+ *  under synchronous=FULL does, for a file opened with NORMAL. */
+TALLY_MUST_CHECK int store_db_sync(store_db *db);
 /** Runs SQL text with no result rows (setup, tests). */
 TALLY_MUST_CHECK int store_db_exec(store_db *db, const char *sql);
 /** The last error's detail ("disk I/O error: tally.db"), static until the next call. */

@@ -1,0 +1,10 @@
+# Failure modes of issue 6, part two (README "Failure modes"): a read-only data
+# dir (bind mounts made by the test: root) and what --durability batched loses
+# to a power loss, simulated by the power-loss hook (store/powerloss_vfs.c).
+find_package(Threads REQUIRED)
+foreach(t test_fail_readonly test_fail_batched)
+    tally_add_test(${t} ${t}.c fail_util.c serve_util.c)
+    target_link_libraries(${t} PRIVATE tally_proto PkgConfig::SQLITE3 Threads::Threads)
+    add_dependencies(${t} tallyd tally_cli)
+    set_tests_properties(${t} PROPERTIES TIMEOUT 600)
+endforeach()

@@ -1,0 +1,338 @@
+/*
+ * A read-only data dir (README "Failure modes"). The test makes one tenant's
+ * folder read-only with a bind mount over itself (mount --bind D D, then
+ * mount -o remount,bind,ro D) while tenants a and b of the same data dir are
+ * under steady load. A read-only mount refuses new opens for writing; files
+ * already open keep writing (Linux checks the mount at open), so the test
+ * then kills a's supervisor: every restart of it meets the read-only folder
+ * (its lock file and journal cannot be opened for writing). Meanwhile a's
+ * endpoints follow their policies (open: leases, then degraded; closed:
+ * leases, then 503), every answer arrives within the deadline plus a margin,
+ * b is served as before, the log has a line per transition and restart, not
+ * per request. After the remount read-write a heals by itself, and every
+ * SQLite file passes PRAGMA integrity_check. A tallyd started on a data dir
+ * that is read-only as a whole cannot keep state: it refuses to start with
+ * one line naming the dir.
+ */
+/* clang-format off */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+
+#include <cmocka.h>
+/* clang-format on */
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fail_util.h"
+#include "serve_util.h"
+
+#define WAIT_MS    200
+#define MARGIN_MS  800 /* sanitizer builds on a shared 2-core machine */
+#define DEGRADED_N 150
+#define PHASE_MS   250
+
+struct env {
+    struct serve_env s;
+    char ro_dir[256]; /* the bind mount, when made */
+    char token_a[64];
+    char token_b[64];
+    struct fail_load a_open, a_closed, b;
+};
+
+/* mount --bind dir dir && mount -o remount,bind,ro dir */
+static void
+bind_ro(struct env *e, const char *dir)
+{
+    if (mount(dir, dir, NULL, MS_BIND, NULL) != 0)
+        fail_msg("cannot bind-mount %s over itself: %s (the failure suites need root)", dir,
+                 strerror(errno));
+    snprintf(e->ro_dir, sizeof(e->ro_dir), "%s", dir);
+    if (mount(NULL, dir, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) != 0)
+        fail_msg("cannot remount the bind mount %s read-only: %s", dir, strerror(errno));
+}
+
+/* mount -o remount,bind,rw dir, then the bind mount goes (lazily when busy) */
+static void
+unbind(struct env *e)
+{
+    if (e->ro_dir[0] == '\0')
+        return;
+    (void)mount(NULL, e->ro_dir, NULL, MS_REMOUNT | MS_BIND, NULL);
+    if (umount2(e->ro_dir, 0) != 0 && errno == EBUSY)
+        (void)umount2(e->ro_dir, MNT_DETACH);
+    e->ro_dir[0] = '\0';
+}
+
+static int
+setup(void **state)
+{
+    struct env *e = calloc(1, sizeof(*e));
+    char degraded[32];
+
+    assert_non_null(e);
+    *state = e;
+    serve_env_init(&e->s);
+    snprintf(degraded, sizeof(degraded), "%d/1h", DEGRADED_N);
+    serve_tally_ok(&e->s, NULL, 0, "plan", "set", "pro", "--limit", "1000000/365d", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "open", "--limit", "1000000/365d",
+                   "--on-unavailable", "open", "--degraded-limit", degraded, NULL);
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "closed", "--limit", "1000000/365d",
+                   "--on-unavailable", "closed", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "a", "--plan", "pro", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "b", "--plan", "pro", NULL);
+    serve_tally_ok(&e->s, e->token_a, sizeof(e->token_a), "link", "create", "a", NULL);
+    serve_tally_ok(&e->s, e->token_b, sizeof(e->token_b), "link", "create", "b", NULL);
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct env *e = *state;
+
+    fail_load_stop(&e->a_open);
+    fail_load_stop(&e->a_closed);
+    fail_load_stop(&e->b);
+    unbind(e); /* first: a failed test must not leave a mount behind */
+    if (e->s.d.pid > 0)
+        test_daemon_kill9(&e->s.d);
+    (void)test_wait_supervisors(e->s.data, "a", 0, 5000);
+    (void)test_wait_supervisors(e->s.data, "b", 0, 5000);
+    fail_keep_log(e->s.d.log);
+    serve_env_release(&e->s);
+    free(e);
+    return 0;
+}
+
+static void
+add(struct fail_counts *sum, const struct fail_counts *c)
+{
+    sum->admitted += c->admitted;
+    sum->degraded += c->degraded;
+    sum->refused += c->refused;
+    sum->unavailable += c->unavailable;
+    sum->other += c->other;
+    sum->errors += c->errors;
+    if (c->max_ms > sum->max_ms)
+        sum->max_ms = c->max_ms;
+}
+
+static int64_t
+total(const struct fail_counts *c)
+{
+    return c->admitted + c->degraded + c->refused + c->unavailable + c->other + c->errors;
+}
+
+static void
+print(const char *what, const struct fail_counts *c)
+{
+    printf("# %-16s admitted %lld degraded %lld refused %lld unavailable %lld other %lld "
+           "errors %lld max %lld ms\n",
+           what, (long long)c->admitted, (long long)c->degraded, (long long)c->refused,
+           (long long)c->unavailable, (long long)c->other, (long long)c->errors,
+           (long long)c->max_ms);
+}
+
+static void
+no_failures(const char *what, const struct fail_counts *c)
+{
+    if (c->errors != 0 || c->other != 0 || c->max_ms > WAIT_MS + MARGIN_MS) {
+        print(what, c);
+        fail_msg("%s: %lld errors, %lld odd answers, slowest %lld ms (bound %d ms)", what,
+                 (long long)c->errors, (long long)c->other, (long long)c->max_ms,
+                 WAIT_MS + MARGIN_MS);
+    }
+}
+
+/* Lines of tallyd's log, its own and its supervisors'. */
+static int
+log_lines(const struct env *e)
+{
+    char *log = serve_log(&e->s);
+    int n = 0;
+
+    for (const char *p = log; *p != '\0'; p++)
+        n += *p == '\n';
+    free(log);
+    return n;
+}
+
+static void
+take3(struct env *e, struct fail_counts *ao, struct fail_counts *ac, struct fail_counts *b)
+{
+    struct fail_counts c;
+
+    c = fail_load_take(&e->a_open);
+    add(ao, &c);
+    c = fail_load_take(&e->a_closed);
+    add(ac, &c);
+    c = fail_load_take(&e->b);
+    add(b, &c);
+}
+
+static void
+test_readonly_tenant_follows_policy_and_heals(void **state)
+{
+    struct env *e = *state;
+    struct fail_counts ao = {0}, ac = {0}, b = {0};
+    char wait[32], dir[256];
+    pid_t sup[16];
+    int64_t t0, ro_ms, heal_ms;
+    int n, lines0, lines;
+    char *log;
+
+    snprintf(wait, sizeof(wait), "--wait-ms=%d", WAIT_MS);
+    serve_start(&e->s, wait, NULL);
+    fail_load_start(&e->a_open, e->s.d.socket, e->token_a, "open", 5);
+    fail_load_start(&e->a_closed, e->s.d.socket, e->token_a, "closed", 5);
+    fail_load_start(&e->b, e->s.d.socket, e->token_b, "closed", 5);
+    t0 = serve_now_ms();
+    while (ao.admitted < 50 || ac.admitted < 50 || b.admitted < 50) {
+        take3(e, &ao, &ac, &b);
+        if (serve_now_ms() - t0 > 30000)
+            fail_msg("no steady service before the folder goes read-only");
+        serve_sleep_ms(PHASE_MS);
+    }
+    print("a open warm", &ao);
+    print("a closed warm", &ac);
+    print("b warm", &b);
+    assert_int_equal(ao.degraded + ao.unavailable + ac.unavailable + b.unavailable, 0);
+    take3(e, &ao, &ac, &b);
+
+    /* read-only: a's supervisor must open its files again, and cannot */
+    snprintf(dir, sizeof(dir), "%s/tenants/a", e->s.data);
+    bind_ro(e, dir);
+    lines0 = log_lines(e);
+    n = test_supervisor_pids(e->s.data, "a", sup, 16);
+    assert_int_equal(n, 1);
+    assert_int_equal(kill(sup[0], SIGKILL), 0);
+    memset(&ao, 0, sizeof(ao));
+    memset(&ac, 0, sizeof(ac));
+    memset(&b, 0, sizeof(b));
+    t0 = serve_now_ms();
+    while (serve_now_ms() - t0 < 4000 || ao.degraded < 10 || ac.unavailable < 10) {
+        take3(e, &ao, &ac, &b);
+        assert_int_equal(kill(e->s.d.pid, 0), 0); /* tallyd alive */
+        if (serve_now_ms() - t0 > 30000) {
+            print("a open ro", &ao);
+            print("a closed ro", &ac);
+            fail_msg("the read-only folder did not show in a's answers within 30 s");
+        }
+        serve_sleep_ms(PHASE_MS);
+    }
+    ro_ms = serve_now_ms() - t0;
+    lines = log_lines(e) - lines0;
+    print("a open ro", &ao);
+    print("a closed ro", &ac);
+    print("b while a ro", &b);
+    no_failures("a open while ro", &ao);
+    no_failures("a closed while ro", &ac);
+    no_failures("b while a ro", &b);
+    assert_int_equal(ao.unavailable, 0); /* open: never 503 */
+    assert_true(ao.degraded <= DEGRADED_N);
+    assert_int_equal(ac.degraded, 0);                            /* closed: never degraded */
+    assert_int_equal(b.degraded + b.unavailable + b.refused, 0); /* b untouched */
+    assert_true(b.admitted > 100);
+    printf("# read-only for %lld ms: %lld requests of a, %d log lines (supervisor_refused %d, "
+           "supervisor_restart %d, endpoint_degraded %d, endpoint_unavailable %d)\n",
+           (long long)ro_ms, (long long)(total(&ao) + total(&ac)), lines,
+           serve_log_count(&e->s, "\"supervisor_refused\""),
+           serve_log_count(&e->s, "\"supervisor_restart\""),
+           serve_log_count(&e->s, "\"endpoint_degraded\""),
+           serve_log_count(&e->s, "\"endpoint_unavailable\""));
+    /* a line per transition and per restart (backoff to 2 s), never per request */
+    assert_true(lines * 10 < total(&ao) + total(&ac));
+    assert_int_equal(serve_log_count(&e->s, "\"endpoint_degraded\""), 1);
+
+    /* read-write again: a heals by itself (the next restart, backoff at most 2 s) */
+    unbind(e);
+    memset(&ao, 0, sizeof(ao));
+    memset(&ac, 0, sizeof(ac));
+    memset(&b, 0, sizeof(b));
+    t0 = serve_now_ms();
+    for (;;) {
+        struct fail_counts co = fail_load_take(&e->a_open), cc = fail_load_take(&e->a_closed);
+        struct fail_counts cb = fail_load_take(&e->b);
+        add(&ao, &co);
+        add(&ac, &cc);
+        add(&b, &cb);
+        if (co.admitted > 0 && co.degraded == 0 && cc.admitted > 0 && cc.unavailable == 0)
+            break;
+        if (serve_now_ms() - t0 > 10000) {
+            print("a open heal", &ao);
+            print("a closed heal", &ac);
+            fail_msg("a did not heal within 10 s of the remount read-write");
+        }
+        serve_sleep_ms(PHASE_MS);
+    }
+    heal_ms = serve_now_ms() - t0;
+    print("a open heal", &ao);
+    print("a closed heal", &ac);
+    no_failures("a open healing", &ao);
+    no_failures("a closed healing", &ac);
+    no_failures("b while a heals", &b);
+    printf("# healed %lld ms after the remount read-write\n", (long long)heal_ms);
+    fail_load_stop(&e->a_open);
+    fail_load_stop(&e->a_closed);
+    fail_load_stop(&e->b);
+    serve_stop(&e->s);
+    assert_true(test_wait_supervisors(e->s.data, "a", 0, 5000));
+    assert_true(test_wait_supervisors(e->s.data, "b", 0, 5000));
+    log = serve_log(&e->s);
+    assert_null(strstr(log, "AddressSanitizer"));
+    assert_null(strstr(log, "runtime error"));
+    free(log);
+    /* tally.db, two journals, three child files */
+    assert_true(fail_integrity_check(e->s.data) >= 6);
+}
+
+static void
+test_readonly_data_dir_refuses_to_start(void **state)
+{
+    struct env *e = *state;
+    struct test_out *o = calloc(1, sizeof(*o));
+    char bin[512];
+    char *argv[] = {bin, "--data", e->s.data, "--http", "127.0.0.1:0", NULL};
+    char *nl;
+
+    assert_non_null(o);
+    test_bin("tallyd", bin, sizeof(bin));
+    bind_ro(e, e->s.data);
+    assert_int_not_equal(test_run(argv, NULL, o), 0);
+    printf("# exit %d: %s", o->code, o->err);
+    assert_int_equal(o->code, 1);
+    /* one line, naming the data dir and why */
+    nl = strchr(o->err, '\n');
+    assert_non_null(nl);
+    assert_string_equal(nl + 1, "");
+    assert_non_null(strstr(o->err, e->s.data));
+    assert_non_null(strstr(o->err, "read-only"));
+    unbind(e);
+    /* nothing was left behind: no socket, no lock, no tenant folder */
+    assert_int_equal(fail_count_files(e->s.data), 2); /* secret.key, tally.db */
+    /* and on the same dir read-write it starts */
+    serve_start(&e->s, NULL, NULL);
+    serve_stop(&e->s);
+    free(o);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_readonly_tenant_follows_policy_and_heals, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_readonly_data_dir_refuses_to_start, setup, teardown),
+    };
+
+    return cmocka_run_group_tests_name("fail_readonly", tests, NULL, NULL);
+}
