@@ -43,6 +43,7 @@ static const char usage_text[] =
     "usage: tallyd [--data DIR] [--http ADDR:PORT] [--socket PATH]\n"
     "              [--durability strict|batched] [--wait-ms MS] [--idle-exit-ms MS]\n"
     "              [--tcp ADDR:PORT] [--log-level debug|info|warn|error]\n"
+    "              [--max-supervisors N] [--max-connections N]\n"
     "              [--help] [--version]\n"
     "\n"
     "Runs the tally daemon in the foreground until SIGINT or SIGTERM.\n"
@@ -61,6 +62,13 @@ static const char usage_text[] =
     "                     (default 50)\n"
     "  --idle-exit-ms MS  a supervisor with no message for this long exits; the\n"
     "                     next request brings it back (default 60000)\n"
+    "  --max-supervisors N  supervisor processes running at once (default 1024,\n"
+    "                     1 to 100000); at the ceiling the least recently used\n"
+    "                     hibernates and the tenant that needs one waits for it\n"
+    "  --max-connections N  open connections per protocol (default 10000, 1 to\n"
+    "                     1000000): HTTP, and the binary protocol (Unix + TCP); one\n"
+    "                     more gets 503 too_many_connections (HTTP) or ERROR -18\n"
+    "                     \"too many connections\" (binary), then is closed\n"
     "\n"
     "  --log-level LEVEL  lowest level logged: debug, info (default), warn, error\n"
     "\n"
@@ -84,8 +92,12 @@ struct opts {
     const char *supervise; /* internal: run as the supervisor of this tenant */
     const char *tcp;
     const char *log_level;
+    const char *max_supervisors;
+    const char *max_connections;
     int64_t wait;
     int64_t idle_exit;
+    int64_t max_sups;
+    int64_t max_conns;
     char host[64]; /* from --http, without brackets */
     int port;
     bool ipv6;
@@ -169,7 +181,7 @@ parse_addr(const char *s, char *out_host, int *out_port, bool *out_ipv6)
     return true;
 }
 
-/* A whole number of milliseconds in [min, max]; absent gives dflt. */
+/* A whole number (milliseconds, or a count) in [min, max]; absent gives dflt. */
 static bool
 parse_ms(const char *s, int64_t min, int64_t max, int64_t dflt, int64_t *out)
 {
@@ -192,12 +204,14 @@ parse_ms(const char *s, int64_t min, int64_t max, int64_t dflt, int64_t *out)
 static int
 parse_args(int argc, char **argv, struct opts *o)
 {
-    static const char *const names[] = {"--data",       "--http",    "--socket",
-                                        "--durability", "--wait-ms", "--idle-exit-ms",
-                                        "--supervise",  "--tcp",     "--log-level"};
-    const char **slots[] = {&o->data,       &o->http,    &o->socket,
-                            &o->durability, &o->wait_ms, &o->idle_exit_ms,
-                            &o->supervise,  &o->tcp,     &o->log_level};
+    static const char *const names[] = {
+        "--data",           "--http",      "--socket", "--durability", "--wait-ms",
+        "--idle-exit-ms",   "--supervise", "--tcp",    "--log-level",  "--max-supervisors",
+        "--max-connections"};
+    const char **slots[] = {
+        &o->data,           &o->http,      &o->socket, &o->durability, &o->wait_ms,
+        &o->idle_exit_ms,   &o->supervise, &o->tcp,    &o->log_level,  &o->max_supervisors,
+        &o->max_connections};
     enum tally_log_level level;
     struct sockaddr_un sun;
     int i;
@@ -256,6 +270,13 @@ parse_args(int argc, char **argv, struct opts *o)
     if (!parse_ms(o->idle_exit_ms, 1, 86400000, 60000, &o->idle_exit))
         return fail(TALLYD_EXIT_USAGE, "invalid --idle-exit-ms '%s': 1 to 86400000",
                     o->idle_exit_ms);
+    if (!parse_ms(o->max_supervisors, 1, 100000, 1024, &o->max_sups))
+        return fail(TALLYD_EXIT_USAGE, "invalid --max-supervisors '%s': 1 to 100000",
+                    o->max_supervisors);
+    if (!parse_ms(o->max_connections, 1, PROTO_HTTP_LIMIT_CONNECTIONS,
+                  PROTO_HTTP_DEFAULT_MAX_CONNECTIONS, &o->max_conns))
+        return fail(TALLYD_EXIT_USAGE, "invalid --max-connections '%s': 1 to %d",
+                    o->max_connections, PROTO_HTTP_LIMIT_CONNECTIONS);
     if (o->supervise != NULL && !tenant_name_valid(o->supervise))
         return fail(TALLYD_EXIT_USAGE, "invalid tenant name for --supervise");
     if (o->socket != NULL && strlen(o->socket) >= sizeof(sun.sun_path))
@@ -285,6 +306,8 @@ log_start(const struct tallyd *d, int port)
     tally_log_str(&l, "durability", d->o->durability);
     tally_log_int(&l, "wait_ms", d->o->wait);
     tally_log_int(&l, "idle_exit_ms", d->o->idle_exit);
+    tally_log_int(&l, "max_supervisors", d->o->max_sups);
+    tally_log_int(&l, "max_connections", d->o->max_conns);
     tally_log_str(&l, "version", TALLY_VERSION);
     tally_log_int(&l, "pid", (int64_t)getpid());
     tally_log_end(&l);
@@ -437,6 +460,7 @@ start_front(struct tallyd *d)
     fc.strict = strcmp(d->o->durability, "strict") == 0;
     fc.wait_ms = d->o->wait;
     fc.idle_exit_ms = d->o->idle_exit;
+    fc.max_supervisors = (uint32_t)d->o->max_sups;
     rc = sup_front_open(&d->loop, &fc, &d->front);
     if (rc != TALLY_OK)
         return fail(rc == TALLY_ENOKEY || rc == TALLY_EKEYMODE || rc == TALLY_ESCHEMA
@@ -460,7 +484,8 @@ start_front(struct tallyd *d)
     if (d->o->tcp != NULL &&
         (rc = sup_sock_listen_tcp(d->sock, d->o->tcp_host, d->o->tcp_port)) != TALLY_OK)
         return fail(TALLYD_EXIT_FAIL, "cannot listen on --tcp %s: %s", d->o->tcp, listen_error(rc));
-    d->routes = tallyd_http_new(d->front, PROTO_HTTP_DEFAULT_MAX_CONNECTIONS);
+    sup_sock_set_max_connections(d->sock, (uint32_t)d->o->max_conns);
+    d->routes = tallyd_http_new(d->front, (uint32_t)d->o->max_conns);
     if (d->routes == NULL)
         return fail(TALLYD_EXIT_FAIL, "out of memory");
     tallyd_http_set_sources(d->routes, d->http, d->sock);
@@ -493,6 +518,7 @@ serve(struct tallyd *d)
         .on_cancel = on_cancel,
         .routes = routes,
         .routes_count = sizeof(routes) / sizeof(routes[0]),
+        .max_connections = (uint32_t)d->o->max_conns,
     };
     int code = TALLYD_EXIT_FAIL;
     int rc, port = 0;

@@ -8,6 +8,7 @@
 #include "tallyd_http.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static void
 family(struct proto_http_response *resp, const char *name, const char *type, const char *help)
@@ -141,6 +142,8 @@ transports(struct proto_http_response *resp, proto_http_server *srv, sup_sock *s
     struct sup_sock_stats ss;
     size_t i;
 
+    memset(&hs, 0, sizeof(hs));
+    memset(&ss, 0, sizeof(ss));
     if (srv != NULL) {
         proto_http_stats(srv, &hs);
         counter(resp, "tally_http_requests_total", "HTTP requests answered.", hs.requests);
@@ -158,6 +161,14 @@ transports(struct proto_http_response *resp, proto_http_server *srv, sup_sock *s
         counter(resp, "tally_socket_protocol_errors_total",
                 "Binary protocol connections closed for a malformed frame.", ss.protocol_errors);
     }
+    /* --max-connections: refused at the cap (answered 503 / ERROR, or closed at once). */
+    family(resp, "tally_connections_refused_total", "counter",
+           "Connections refused at --max-connections, by listener.");
+    proto_http_response_printf(resp,
+                               "tally_connections_refused_total{listener=\"http\"} %llu\n"
+                               "tally_connections_refused_total{listener=\"socket\"} %llu\n",
+                               (unsigned long long)hs.rejected[PROTO_HTTP_REJECT_CONN_LIMIT],
+                               (unsigned long long)ss.refused);
 }
 
 void

@@ -137,6 +137,8 @@ on_conn_handle_closed(uv_handle_t *h)
     if (c->next != NULL)
         c->next->prev = c->prev;
     srv->stats.connections_active--;
+    if (c->flags & CONN_OVER_CAP)
+        srv->over_cap--;
     sodium_memzero(c, srv->conn_size); /* requests held tokens */
     tally_free(c);
     handle_gone(srv);
@@ -409,7 +411,13 @@ conn_dispatch(struct http_conn *c)
     c->flags &= ~(unsigned)(CONN_MSG_DONE | CONN_IN_REQUEST);
     proto__http_request_view(c, &req);
     proto__http_response_reset(resp, c->wbuf + HTTP_HEAD_RESERVE, srv->lim.max_response_bytes);
-    if (srv->routes_count > 0) {
+    if (c->flags & CONN_OVER_CAP) {
+        refused = PROTO_HTTP_REJECT_CONN_LIMIT;
+        (void)proto_http_response_error(resp, 503, "too_many_connections",
+                                        "connection limit reached");
+        (void)proto_http_response_header(resp, "Retry-After", "1");
+        resp->close = true;
+    } else if (srv->routes_count > 0) {
         const struct http_route *r = route_find(srv, &req.path);
         unsigned allowed = r == NULL ? 0 : r->methods;
 
@@ -532,13 +540,17 @@ conn_new(proto_http_server *srv)
     return c;
 }
 
+/* At max_connections, a few more connections are read and their request is
+ * answered 503 too_many_connections with Retry-After: 1, then closed (counted
+ * when answered); beyond those, accepted and closed at once (counted here). */
 static void
 accept_one(proto_http_server *srv)
 {
     struct http_conn *c = NULL;
+    bool over = srv->stats.connections_active - srv->over_cap >= srv->lim.max_connections;
 
     srv->accept_waiting = false;
-    if (srv->stats.connections_active >= srv->lim.max_connections) {
+    if (over && srv->over_cap >= HTTP_OVER_CAP_MAX) {
         reject_one(srv, PROTO_HTTP_REJECT_CONN_LIMIT);
         return;
     }
@@ -547,12 +559,17 @@ accept_one(proto_http_server *srv)
         reject_one(srv, PROTO_HTTP_REJECT_NO_MEMORY);
         return;
     }
+    if (over) {
+        c->flags |= CONN_OVER_CAP;
+        srv->over_cap++;
+    }
     if (uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&c->tcp) != 0) {
         srv->stats.rejected[PROTO_HTTP_REJECT_ACCEPT_ERROR]++;
         conn_close(c);
         return;
     }
-    srv->stats.connections_accepted++;
+    if (!over)
+        srv->stats.connections_accepted++;
     (void)uv_tcp_nodelay(&c->tcp, 1);
     c->progress_ms = uv_now(srv->loop);
     conn_arm(c, c->progress_ms + srv->lim.idle_timeout_ms);

@@ -22,6 +22,9 @@
  * an over-cap accept allocates nothing. When all are closing, the accept waits
  * in libuv (its listener pauses) until one comes back. */
 #define HTTP_REJECT_POOL 8
+/* Connections beyond max_connections that are read and answered 503
+ * too_many_connections (then closed) at once; more go to the reject pool. */
+#define HTTP_OVER_CAP_MAX 16
 
 struct http_kept_name {
     char name[PROTO_HTTP_NAME_MAX + 1];
@@ -64,7 +67,8 @@ enum http_conn_flags {
     CONN_SHUT_DONE = 1 << 9,    /* our side is shut down for writing */
     CONN_IN_HANDLER = 1 << 10,  /* the handler runs: it may defer */
     CONN_DEFERRED = 1 << 11,    /* the app owns the answer: parse nothing, no deadline */
-    CONN_RESUME = 1 << 12       /* a deferred answer was sent: the timer parses on */
+    CONN_RESUME = 1 << 12,      /* a deferred answer was sent: the timer parses on */
+    CONN_OVER_CAP = 1 << 13     /* beyond max_connections: its request gets 503, then close */
 };
 
 /* A deferred answer is its connection's: the request it answers (method,
@@ -135,6 +139,7 @@ struct proto_http_server {
     bool closing;
     bool accept_waiting; /* a connection libuv holds until we uv_accept() */
     size_t pending;      /* listener + connections + reject handles not yet closed */
+    uint32_t over_cap;   /* open connections with CONN_OVER_CAP */
 
     struct http_limits lim;
     struct http_route routes[PROTO_HTTP_ROUTES_MAX];

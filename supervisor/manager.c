@@ -6,6 +6,13 @@
  * starts a backoff that doubles up to a ceiling and resets after a healthy
  * run. The table only grows with tenants that sent traffic after auth.
  * Every start and every exit is one log line (tally_log.h).
+ *
+ * At most max_supervisors processes run at once, going-away ones included: a
+ * tenant that needs one while the ceiling is reached asks the least recently
+ * used to hibernate (its channel is closed: it persists and exits 0), keeps
+ * its frames (bounded; the children retransmit anything dropped) and is
+ * spawned when an exit makes room: tenants asking for tokens (a request may be
+ * waiting) before those only returning or heartbeating, oldest first.
  */
 #include "sup_manager.h"
 
@@ -13,11 +20,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "proto_lease.h"
 #include "proto_stream.h"
 #include "tally_log.h"
 #include "tenant.h"
 
 #define HEALTHY_RUN_MS 10000
+/* Frames kept for a tenant waiting for room; more are dropped (retransmitted). */
+#define PENDING_MAX (64u << 10)
 
 struct sup_proc {
     char tenant[TENANT_NAME_MAX + 1];
@@ -31,6 +41,11 @@ struct sup_proc {
     uint64_t not_before_ms; /* backoff: no spawn before this loop time */
     bool answered;          /* a frame came back since the spawn */
     int64_t backoff_ms;
+    bool waiting_room;      /* needs a process, the ceiling is reached */
+    bool waiting_acquire;   /* ... and asks for tokens: served first */
+    uint64_t waiting_since; /* loop time: the oldest waiter is spawned first */
+    uint8_t *pending;       /* frames to send once spawned (waiting_room) */
+    size_t pending_len;
 };
 
 struct sup_manager {
@@ -50,6 +65,8 @@ struct sup_manager {
     void (*close_cb)(void *data);
     void *close_data;
 };
+
+static void admit_waiting(sup_manager *m);
 
 static struct sup_proc *
 proc_find(const sup_manager *m, const char *tenant)
@@ -99,8 +116,10 @@ maybe_finish_close(sup_manager *m)
         if (m->procs[i]->process_live || m->procs[i]->conn != NULL)
             return;
     }
-    for (i = 0; i < m->n_procs; i++)
+    for (i = 0; i < m->n_procs; i++) {
+        tally_free(m->procs[i]->pending);
         tally_free(m->procs[i]);
+    }
     tally_free(m->procs);
     if (m->close_cb != NULL)
         m->close_cb(m->close_data);
@@ -115,6 +134,7 @@ on_process_closed(uv_handle_t *h)
 
     p->process_closing = false;
     m->pending_handles--;
+    admit_waiting(m); /* a waiter whose own previous process was going away */
     maybe_finish_close(m);
 }
 
@@ -187,21 +207,27 @@ on_proc_exit(uv_process_t *proc, int64_t status, int term_signal)
         p->not_before_ms = now + (uint64_t)p->backoff_ms;
     }
     log_exit(p, pid, status, term_signal, now - p->started_ms);
+    admit_waiting(m); /* before on_down: the oldest waiter gets the room */
     if (!m->closing && m->cbs.on_down != NULL)
         m->cbs.on_down(m->data, p->tenant, code);
     maybe_finish_close(m);
 }
 
+static void make_room(sup_manager *m);
+
 static void
 on_conn_frame(proto_conn *c, const struct proto_frame *f, void *data)
 {
     struct sup_proc *p = data;
+    bool first = !p->answered;
 
     (void)c;
     p->answered = true;
     p->last_used_ms = uv_now(p->m->loop);
     if (p->m->cbs.on_frame != NULL && !p->m->closing)
         p->m->cbs.on_frame(p->m->data, p->tenant, f);
+    if (first && !p->m->closing)
+        make_room(p->m); /* it may hibernate now, if a tenant waits */
 }
 
 static void
@@ -217,22 +243,111 @@ on_conn_close(proto_conn *c, int reason, void *data)
     maybe_finish_close(p->m);
 }
 
-/* Hibernates the least recently used supervisor when the ceiling is reached. */
-static void
-make_room(sup_manager *m, const struct sup_proc *keep)
+static bool
+proc_going(const struct sup_proc *p)
 {
-    struct sup_proc *lru = NULL;
-    uint32_t i;
+    return p->process_live && (p->conn == NULL || proto_conn_is_closing(p->conn));
+}
 
-    if (m->stats.live < m->cfg.max_supervisors)
+static void
+log_hibernate(const struct sup_proc *p, const sup_manager *m)
+{
+    struct tally_log l;
+
+    if (!tally_log_begin(&l, TALLY_LOG_INFO, "supervisor_hibernate"))
         return;
+    tally_log_str(&l, "tenant", p->tenant);
+    tally_log_int(&l, "pid", p->process.pid);
+    tally_log_str(&l, "reason", "max_supervisors");
+    tally_log_int(&l, "max_supervisors", m->cfg.max_supervisors);
+    tally_log_end(&l);
+}
+
+/* Asks the least recently used supervisors to hibernate until the running ones
+ * that stay, plus the tenants waiting for a process, fit under the ceiling. One
+ * that has not answered yet is never asked: each start serves at least the
+ * frames it was started for (else waiters evict each other's cold starts and
+ * none progresses); its first answer makes room again (on_conn_frame). */
+static void
+make_room(sup_manager *m)
+{
+    uint32_t going = 0, waiting = 0, i;
+
     for (i = 0; i < m->n_procs; i++) {
-        struct sup_proc *p = m->procs[i];
-        if (p != keep && p->conn != NULL && (lru == NULL || p->last_used_ms < lru->last_used_ms))
-            lru = p;
+        going += proc_going(m->procs[i]);
+        waiting += m->procs[i]->waiting_room;
     }
-    if (lru != NULL)
-        proto_conn_close(lru->conn); /* EOF: the supervisor persists and exits */
+    while (m->stats.live - going + waiting > m->cfg.max_supervisors) {
+        struct sup_proc *lru = NULL;
+
+        for (i = 0; i < m->n_procs; i++) {
+            struct sup_proc *p = m->procs[i];
+            if (p->process_live && p->answered && !proc_going(p) &&
+                (lru == NULL || p->last_used_ms < lru->last_used_ms))
+                lru = p;
+        }
+        if (lru == NULL)
+            return;
+        log_hibernate(lru, m);
+        proto_conn_close(lru->conn); /* EOF: the supervisor persists and exits 0 */
+        going++;
+    }
+}
+
+static int spawn(sup_manager *m, struct sup_proc *p);
+
+/* Keeps p's frame until a process may be spawned for it (bounded: the children
+ * retransmit what is dropped) and makes room. */
+static int
+wait_for_room(sup_manager *m, struct sup_proc *p, const void *frame, size_t len)
+{
+    const uint8_t *b = frame;
+
+    if (!p->waiting_room) {
+        p->waiting_room = true;
+        p->waiting_acquire = false;
+        p->waiting_since = uv_now(m->loop);
+    }
+    if (len > 5 && (b[5] == PROTO_LEASE_ACQUIRE || b[5] == PROTO_LEASE_SLOT_ACQUIRE))
+        p->waiting_acquire = true;
+    if (p->pending_len + len <= PENDING_MAX) {
+        uint8_t *n = tally_realloc(p->pending, p->pending_len + len);
+        if (n != NULL) {
+            memcpy(n + p->pending_len, frame, len);
+            p->pending = n;
+            p->pending_len += len;
+        }
+    }
+    make_room(m);
+    return TALLY_OK;
+}
+
+/* Spawns waiting tenants, oldest first, while there is room. */
+static void
+admit_waiting(sup_manager *m)
+{
+    while (!m->closing && m->stats.live < m->cfg.max_supervisors) {
+        struct sup_proc *next = NULL;
+        uint32_t i;
+
+        for (i = 0; i < m->n_procs; i++) {
+            struct sup_proc *p = m->procs[i];
+            if (!p->waiting_room || p->process_live || p->process_closing)
+                continue;
+            if (next == NULL || p->waiting_acquire > next->waiting_acquire ||
+                (p->waiting_acquire == next->waiting_acquire &&
+                 p->waiting_since < next->waiting_since))
+                next = p;
+        }
+        if (next == NULL)
+            return;
+        next->waiting_room = false;
+        if (spawn(m, next) == TALLY_OK && next->pending_len > 0)
+            (void)proto_conn_send(next->conn, next->pending, next->pending_len);
+        tally_free(next->pending);
+        next->pending = NULL;
+        next->pending_len = 0;
+    }
 }
 
 static int
@@ -249,7 +364,6 @@ spawn(sup_manager *m, struct sup_proc *p)
 
     if (p->process_live || p->process_closing)
         return TALLY_EUNAVAIL; /* the previous one is still going away */
-    make_room(m, p);
     rc = proto_conn_pipe_new(m->loop, &conn_cbs, p, &conn);
     if (rc != TALLY_OK)
         return rc;
@@ -365,6 +479,8 @@ sup_manager_send(sup_manager *m, const char *tenant, const void *frame, size_t l
     if (p->conn == NULL) {
         if (uv_now(m->loop) < p->not_before_ms)
             return TALLY_EUNAVAIL;
+        if (p->waiting_room || m->stats.live >= m->cfg.max_supervisors)
+            return wait_for_room(m, p, frame, len);
         rc = spawn(m, p);
         if (rc != TALLY_OK)
             return rc;

@@ -4,6 +4,8 @@
  * allocated with the connection (no allocation per request); a connection
  * that closes cancels its requests, so no answer is ever written to a gone
  * peer. A token read from the wire is wiped as soon as it has been hashed.
+ * Beyond the connection cap a connection gets no slots: a small fixed record
+ * answers its first frame with ERROR "too many connections" and closes it.
  */
 #include "sup_sock.h"
 
@@ -21,7 +23,22 @@ struct sock_req {
     bool busy;
 };
 
+/* Both kinds of connection data start with this flag. */
+struct sock_kind {
+    bool refusal;
+};
+
+/* A connection over the cap, until its ERROR is written. */
+struct sock_refusal {
+    struct sock_kind kind; /* refusal = true */
+    sup_sock *s;
+    proto_conn *c;
+    bool busy;
+    bool answered;
+};
+
 struct sock_conn {
+    struct sock_kind kind; /* refusal = false */
     sup_sock *s;
     proto_conn *c;
     bool hello;
@@ -39,6 +56,8 @@ struct sup_sock {
     proto_listener *tcp_l;
     struct sock_conn *conns;
     struct sup_sock_stats stats;
+    uint32_t max_connections;
+    struct sock_refusal refusals[SUP_SOCK_REFUSALS_MAX];
     int pending;
     bool closing;
     void (*close_cb)(void *data);
@@ -193,10 +212,20 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
     }
 }
 
+static bool
+refusals_busy(const sup_sock *s)
+{
+    for (size_t i = 0; i < SUP_SOCK_REFUSALS_MAX; i++) {
+        if (s->refusals[i].busy)
+            return true;
+    }
+    return false;
+}
+
 static void
 maybe_done(sup_sock *s)
 {
-    if (s->closing && s->pending == 0 && s->conns == NULL) {
+    if (s->closing && s->pending == 0 && s->conns == NULL && !refusals_busy(s)) {
         void (*cb)(void *) = s->close_cb;
         void *data = s->close_data;
         tally_free(s);
@@ -232,6 +261,56 @@ on_close(proto_conn *c, int reason, void *data)
     maybe_done(s);
 }
 
+/* The first frame of a connection over the cap, whatever it is: the answer. */
+static void
+on_refusal_frame(proto_conn *c, const struct proto_frame *f, void *data)
+{
+    struct sock_refusal *r = data;
+    uint8_t out[PROTO_CLIENT_MSG_MAX];
+    size_t len;
+
+    if (r->answered)
+        return;
+    r->answered = true;
+    len = proto_error_encode(out, f->request_id, TALLY_EUNAVAIL, "too many connections");
+    if (len > 0)
+        (void)proto_conn_send(c, out, len);
+    proto_conn_close_after_flush(c);
+}
+
+static void
+on_refusal_close(proto_conn *c, int reason, void *data)
+{
+    struct sock_refusal *r = data;
+
+    (void)reason;
+    r->busy = false;
+    r->c = NULL;
+    proto_conn_unref(c);
+    maybe_done(r->s);
+}
+
+/* A connection over the cap gets a refusal record, or none (closed at once). */
+static bool
+accept_refusal(sup_sock *s, struct proto_conn_cbs *cbs, void **conn_data)
+{
+    s->stats.refused++;
+    for (size_t i = 0; i < SUP_SOCK_REFUSALS_MAX; i++) {
+        struct sock_refusal *r = &s->refusals[i];
+        if (!r->busy) {
+            memset(r, 0, sizeof(*r));
+            r->kind.refusal = true;
+            r->s = s;
+            r->busy = true;
+            cbs->on_frame = on_refusal_frame;
+            cbs->on_close = on_refusal_close;
+            *conn_data = r;
+            return true;
+        }
+    }
+    return false;
+}
+
 static bool
 on_accept(proto_listener *l, void *data, struct proto_conn_cbs *cbs, void **conn_data)
 {
@@ -241,6 +320,9 @@ on_accept(proto_listener *l, void *data, struct proto_conn_cbs *cbs, void **conn
     (void)l;
     if (s->closing)
         return false;
+    if (s->stats.active >=
+        (s->max_connections > 0 ? s->max_connections : SUP_SOCK_DEFAULT_MAX_CONNECTIONS))
+        return accept_refusal(s, cbs, conn_data);
     sc = tally_calloc(1, sizeof(*sc));
     if (sc == NULL)
         return false;
@@ -258,6 +340,10 @@ on_conn(proto_listener *l, proto_conn *c, void *data)
     struct sock_conn *sc = proto_conn_data(c);
 
     (void)l;
+    if (((struct sock_kind *)proto_conn_data(c))->refusal) {
+        ((struct sock_refusal *)proto_conn_data(c))->c = c;
+        return;
+    }
     sc->c = c;
     sc->next = s->conns;
     if (s->conns != NULL)
@@ -306,6 +392,12 @@ sup_sock_listen_tcp(sup_sock *s, const char *host, int port)
     return proto_listener_tcp(s->loop, host, port, &cbs, s, &s->tcp_l);
 }
 
+void
+sup_sock_set_max_connections(sup_sock *s, uint32_t max)
+{
+    s->max_connections = max;
+}
+
 int
 sup_sock_tcp_port(const sup_sock *s)
 {
@@ -347,5 +439,9 @@ sup_sock_close(sup_sock *s, void (*cb)(void *data), void *data)
     }
     for (sc = s->conns; sc != NULL; sc = sc->next)
         proto_conn_close(sc->c);
+    for (size_t i = 0; i < SUP_SOCK_REFUSALS_MAX; i++) {
+        if (s->refusals[i].busy && s->refusals[i].c != NULL)
+            proto_conn_close(s->refusals[i].c);
+    }
     maybe_done(s);
 }

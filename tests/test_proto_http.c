@@ -407,11 +407,15 @@ test_http_connection_cap(void **state)
     a = test_http_client_open(&fx->env, "GET /ping HTTP/1.1\r\n\r\n", false, 0);
     b = test_http_client_open(&fx->env, "GET /ping HTTP/1.1\r\n\r\n", false, 0);
     WAIT(fx, a->n_resps == 1 && b->n_resps == 1);
-    over = test_http_client_open(&fx->env, NULL, false, 0);
+    /* One more is answered 503 too_many_connections, Retry-After: 1, then closed. */
+    over = test_http_client_open(&fx->env, "GET /ping HTTP/1.1\r\n\r\n", false, 0);
     WAIT(fx, over->done);
-    assert_int_equal(over->n_resps, 0);
+    assert_int_equal(over->n_resps, 1);
+    assert_int_equal(over->resps[0].status, 503);
+    assert_non_null(strstr(over->resps[0].body, "\"error\":\"too_many_connections\""));
+    assert_string_equal(over->resps[0].connection, "close");
+    WAIT(fx, test_http_stats(fx).connections_active == 2);
     assert_int_equal(test_http_stats(fx).rejected[PROTO_HTTP_REJECT_CONN_LIMIT], 1);
-    assert_int_equal(test_http_stats(fx).connections_active, 2);
     test_http_client_close(a);
     WAIT(fx, test_http_stats(fx).connections_active == 1);
     d = test_http_client_open(&fx->env, "GET /ping HTTP/1.1\r\n\r\n", false, 0);

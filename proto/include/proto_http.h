@@ -39,7 +39,7 @@ typedef struct proto_http_deferred proto_http_deferred;
 #define PROTO_HTTP_DEFAULT_IDLE_TIMEOUT_MS    10000 /* no byte read or written */
 #define PROTO_HTTP_DEFAULT_REQUEST_TIMEOUT_MS 10000 /* first byte to last of a request */
 #define PROTO_HTTP_DEFAULT_LINGER_TIMEOUT_MS  1000  /* drain after a final answer */
-#define PROTO_HTTP_DEFAULT_MAX_CONNECTIONS    10000 /* beyond: accept and close */
+#define PROTO_HTTP_DEFAULT_MAX_CONNECTIONS    10000 /* beyond: 503, then close */
 #define PROTO_HTTP_DEFAULT_BACKLOG            511
 
 /* Upper bounds of the config (larger values are TALLY_EINVAL). */
@@ -85,7 +85,7 @@ enum proto_http_reject {
     PROTO_HTTP_REJECT_RESPONSE_ERROR = 7,   /* 500: handler's answer invalid or too big */
     PROTO_HTTP_REJECT_IDLE_TIMEOUT = 8,     /* closed: idle_timeout_ms without progress */
     PROTO_HTTP_REJECT_REQUEST_TIMEOUT = 9,  /* closed: request_timeout_ms (slowloris) */
-    PROTO_HTTP_REJECT_CONN_LIMIT = 10,      /* accepted and closed: max_connections */
+    PROTO_HTTP_REJECT_CONN_LIMIT = 10,      /* over max_connections: 503 or closed at once */
     PROTO_HTTP_REJECT_NO_MEMORY = 11,       /* accepted and closed: allocation failed */
     PROTO_HTTP_REJECT_ACCEPT_ERROR = 12,    /* accept(2) failed (EMFILE, ...) */
     PROTO_HTTP_REJECT_COUNT = 13
@@ -170,7 +170,8 @@ struct proto_http_config {
     uint64_t idle_timeout_ms;    /* closes a connection with no progress */
     uint64_t request_timeout_ms; /* closes a request not complete this long after its first byte */
     uint64_t linger_timeout_ms;  /* after a closing answer: drain input at most this long */
-    uint32_t max_connections;    /* concurrent; more are accepted and closed at once */
+    uint32_t max_connections;    /* concurrent; a few more get 503 too_many_connections
+                                    and are closed, the rest are closed at once */
     int backlog;                 /* listen(2) backlog */
 };
 

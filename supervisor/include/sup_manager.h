@@ -32,7 +32,9 @@ struct sup_manager_config {
     int64_t idle_exit_ms;     /* passed on; 0 = default 60000 */
     int64_t backoff_min_ms;   /* 0 = 10 */
     int64_t backoff_max_ms;   /* 0 = 2000 */
-    uint32_t max_supervisors; /* live at once; 0 = 1024; the least recently used hibernates */
+    uint32_t max_supervisors; /* running at once, going-away ones included; 0 = 1024; at
+                                 the ceiling the least recently used hibernates and the
+                                 tenant that needs room waits for its exit */
 };
 
 struct sup_manager_cbs {
@@ -57,7 +59,8 @@ TALLY_MUST_CHECK int sup_manager_open(uv_loop_t *loop, const struct sup_manager_
                                       const struct sup_manager_cbs *cbs, void *data,
                                       sup_manager **out /* OUT */);
 /** Sends one frame to `tenant`'s supervisor, spawning it if needed. TALLY_OK (the
- *  frame is queued; no answer is promised), TALLY_EUNAVAIL while the tenant is in
+ *  frame is queued; no answer is promised; at the max_supervisors ceiling it waits,
+ *  bounded, for an exit to make room), TALLY_EUNAVAIL while the tenant is in
  *  restart backoff or the spawn failed, TALLY_ENAME for an invalid tenant. */
 int sup_manager_send(sup_manager *m, const char *tenant, const void *frame, size_t len);
 /** True iff `tenant`'s supervisor is running. */

@@ -13,6 +13,11 @@
 #include "sup_front.h"
 
 #define SUP_SOCK_MAX_INFLIGHT 128
+/* Connections open at once, Unix and TCP together, unless set otherwise. */
+#define SUP_SOCK_DEFAULT_MAX_CONNECTIONS 10000
+/* Connections beyond the cap waiting for their ERROR at once; more are closed
+ * at accept without an answer. */
+#define SUP_SOCK_REFUSALS_MAX 64
 
 typedef struct sup_sock sup_sock;
 
@@ -21,6 +26,7 @@ struct sup_sock_stats {
     uint64_t active;
     uint64_t requests;
     uint64_t protocol_errors;
+    uint64_t refused; /* connections refused at the cap (answered ERROR, or closed) */
 };
 
 /** Serves `front` (borrowed, must outlive the server) on the Unix socket `path`
@@ -34,6 +40,11 @@ TALLY_MUST_CHECK int sup_sock_open(uv_loop_t *loop, sup_front *front, const char
  *  private network. TALLY_OK, TALLY_EINUSE, TALLY_EPERM, TALLY_EINVAL, TALLY_EEXIST
  *  when already listening on TCP. */
 TALLY_MUST_CHECK int sup_sock_listen_tcp(sup_sock *s, const char *host, int port);
+/** At most `max` connections open at once (0 = SUP_SOCK_DEFAULT_MAX_CONNECTIONS).
+ *  One more is answered, whatever its first frame, with ERROR TALLY_EUNAVAIL
+ *  "too many connections" carrying that frame's request id, then closed; open
+ *  ones are served on. */
+void sup_sock_set_max_connections(sup_sock *s, uint32_t max);
 /** The bound TCP port, or -1 when not listening on TCP. */
 int sup_sock_tcp_port(const sup_sock *s);
 void sup_sock_stats(const sup_sock *s, struct sup_sock_stats *out /* OUT */);

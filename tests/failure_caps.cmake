@@ -1,0 +1,11 @@
+# Bounded resources through the real processes (README "Failure modes",
+# "Bounded resources"): --max-supervisors (the least recently used hibernates,
+# counts survive), --max-connections (binary and HTTP answers at the cap), and
+# the per-tenant link and endpoint caps of `tally`.
+find_package(Threads REQUIRED)
+foreach(t test_fail_caps)
+    tally_add_test(${t} ${t}.c fail_util.c serve_util.c)
+    target_link_libraries(${t} PRIVATE tally_proto PkgConfig::SQLITE3 Threads::Threads)
+    add_dependencies(${t} tallyd tally_cli)
+    set_tests_properties(${t} PROPERTIES TIMEOUT 600)
+endforeach()
