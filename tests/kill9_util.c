@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -229,6 +231,31 @@ k9_alive(pid_t pid)
     return alive;
 }
 
+bool
+k9_socket_refuses(const char *path)
+{
+    struct sockaddr_un sa;
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0), rc, e;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+    e = errno;
+    close(fd);
+    return rc != 0 && e == ECONNREFUSED;
+}
+
+long long
+k9_made_ns(const char *path)
+{
+    struct stat sb;
+
+    if (stat(path, &sb) != 0)
+        return 0;
+    return (long long)sb.st_ctim.tv_sec * 1000000000LL + sb.st_ctim.tv_nsec;
+}
+
 int
 k9_kill_matching(const char *needle)
 {
@@ -289,20 +316,16 @@ k9_has_open(pid_t pid, const char *suffix)
     return found;
 }
 
-pid_t
-k9_flock_holder(const char *path)
+/* One pass over /proc/locks. The file is made while it is read: when locks
+ * come and go meanwhile, a line may be read twice, so lines are told apart by
+ * their pid. */
+static pid_t
+flock_holder_once(const char *want)
 {
-    struct stat sb;
-    char line[512], want[64];
+    char line[512];
     pid_t holder = 0;
-    FILE *f;
+    FILE *f = fopen("/proc/locks", "r");
 
-    if (stat(path, &sb) != 0)
-        return 0;
-    /* "1: FLOCK  ADVISORY  WRITE 1234 00:2f:5678 0 EOF": the device is the
-     * superblock's, which an overlay mount may report differently: match the inode */
-    snprintf(want, sizeof(want), ":%llu ", (unsigned long long)sb.st_ino);
-    f = fopen("/proc/locks", "r");
     if (f == NULL)
         return 0; /* (called from the watch thread too: no cmocka assert here) */
     while (fgets(line, sizeof(line), f) != NULL) {
@@ -313,9 +336,27 @@ k9_flock_holder(const char *path)
         if (sscanf(line, "%*d: %15s %15s %15s %d", kind, mode, access, &pid) != 4 ||
             strcmp(kind, "FLOCK") != 0)
             continue;
-        holder = holder == 0 ? (pid_t)pid : -1;
+        holder = holder == 0 || holder == (pid_t)pid ? (pid_t)pid : -1;
     }
     fclose(f);
+    return holder;
+}
+
+pid_t
+k9_flock_holder(const char *path)
+{
+    struct stat sb;
+    char want[64];
+    pid_t holder = 0;
+
+    if (stat(path, &sb) != 0)
+        return 0;
+    /* "1: FLOCK  ADVISORY  WRITE 1234 00:2f:5678 0 EOF": the device is the
+     * superblock's, which an overlay mount may report differently: match the inode */
+    snprintf(want, sizeof(want), ":%llu ", (unsigned long long)sb.st_ino);
+    /* two holders must be seen in three passes running to be believed */
+    for (int pass = 0; pass < 3 && (holder = flock_holder_once(want)) == -1; pass++)
+        ;
     return holder;
 }
 

@@ -57,6 +57,11 @@ bool k9_has_open(pid_t pid, const char *suffix);
 /** The pid holding a flock on `path` per /proc/locks (matched by inode): 0 when
  *  none, -1 when several lines name it. */
 pid_t k9_flock_holder(const char *path);
+/** True iff connecting to the Unix socket `path` is refused (a stale file). */
+bool k9_socket_refuses(const char *path);
+/** When `path` was made (its ctime) in ns, 0 when missing: an inode number is
+ *  reused at once, a replaced file is told by this. */
+long long k9_made_ns(const char *path);
 /** SIGKILLs every process whose command line contains `needle` (arguments
  *  joined by spaces); returns how many. */
 int k9_kill_matching(const char *needle);

@@ -34,14 +34,10 @@
 #include <cmocka.h>
 /* clang-format on */
 
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -339,31 +335,6 @@ start_burst(const struct env *e, const char *file)
     return pid;
 }
 
-static bool
-socket_refuses(const char *path)
-{
-    struct sockaddr_un sa;
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0), rc;
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-    rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-    close(fd);
-    return rc != 0 && errno == ECONNREFUSED;
-}
-
-/* When the socket file was made, in ns (an inode number is reused at once). */
-static long long
-made_ns(const char *path)
-{
-    struct stat sb;
-
-    if (stat(path, &sb) != 0)
-        return 0;
-    return (long long)sb.st_ctim.tv_sec * 1000000000LL + sb.st_ctim.tv_nsec;
-}
-
 static int
 cmp_ll(const void *a, const void *b)
 {
@@ -443,7 +414,7 @@ test_kill9_tallyd_loop_under_load(void **state)
     for (int round = 0; round < TALLYD_KILLS; round++) {
         pid_t old[4];
         int n_old;
-        long long before = made_ns(e->s.d.socket);
+        long long before = k9_made_ns(e->s.d.socket);
         int64_t t_spawn, t1;
         serve_sleep_ms(300 + (int)(test_rand(&seed) % 601));
         n_old = test_supervisor_pids(e->s.data, "acme", old, 4);
@@ -451,12 +422,12 @@ test_kill9_tallyd_loop_under_load(void **state)
             printf("# kill %d at %lld\n", round, (long long)k9_wall_ms());
         test_daemon_kill9(&e->s.d);
         cli_kills += k9_kill_matching(cli); /* and a `tally link create` mid-write, if any */
-        assert_true(made_ns(e->s.d.socket) == before); /* left behind */
-        assert_true(socket_refuses(e->s.d.socket));    /* and stale */
+        assert_true(k9_made_ns(e->s.d.socket) == before); /* left behind */
+        assert_true(k9_socket_refuses(e->s.d.socket));    /* and stale */
         t_spawn = k9_mono_ms();
         start(e);
         restart[round] = k9_mono_ms() - t_spawn;
-        assert_true(made_ns(e->s.d.socket) != before); /* replaced */
+        assert_true(k9_made_ns(e->s.d.socket) != before); /* replaced */
         for (t1 = serve_now_ms(); atomic_load(&e->a[1].last_admit_ms) < t_spawn &&
                                   atomic_load(&e->a[3].last_admit_ms) < t_spawn;) {
             if (serve_now_ms() - t1 > 15000)
@@ -482,8 +453,9 @@ test_kill9_tallyd_loop_under_load(void **state)
     printf("# %d tallyd kills: restart to first admission p50 %lld ms max %lld ms; socket "
            "answering p50 %lld ms max %lld ms; slowest call %lld ms (bound %d)\n",
            TALLYD_KILLS, first[TALLYD_KILLS / 2], first[TALLYD_KILLS - 1],
-           restart[TALLYD_KILLS / 2], restart[TALLYD_KILLS - 1], slowest(e), COLD_MS + MARGIN_MS);
-    assert_true(slowest(e) <= COLD_MS + MARGIN_MS); /* no hang: errors come at once */
+           restart[TALLYD_KILLS / 2], restart[TALLYD_KILLS - 1], slowest(e),
+           COLD_MS + WAIT_MS + MARGIN_MS);
+    assert_true(slowest(e) <= COLD_MS + WAIT_MS + MARGIN_MS); /* no hang */
     assert_int_equal(SUM(e, other, -1), 0);
     assert_int_equal(SUM(e, unavailable, 0), 0);
     assert_int_equal(SUM(e, degraded, 1), 0);
@@ -516,7 +488,7 @@ test_restart_while_orphan_stopped(void **state)
     assert_int_equal(kill(orphan, SIGSTOP), 0);
     e->stopped = orphan;
     test_daemon_kill9(&e->s.d);
-    assert_true(socket_refuses(e->s.d.socket));
+    assert_true(k9_socket_refuses(e->s.d.socket));
     start(e); /* the orphan kept nothing of tallyd's: not its lock, not its socket */
     k9_watch_start(&e->w, e->s.data, "acme");
     serve_sleep_ms(2500);
@@ -546,7 +518,7 @@ test_restart_while_orphan_stopped(void **state)
     printf("# after SIGCONT: the orphan exited in %lld ms, admissions from the new "
            "supervisor after %lld ms\n",
            (long long)exited, (long long)normal);
-    assert_true(exited >= 0 && exited <= 2000); /* EOF on its channel */
+    assert_true(exited >= 0 && exited <= 5000); /* EOF on its channel */
     assert_true(normal >= 0);
     (void)orphans_gone(e, &orphan, 1);
     stop_askers(e);
@@ -577,20 +549,20 @@ test_second_tallyd_refused_and_dead_lock_freed(void **state)
     test_bin("tallyd", bin, sizeof(bin));
     snprintf(lock, sizeof(lock), "%s/tallyd.lock", e->s.data);
     start(e);
-    made = made_ns(e->s.d.socket);
+    made = k9_made_ns(e->s.d.socket);
     assert_int_equal(k9_flock_holder(lock), e->s.d.pid);
     /* a second one exits at once, saying why, and leaves the live socket alone */
     assert_int_equal(test_run(argv, NULL, o), 1);
     assert_non_null(strstr(o->err, "another tallyd is running"));
-    assert_true(made_ns(e->s.d.socket) == made);
-    assert_false(socket_refuses(e->s.d.socket));
+    assert_true(k9_made_ns(e->s.d.socket) == made);
+    assert_false(k9_socket_refuses(e->s.d.socket));
     test_daemon_kill9(&e->s.d);
     /* a dead holder holds nothing: the file stays, its lock is gone */
     assert_int_equal(access(lock, F_OK), 0);
     assert_int_equal(k9_flock_holder(lock), 0);
-    assert_true(socket_refuses(e->s.d.socket));
+    assert_true(k9_socket_refuses(e->s.d.socket));
     start(e);
-    assert_true(made_ns(e->s.d.socket) != made);
+    assert_true(k9_made_ns(e->s.d.socket) != made);
     assert_int_equal(k9_flock_holder(lock), e->s.d.pid);
     serve_stop(&e->s);
 }
