@@ -174,6 +174,26 @@ apply_deletes(store_db *db, const struct tenant_config *want, const struct tenan
     return TALLY_OK;
 }
 
+/* True when the file names more than TENANT_MAX_ENDPOINTS distinct endpoints. */
+static bool
+endpoint_names_over(const struct tenant_config *want)
+{
+    const char *seen[TENANT_MAX_ENDPOINTS];
+    size_t n = 0;
+
+    for (size_t i = 0; i < want->n_endpoints; i++) {
+        size_t j = 0;
+        while (j < n && strcmp(seen[j], want->endpoints[i].name) != 0)
+            j++;
+        if (j < n)
+            continue;
+        if (n == TENANT_MAX_ENDPOINTS)
+            return true;
+        seen[n++] = want->endpoints[i].name;
+    }
+    return false;
+}
+
 int
 cli_apply(struct cli *c)
 {
@@ -207,6 +227,13 @@ cli_apply(struct cli *c)
     tally_free(text);
     if (rc != TALLY_OK)
         return cli_fail(EXIT_DATAERR, "%s: %s; nothing changed", path, err);
+    if (endpoint_names_over(&want)) {
+        tenant_config_release(&want);
+        return cli_fail(EXIT_DATAERR,
+                        "%s: more than %d endpoint names, the most a tenant may have; nothing "
+                        "changed",
+                        path, TENANT_MAX_ENDPOINTS);
+    }
     code = cli_open(c, &db);
     if (code != EXIT_OK)
         goto out;

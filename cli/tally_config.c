@@ -44,6 +44,26 @@ write_one(store_db *db, int rc, const char *what)
     return EXIT_OK;
 }
 
+/* endpoint set inside its transaction: a new name beyond TENANT_MAX_ENDPOINTS
+ * names in the deployment is refused (a supervisor could not hold them all). */
+static int
+endpoint_put_capped(store_db *db, const struct tenant_endpoint *e)
+{
+    int64_t names = 0;
+    int rc = store_endpoint_put(db, e);
+
+    if (rc == TALLY_OK)
+        rc = store_endpoint_names(db, &names);
+    if (rc == TALLY_OK && names > TENANT_MAX_ENDPOINTS) {
+        store_db_rollback(db);
+        return cli_fail(EXIT_FAIL,
+                        "endpoint %s: %d endpoint names are defined, the most a tenant may have: "
+                        "remove one first; nothing changed",
+                        e->name, TENANT_MAX_ENDPOINTS);
+    }
+    return write_one(db, rc, "endpoint set");
+}
+
 int
 cli_plan(struct cli *c)
 {
@@ -150,7 +170,7 @@ cli_endpoint(struct cli *c)
         if (rc == TALLY_ENOTFOUND)
             code = cli_fail(EXIT_FAIL, "plan %s: not found", e.plan);
         else if (rc == TALLY_OK && (rc = store_db_begin(db)) == TALLY_OK)
-            code = write_one(db, store_endpoint_put(db, &e), "endpoint set");
+            code = endpoint_put_capped(db, &e);
         else
             code = cli_store_fail(rc, "endpoint set");
     } else if (strcmp(sub, "remove") == 0) {

@@ -187,6 +187,29 @@ link_check_endpoints(store_db *db, const char *plan, const char *list)
     return EXIT_OK;
 }
 
+/* Inside link create's transaction: room under the plan's --max-links for one
+ * more live link? EXIT_OK (with *rc a store error, if any) or EXIT_FAIL, printed. */
+static int
+link_room(store_db *db, const struct store_tenant *t, int64_t now_ms, int *rc)
+{
+    struct tenant_plan p;
+    int64_t live = 0;
+    int64_t cap;
+
+    *rc = store_plan_get(db, t->plan, &p);
+    if (*rc == TALLY_OK)
+        *rc = store_link_live_count(db, t->id, now_ms, &live);
+    if (*rc != TALLY_OK)
+        return EXIT_OK;
+    cap = p.max_links > 0 ? p.max_links : TENANT_MAX_LINKS;
+    if (live < cap)
+        return EXIT_OK;
+    return cli_fail(EXIT_FAIL,
+                    "tenant %s has %lld live links, the cap of plan %s (--max-links %lld): revoke "
+                    "one first; nothing created",
+                    t->id, (long long)live, p.name, (long long)cap);
+}
+
 static int
 link_create(struct cli *c)
 {
@@ -230,6 +253,12 @@ link_create(struct cli *c)
     l.created_ms = cli_now_ms();
     l.expires_ms = a.expires_in_ms > 0 ? l.created_ms + a.expires_in_ms : 0;
     rc = store_db_begin(db);
+    if (rc == TALLY_OK)
+        code = link_room(db, &t, l.created_ms, &rc);
+    if (code != EXIT_OK) {
+        store_db_rollback(db);
+        goto out;
+    }
     if (rc == TALLY_OK)
         rc = store_link_insert(db, &l);
     if (rc == TALLY_OK)

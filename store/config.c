@@ -46,6 +46,8 @@ static const char *const config_migrations[] = {
     "  revoked_ms INTEGER NOT NULL DEFAULT 0"
     ") STRICT;"
     "CREATE INDEX link_tenant ON link(tenant);",
+    /* 1 -> 2: a plan's cap on live links per tenant (0 = TENANT_MAX_LINKS) */
+    "ALTER TABLE plan ADD COLUMN max_links INTEGER NOT NULL DEFAULT 0;",
 };
 
 enum config_stmt {
@@ -68,6 +70,8 @@ enum config_stmt {
     S_LINK_BY_ID,
     S_LINK_REVOKE,
     S_LINK_EACH,
+    S_LINK_LIVE_COUNT,
+    S_EP_NAMES_COUNT,
     S__COUNT
 };
 
@@ -80,11 +84,14 @@ enum config_stmt {
     "revoked_ms = 0)"
 
 static const char *const config_statements[S__COUNT] = {
-    [S_PLAN_PUT] = "INSERT INTO plan(name, limits, link_limits, concurrency) VALUES(?1,?2,?3,?4)"
-                   " ON CONFLICT(name) DO UPDATE SET limits=?2, link_limits=?3, concurrency=?4",
-    [S_PLAN_GET] = "SELECT name, limits, link_limits, concurrency FROM plan WHERE name=?1",
+    [S_PLAN_PUT] = "INSERT INTO plan(name, limits, link_limits, concurrency, max_links)"
+                   " VALUES(?1,?2,?3,?4,?5) ON CONFLICT(name) DO UPDATE SET limits=?2,"
+                   " link_limits=?3, concurrency=?4, max_links=?5",
+    [S_PLAN_GET] =
+        "SELECT name, limits, link_limits, concurrency, max_links FROM plan WHERE name=?1",
     [S_PLAN_DELETE] = "DELETE FROM plan WHERE name=?1",
-    [S_PLAN_EACH] = "SELECT name, limits, link_limits, concurrency FROM plan ORDER BY name",
+    [S_PLAN_EACH] =
+        "SELECT name, limits, link_limits, concurrency, max_links FROM plan ORDER BY name",
     [S_PLAN_USERS] = "SELECT count(*) FROM tenant WHERE plan=?1",
     [S_EP_PUT] =
         "INSERT OR REPLACE INTO endpoint(" EP_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
@@ -101,6 +108,9 @@ static const char *const config_statements[S__COUNT] = {
     [S_LINK_BY_ID] = "SELECT " LINK_COLS " FROM link WHERE id=?1",
     [S_LINK_REVOKE] = "UPDATE link SET revoked_ms=?2 WHERE id=?1 AND revoked_ms=0",
     [S_LINK_EACH] = "SELECT " LINK_COLS " FROM link WHERE tenant=?1 ORDER BY created_ms, id",
+    [S_LINK_LIVE_COUNT] = "SELECT count(*) FROM link WHERE tenant=?1 AND revoked_ms=0"
+                          " AND (expires_ms=0 OR expires_ms>?2)",
+    [S_EP_NAMES_COUNT] = "SELECT count(DISTINCT name) FROM endpoint",
 };
 
 static const struct store_schema config_schema = {
@@ -171,6 +181,7 @@ store_plan_put(store_db *db, const struct tenant_plan *p)
     bind_limits(st, 2, &p->limits);
     bind_limits(st, 3, &p->link_limits);
     sqlite3_bind_int64(st, 4, p->concurrency);
+    sqlite3_bind_int64(st, 5, p->max_links);
     return step_change(db, st);
 }
 
@@ -185,6 +196,7 @@ plan_row(sqlite3_stmt *st, struct tenant_plan *out)
     if (rc == TALLY_OK)
         rc = limits_col(st, 2, &out->link_limits);
     out->concurrency = sqlite3_column_int64(st, 3);
+    out->max_links = sqlite3_column_int64(st, 4);
     return rc;
 }
 
@@ -353,6 +365,18 @@ store_endpoint_each(store_db *db, store_endpoint_cb cb, void *ctx)
     EACH_ROWS(db, S_EP_EACH, none, struct tenant_endpoint, endpoint_row, cb, ctx);
 }
 
+int
+store_endpoint_names(store_db *db, int64_t *out)
+{
+    sqlite3_stmt *st = store_db_stmt(db, S_EP_NAMES_COUNT);
+    int step = sqlite3_step(st);
+    int rc = step == SQLITE_ROW ? TALLY_OK : store_db_rc(db, step);
+
+    *out = rc == TALLY_OK ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    return rc;
+}
+
 /* ---- tenants ---- */
 
 int
@@ -416,6 +440,22 @@ store_tenant_each(store_db *db, store_tenant_cb cb, void *ctx)
 }
 
 /* ---- links ---- */
+
+int
+store_link_live_count(store_db *db, const char *tenant, int64_t now_ms, int64_t *out)
+{
+    sqlite3_stmt *st = store_db_stmt(db, S_LINK_LIVE_COUNT);
+    int step;
+    int rc;
+
+    sqlite3_bind_text(st, 1, tenant, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, now_ms);
+    step = sqlite3_step(st);
+    rc = step == SQLITE_ROW ? TALLY_OK : store_db_rc(db, step);
+    *out = rc == TALLY_OK ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    return rc;
+}
 
 int
 store_link_insert(store_db *db, const struct store_link *l)

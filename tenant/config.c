@@ -102,6 +102,13 @@ tenant_plan_parse_args(int argc, char **argv, struct tenant_plan *out, char *err
                 return bad(err, errlen, TALLY_EINVAL,
                            "invalid --concurrency '%s': a whole number from 1 to 1024", v);
             out->concurrency = k;
+        } else if ((v = tenant_opt_value(argc, argv, &i, "--max-links", &missing)) != NULL) {
+            int64_t k = 0;
+            if (tenant_cost_parse(v, &k) != TALLY_OK || k > TENANT_MAX_LINKS)
+                return bad(err, errlen, TALLY_EINVAL,
+                           "invalid --max-links '%s': a whole number from 1 to %d", v,
+                           TENANT_MAX_LINKS);
+            out->max_links = k == TENANT_MAX_LINKS ? 0 : k;
         } else if (missing) {
             return bad(err, errlen, TALLY_EINVAL, "%s needs a value", argv[i]);
         } else {
@@ -223,7 +230,10 @@ tenant_plan_format(const struct tenant_plan *p, char *buf, size_t len)
     used = append_limits(buf, len, used, "--limit", &p->limits);
     used = append_limits(buf, len, used, "--link-limit", &p->link_limits);
     if (p->concurrency > 0 && used < len)
-        snprintf(buf + used, len - used, " --concurrency %lld", (long long)p->concurrency);
+        used += (size_t)snprintf(buf + used, len - used, " --concurrency %lld",
+                                 (long long)p->concurrency);
+    if (p->max_links > 0 && used < len)
+        snprintf(buf + used, len - used, " --max-links %lld", (long long)p->max_links);
 }
 
 void

@@ -12,6 +12,10 @@
  *   gets ERROR -18 "too many connections" in answer to its HELLO, one more
  *   HTTP connection 503 too_many_connections with Retry-After: 1, then each
  *   is closed; the open ones are served on, and a slot freed is taken again.
+ * - a plan's --max-links 3: `tally link create` of a 4th live link exits 1
+ *   with one line and creates nothing; a revoked link frees its place. 256
+ *   endpoint names: `endpoint set` of a 257th (default or plan override)
+ *   exits 1, `apply` of a file with 257 exits 65; nothing changes.
  */
 /* clang-format off */
 #include <stdarg.h>
@@ -42,6 +46,7 @@
 #include "proto_client.h"
 #include "serve_util.h"
 #include "tally.h"
+#include "tenant.h"
 
 #define TENANTS     5
 #define MAX_SUPS    2
@@ -500,6 +505,94 @@ test_max_connections_http(void **state)
     serve_stop(&e->s);
 }
 
+/* ---- links and endpoints per tenant ---- */
+
+static int
+count_lines(const char *s, const char *needle)
+{
+    int n = 0;
+
+    for (const char *p = strstr(s, needle); p != NULL; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+/* A configuration file with plans p and small and `names` endpoint names. */
+static void
+write_config(const char *path, int names)
+{
+    FILE *f = fopen(path, "w");
+
+    assert_non_null(f);
+    fprintf(f, "plan p --limit 10/365d\nplan small --limit 10/365d --max-links 3\n");
+    fprintf(f, "endpoint api --limit 1000/365d\n");
+    for (int i = 1; i < names; i++)
+        fprintf(f, "endpoint e%d --limit 5/1m\n", i);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void
+test_max_links_and_endpoints(void **state)
+{
+    struct env *e = *state;
+    static struct test_out o;
+    char tok[4][64], path[256];
+
+    serve_tally_ok(&e->s, NULL, 0, "plan", "set", "small", "--limit", "10/365d", "--max-links", "3",
+                   NULL);
+    assert_int_equal(test_tally(e->s.data, &o, "plan", "show", "small", NULL), 0);
+    assert_non_null(strstr(o.out, "--max-links 3"));
+    assert_int_equal(test_tally(e->s.data, &o, "plan", "set", "x", "--limit", "1/1m", "--max-links",
+                                "1000001", NULL),
+                     64);
+    serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "s", "--plan", "small", NULL);
+    for (int i = 0; i < 3; i++)
+        serve_tally_ok(&e->s, tok[i], sizeof(tok[i]), "link", "create", "s", NULL);
+    assert_int_equal(test_tally(e->s.data, &o, "link", "create", "s", NULL), 1);
+    assert_string_equal(o.out, "");
+    assert_int_equal(count_lines(o.err, "\n"), 1);
+    assert_non_null(strstr(o.err, "tally: tenant s has 3 live links, the cap of plan small "
+                                  "(--max-links 3)"));
+    assert_int_equal(test_tally(e->s.data, &o, "link", "list", "s", NULL), 0);
+    assert_int_equal(count_lines(o.out, " live "), 3);
+    /* a revoked link frees its place */
+    serve_tally_ok(&e->s, NULL, 0, "link", "revoke", tok[0], NULL);
+    serve_tally_ok(&e->s, tok[3], sizeof(tok[3]), "link", "create", "s", NULL);
+    assert_int_equal(test_tally(e->s.data, &o, "link", "create", "s", NULL), 1);
+    /* the other tenants' plan keeps the default (1,000,000) */
+    serve_tally_ok(&e->s, NULL, 0, "link", "create", "t0", NULL);
+
+    /* 256 endpoint names in all: a file of 256 applies, one more is refused */
+    snprintf(path, sizeof(path), "%s/caps.conf", e->s.root);
+    write_config(path, TENANT_MAX_ENDPOINTS);
+    assert_int_equal(test_tally(e->s.data, &o, "apply", path, NULL), 0);
+    assert_int_equal(test_tally(e->s.data, &o, "endpoint", "set", "e256", "--limit", "5/1m", NULL),
+                     1);
+    assert_non_null(strstr(o.err, "256 endpoint names are defined"));
+    assert_int_equal(test_tally(e->s.data, &o, "endpoint", "set", "e256", "--plan", "small",
+                                "--limit", "5/1m", NULL),
+                     1);
+    /* a plan override of an existing name adds no name */
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "e1", "--plan", "small", "--limit", "9/1m",
+                   NULL);
+    write_config(path, TENANT_MAX_ENDPOINTS + 1);
+    assert_int_equal(test_tally(e->s.data, &o, "apply", path, NULL), 65);
+    assert_non_null(strstr(o.err, "more than 256 endpoint names"));
+    assert_int_equal(test_tally(e->s.data, &o, "endpoint", "list", NULL), 0);
+    assert_int_equal(count_lines(o.out, "\n"), TENANT_MAX_ENDPOINTS + 1); /* + e1 for small */
+    assert_null(strstr(o.out, "e256"));
+    /* tallyd serves a tenant that sees all 256 (its supervisor holds them) */
+    serve_start(&e->s, NULL, NULL);
+    {
+        struct serve_http h;
+        serve_check(&e->s, tok[1], "e255", &h);
+        assert_int_equal(h.status, 200);
+        serve_check(&e->s, tok[1], "e1", &h);
+        assert_int_equal(h.status, 200);
+    }
+    serve_stop(&e->s);
+}
+
 int
 main(void)
 {
@@ -507,6 +600,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_max_supervisors_lru_hibernates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_connections_binary, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_connections_http, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_max_links_and_endpoints, setup, teardown),
     };
 
     if (getenv("TALLY_TEST_FILTER") != NULL) /* one test: TALLY_TEST_FILTER=test_max_conn* */

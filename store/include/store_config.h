@@ -35,6 +35,9 @@ TALLY_MUST_CHECK int store_endpoint_get(store_db *db, const char *plan, const ch
 TALLY_MUST_CHECK int store_endpoint_resolve(store_db *db, const char *plan, const char *name,
                                             struct tenant_endpoint *out);
 TALLY_MUST_CHECK int store_endpoint_delete(store_db *db, const char *plan, const char *name);
+/** Distinct endpoint names among every policy (defaults and plan overrides) into *out:
+ *  at most TENANT_MAX_ENDPOINTS, checked by `endpoint set` and `apply`. */
+TALLY_MUST_CHECK int store_endpoint_names(store_db *db, int64_t *out /* OUT */);
 typedef int (*store_endpoint_cb)(void *ctx, const struct tenant_endpoint *e);
 TALLY_MUST_CHECK int store_endpoint_each(store_db *db, store_endpoint_cb cb, void *ctx);
 
@@ -65,6 +68,10 @@ struct store_link {
     int64_t revoked_ms; /* 0 = live */
 };
 TALLY_MUST_CHECK int store_link_insert(store_db *db, const struct store_link *l);
+/** Links of `tenant` neither revoked nor expired at now_ms into *out (for the
+ *  plan's --max-links; call inside the transaction that inserts). */
+TALLY_MUST_CHECK int store_link_live_count(store_db *db, const char *tenant, int64_t now_ms,
+                                           int64_t *out /* OUT */);
 TALLY_MUST_CHECK int store_link_by_hash(store_db *db, const unsigned char hash[TENANT_HASH_BYTES],
                                         struct store_link *out);
 TALLY_MUST_CHECK int store_link_by_id(store_db *db, const char *id, struct store_link *out);

@@ -24,6 +24,12 @@
 #define TENANT_MAX_WINDOWS         4 /* limits per list (e.g. 10/1s, 600/1m, 36000/1h, 1e6/1d) */
 #define TENANT_COST_MAX            TENANT_LIMIT_MAX_N
 #define TENANT_CONCURRENCY_MAX     1024
+/* Live (not revoked, not expired) links per tenant: a plan's --max-links, 1 to
+ * this, which is also the default. The child counter's link table holds 2^20. */
+#define TENANT_MAX_LINKS 1000000
+/* Endpoint names in a deployment (default policies and plan overrides alike):
+ * a supervisor's ledger holds at most this many per tenant (SUP_MAX_ENDPOINTS). */
+#define TENANT_MAX_ENDPOINTS 256
 #define TENANT_LIMIT_TEXT_MAX      32 /* "4294967296/31536000s" fits */
 
 struct tenant_limit {
@@ -67,6 +73,7 @@ struct tenant_plan {
     struct tenant_limits limits;      /* tenant-wide, summed over every endpoint and link */
     struct tenant_limits link_limits; /* per link across endpoints */
     int64_t concurrency;              /* expensive operations in flight per link, 0 = none */
+    int64_t max_links;                /* live links per tenant; 0 = TENANT_MAX_LINKS */
 };
 
 struct tenant_endpoint {
