@@ -5,11 +5,13 @@
  * and child-file writes that were never fsynced live only in the process,
  * so kill -9 of every process drops exactly what an OS crash would. Under a
  * steady load on one tenant whose plan allows N per hour, everything is
- * killed mid-window, tallyd restarts and the load goes on until the plan
- * refuses for good. Admitted over the whole window, counted by the clients:
- * strict admits at most N; batched at most N plus what was admitted from
- * grants of the last BATCH_SYNC_MS before the loss (the supervisor fsyncs its
- * journal at most that long after a commit), and never more than 2N.
+ * killed mid-window (three times), or as the plan runs out, tallyd restarts
+ * and the load goes on until the plan refuses for good. Admitted over the
+ * whole window, counted by the clients: strict admits at most N; batched at
+ * most N plus what was admitted in the last SYNC_MS + LATE_MS before each
+ * loss (the supervisor fsyncs its journal at most SYNC_MS after a commit, and
+ * admissions from a forgotten grant come after it). With the sync timer off,
+ * the loss is most of what was granted since the start: the hook bites.
  */
 /* clang-format off */
 #include <stdarg.h>
