@@ -28,6 +28,9 @@
 #define HEALTHY_RUN_MS 10000
 /* Frames kept for a tenant waiting for room; more are dropped (retransmitted). */
 #define PENDING_MAX (64u << 10)
+/* A supervisor with frames unanswered is asked to hibernate only once the
+ * oldest waiter has waited this long (a reply would be lost with its channel). */
+#define BUSY_VICTIM_MS 500
 
 struct sup_proc {
     char tenant[TENANT_NAME_MAX + 1];
@@ -40,12 +43,14 @@ struct sup_proc {
     uint64_t last_used_ms;
     uint64_t not_before_ms; /* backoff: no spawn before this loop time */
     bool answered;          /* a frame came back since the spawn */
+    uint32_t in_flight;     /* frames sent since the spawn minus frames received */
     int64_t backoff_ms;
     bool waiting_room;      /* needs a process, the ceiling is reached */
     bool waiting_acquire;   /* ... and asks for tokens: served first */
     uint64_t waiting_since; /* loop time: the oldest waiter is spawned first */
     uint8_t *pending;       /* frames to send once spawned (waiting_room) */
     size_t pending_len;
+    uint32_t pending_frames;
 };
 
 struct sup_manager {
@@ -219,14 +224,15 @@ static void
 on_conn_frame(proto_conn *c, const struct proto_frame *f, void *data)
 {
     struct sup_proc *p = data;
-    bool first = !p->answered;
 
     (void)c;
     p->answered = true;
     p->last_used_ms = uv_now(p->m->loop);
+    if (p->in_flight > 0)
+        p->in_flight--;
     if (p->m->cbs.on_frame != NULL && !p->m->closing)
         p->m->cbs.on_frame(p->m->data, p->tenant, f);
-    if (first && !p->m->closing)
+    if (p->in_flight == 0 && !p->m->closing)
         make_room(p->m); /* it may hibernate now, if a tenant waits */
 }
 
@@ -267,22 +273,30 @@ log_hibernate(const struct sup_proc *p, const sup_manager *m)
  * that stay, plus the tenants waiting for a process, fit under the ceiling. One
  * that has not answered yet is never asked: each start serves at least the
  * frames it was started for (else waiters evict each other's cold starts and
- * none progresses); its first answer makes room again (on_conn_frame). */
+ * none progresses). One with frames unanswered is asked only after the oldest
+ * waiter waited BUSY_VICTIM_MS (closing its channel drops the replies).
+ * Answers make room again (on_conn_frame), as do the waiters' retransmissions. */
 static void
 make_room(sup_manager *m)
 {
     uint32_t going = 0, waiting = 0, i;
+    uint64_t oldest = UINT64_MAX;
+    bool patient;
 
     for (i = 0; i < m->n_procs; i++) {
         going += proc_going(m->procs[i]);
         waiting += m->procs[i]->waiting_room;
+        if (m->procs[i]->waiting_room && m->procs[i]->waiting_since < oldest)
+            oldest = m->procs[i]->waiting_since;
     }
+    patient = oldest != UINT64_MAX && uv_now(m->loop) - oldest < BUSY_VICTIM_MS;
     while (m->stats.live - going + waiting > m->cfg.max_supervisors) {
         struct sup_proc *lru = NULL;
 
         for (i = 0; i < m->n_procs; i++) {
             struct sup_proc *p = m->procs[i];
             if (p->process_live && p->answered && !proc_going(p) &&
+                (p->in_flight == 0 || !patient) &&
                 (lru == NULL || p->last_used_ms < lru->last_used_ms))
                 lru = p;
         }
@@ -316,6 +330,7 @@ wait_for_room(sup_manager *m, struct sup_proc *p, const void *frame, size_t len)
             memcpy(n + p->pending_len, frame, len);
             p->pending = n;
             p->pending_len += len;
+            p->pending_frames++;
         }
     }
     make_room(m);
@@ -342,11 +357,13 @@ admit_waiting(sup_manager *m)
         if (next == NULL)
             return;
         next->waiting_room = false;
-        if (spawn(m, next) == TALLY_OK && next->pending_len > 0)
-            (void)proto_conn_send(next->conn, next->pending, next->pending_len);
+        if (spawn(m, next) == TALLY_OK && next->pending_len > 0 &&
+            proto_conn_send(next->conn, next->pending, next->pending_len) == TALLY_OK)
+            next->in_flight += next->pending_frames;
         tally_free(next->pending);
         next->pending = NULL;
         next->pending_len = 0;
+        next->pending_frames = 0;
     }
 }
 
@@ -424,6 +441,7 @@ spawn(sup_manager *m, struct sup_proc *p)
     p->conn = conn;
     p->process_live = true;
     p->answered = false;
+    p->in_flight = 0;
     p->started_ms = uv_now(m->loop);
     restart = m->stats.starts++ > 0 && p->backoff_ms > 0;
     if (restart)
@@ -486,6 +504,8 @@ sup_manager_send(sup_manager *m, const char *tenant, const void *frame, size_t l
             return rc;
     }
     rc = proto_conn_send(p->conn, frame, len);
+    if (rc == TALLY_OK)
+        p->in_flight++;
     return rc == TALLY_OK ? TALLY_OK : TALLY_EUNAVAIL;
 }
 
