@@ -159,6 +159,8 @@ count_supervisors(pid_t tallyd, const char *data)
 
     if (d == NULL)
         return -1;
+    /* readdir() is thread-safe on distinct DIR streams (glibc); one per call here. */
+    /* cppcheck-suppress readdirCalled */
     while ((ent = readdir(d)) != NULL && n < 64) {
         pid_t pid = (pid_t)atoi(ent->d_name);
         if (pid > 0 && is_supervisor(pid, tallyd, data))

@@ -24,13 +24,14 @@
 #define TENANT_MAX_WINDOWS         4 /* limits per list (e.g. 10/1s, 600/1m, 36000/1h, 1e6/1d) */
 #define TENANT_COST_MAX            TENANT_LIMIT_MAX_N
 #define TENANT_CONCURRENCY_MAX     1024
+#define TENANT_LIMIT_TEXT_MAX      32 /* "4294967296/31536000s" fits */
+
 /* Live (not revoked, not expired) links per tenant: a plan's --max-links, 1 to
  * this, which is also the default. The child counter's link table holds 2^20. */
 #define TENANT_MAX_LINKS 1000000
 /* Endpoint names in a deployment (default policies and plan overrides alike):
  * a supervisor's ledger holds at most this many per tenant (SUP_MAX_ENDPOINTS). */
 #define TENANT_MAX_ENDPOINTS 256
-#define TENANT_LIMIT_TEXT_MAX      32 /* "4294967296/31536000s" fits */
 
 struct tenant_limit {
     int64_t n;         /* tokens per window, 1..2^32 */
