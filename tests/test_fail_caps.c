@@ -507,8 +507,6 @@ test_max_connections_http(void **state)
     serve_stop(&e->s);
 }
 
-/* ---- links and endpoints per tenant ---- */
-
 static int
 count_lines(const char *s, const char *needle)
 {
@@ -518,6 +516,40 @@ count_lines(const char *s, const char *needle)
         n++;
     return n;
 }
+
+/* Out-of-range caps are usage errors (exit 64, one line); --help names both flags. */
+static void
+test_cap_flags_are_checked(void **state)
+{
+    struct env *e = *state;
+    static struct test_out o;
+    static const char *const bad[][2] = {
+        {"--max-supervisors=0", "invalid --max-supervisors '0': 1 to 100000"},
+        {"--max-supervisors=100001", "invalid --max-supervisors '100001'"},
+        {"--max-supervisors=-1", "invalid --max-supervisors"},
+        {"--max-connections=0", "invalid --max-connections '0': 1 to 1000000"},
+        {"--max-connections=1000001", "invalid --max-connections"},
+        {"--max-connections=ten", "invalid --max-connections"},
+    };
+    char tallyd[512], data[300];
+
+    test_bin("tallyd", tallyd, sizeof(tallyd));
+    snprintf(data, sizeof(data), "--data=%s", e->s.data);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *argv[] = {tallyd, data, (char *)bad[i][0], NULL};
+        assert_int_equal(test_run(argv, NULL, &o), 64);
+        assert_non_null(strstr(o.err, bad[i][1]));
+        assert_int_equal(count_lines(o.err, "\n"), 1);
+    }
+    {
+        char *argv[] = {tallyd, "--help", NULL};
+        assert_int_equal(test_run(argv, NULL, &o), 0);
+        assert_non_null(strstr(o.out, "--max-supervisors N"));
+        assert_non_null(strstr(o.out, "--max-connections N"));
+    }
+}
+
+/* ---- links and endpoints per tenant ---- */
 
 /* A configuration file with plans p and small and `names` endpoint names. */
 static void
@@ -603,6 +635,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_max_connections_binary, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_connections_http, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_links_and_endpoints, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cap_flags_are_checked, setup, teardown),
     };
 
     if (getenv("TALLY_TEST_FILTER") != NULL) /* one test: TALLY_TEST_FILTER=test_max_conn* */
