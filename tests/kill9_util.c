@@ -288,6 +288,33 @@ k9_kill_matching(const char *needle)
     return n;
 }
 
+int
+k9_count_fds(pid_t pid, const char *prefix)
+{
+    char dir[64], link[600], target[4096];
+    struct dirent *e;
+    int n = 0;
+    DIR *d;
+
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+    d = opendir(dir);
+    if (d == NULL)
+        return 0;
+    while ((e = readdir(d)) != NULL) {
+        ssize_t len;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(link, sizeof(link), "%s/%s", dir, e->d_name);
+        len = readlink(link, target, sizeof(target) - 1);
+        if (len <= 0)
+            continue;
+        target[len] = '\0';
+        n += strncmp(target, prefix, strlen(prefix)) == 0;
+    }
+    closedir(d);
+    return n;
+}
+
 bool
 k9_has_open(pid_t pid, const char *suffix)
 {

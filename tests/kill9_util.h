@@ -54,6 +54,9 @@ int64_t k9_wall_ms(void);
 pid_t k9_ppid(pid_t pid);
 /** True iff pid has a file open whose path ends with `suffix`. */
 bool k9_has_open(pid_t pid, const char *suffix);
+/** How many open files of pid have a link target starting with `prefix`
+ *  ("socket:" counts its sockets). */
+int k9_count_fds(pid_t pid, const char *prefix);
 /** The pid holding a flock on `path` per /proc/locks (matched by inode): 0 when
  *  none, -1 when several lines name it. */
 pid_t k9_flock_holder(const char *path);

@@ -98,6 +98,19 @@ setup(void **state)
     return 0;
 }
 
+/* Ends the `tally link create` loop of start_burst() and the `tally` it runs. */
+static void
+stop_burst(struct env *e)
+{
+    char cli[300];
+
+    snprintf(cli, sizeof(cli), "--data %s link create", e->s.data);
+    kill(e->burst, SIGKILL);
+    waitpid(e->burst, NULL, 0);
+    (void)k9_kill_matching(cli);
+    e->burst = 0;
+}
+
 static int
 teardown(void **state)
 {
@@ -105,14 +118,17 @@ teardown(void **state)
 
     if (e->stopped > 0)
         kill(e->stopped, SIGCONT);
-    if (e->burst > 0) {
-        kill(e->burst, SIGKILL);
-        waitpid(e->burst, NULL, 0);
-    }
+    if (e->burst > 0)
+        stop_burst(e);
     for (int i = 0; i < ASKERS; i++)
         k9_asker_stop(&e->a[i]);
     k9_watch_stop(&e->w);
-    fail_keep_log(e->s.d.log);
+    if (getenv("TALLY_KEEP_LOG") != NULL) { /* every test's log, one after the other */
+        char cmd[1024];
+        snprintf(cmd, sizeof(cmd), "cat '%s' >> '%s'", e->s.d.log, getenv("TALLY_KEEP_LOG"));
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not keep %s\n", e->s.d.log);
+    }
     serve_env_release(&e->s);
     unsetenv("TALLY_JOURNAL_COMPACT_ROWS");
     free(e);
@@ -276,6 +292,8 @@ test_kill9_supervisor_loop_under_load(void **state)
             serve_sleep_ms(5);
         }
         assert_int_equal(k9_ppid(pids[0]), e->s.d.pid);
+        if (getenv("TALLY_FAIL_TRACE") != NULL)
+            printf("# kill %d of pid %d at %lld\n", kills, (int)pids[0], (long long)k9_wall_ms());
         assert_int_equal(kill(pids[0], SIGKILL), 0);
         kills++;
     }
@@ -443,9 +461,7 @@ test_kill9_tallyd_loop_under_load(void **state)
     run_to_caps(e, 30000);
     stop_askers(e);
     k9_watch_stop(&e->w);
-    kill(e->burst, SIGKILL);
-    waitpid(e->burst, NULL, 0);
-    e->burst = 0;
+    stop_burst(e);
     print_askers(e);
     printf("# %d `tally link create` processes killed with tallyd\n", cli_kills);
     qsort(first, TALLYD_KILLS, sizeof(first[0]), cmp_ll);
@@ -489,7 +505,15 @@ test_restart_while_orphan_stopped(void **state)
     e->stopped = orphan;
     test_daemon_kill9(&e->s.d);
     assert_true(k9_socket_refuses(e->s.d.socket));
-    start(e); /* the orphan kept nothing of tallyd's: not its lock, not its socket */
+    /* the orphan kept nothing of tallyd's: not its lock, not its listening
+     * sockets (one socket: its channel), so a new tallyd starts beside it */
+    {
+        char lock[400];
+        snprintf(lock, sizeof(lock), "%s/tallyd.lock", e->s.data);
+        assert_int_equal(k9_flock_holder(lock), 0);
+        assert_int_equal(k9_count_fds(orphan, "socket:"), 1);
+    }
+    start(e);
     k9_watch_start(&e->w, e->s.data, "acme");
     serve_sleep_ms(2500);
     /* while the orphan lingers, the new supervisor finds the tenant locked */
