@@ -12,18 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 
-struct sup_lease *
-sup__lease_find(const sup_ledger *l, uint64_t id)
-{
-    if (id == 0)
-        return NULL;
-    for (uint32_t i = 0; i < l->lease_hw; i++) {
-        if (l->leases[i].id == id)
-            return &l->leases[i];
-    }
-    return NULL;
-}
-
 /* Closes `lease`, crediting `credit` tokens (0 = spent). */
 static void
 lease_close(sup_ledger *l, struct sup_lease *lease, int64_t credit)
@@ -41,6 +29,7 @@ lease_close(sup_ledger *l, struct sup_lease *lease, int64_t credit)
     } else {
         l->stats.spent++;
     }
+    sup__lease_closing(l, lease);
     memset(lease, 0, sizeof(*lease));
     l->lease_count--;
     while (l->lease_hw > 0 && l->leases[l->lease_hw - 1].id == 0)
@@ -198,18 +187,6 @@ apply_report(sup_ledger *l, const struct sup_record *rec)
     lease_close(l, lease, (rec->flags & SUP_RECF_REPORT_CREDIT) ? rec->credited : 0);
 }
 
-/* A free entry; lease_hw covers it once it is filled (closing a lease in between may lower
- * lease_hw below it). */
-static struct sup_lease *
-lease_slot_free(sup_ledger *l)
-{
-    for (uint32_t i = 0; i < l->max_leases; i++) {
-        if (l->leases[i].id == 0)
-            return &l->leases[i];
-    }
-    return NULL;
-}
-
 static int
 apply_acquire(sup_ledger *l, const struct sup_record *rec)
 {
@@ -223,9 +200,9 @@ apply_acquire(sup_ledger *l, const struct sup_record *rec)
         return TALLY_EINVAL;
     /* Everything that can fail comes first. */
     if (granted) {
-        lease = lease_slot_free(l);
+        lease = sup__lease_free_entry(l);
         if (lease == NULL && sup__leases_grow(l) == TALLY_OK)
-            lease = lease_slot_free(l);
+            lease = sup__lease_free_entry(l);
         if (lease == NULL)
             return TALLY_EFULL;
     }
@@ -248,8 +225,6 @@ apply_acquire(sup_ledger *l, const struct sup_record *rec)
         /* The report may have closed a lease on this path: look the budgets up again. */
         sup__path_find(l, rec->endpoint, rec->link, &p);
         lease->id = rec->lease_id;
-        if ((uint32_t)(lease - l->leases) + 1 > l->lease_hw)
-            l->lease_hw = (uint32_t)(lease - l->leases) + 1;
         lease->peer = (uint32_t)pi;
         lease->incarnation = rec->origin.incarnation;
         snprintf(lease->endpoint, sizeof(lease->endpoint), "%s", rec->endpoint);
@@ -257,6 +232,7 @@ apply_acquire(sup_ledger *l, const struct sup_record *rec)
         lease->n = rec->n;
         lease->granted_ms = rec->now_ms;
         lease->deadline_ms = rec->deadline_ms;
+        sup__lease_opened(l, lease);
         rc = sup__path_reserve(l, &p, lease);
         p.link->leases++;
         peer->leases++;
@@ -469,15 +445,23 @@ sup_ledger_expire(sup_ledger *l, int64_t now_ms, struct sup_records *out)
     if (l == NULL || now_ms < 0 || now_ms > TENANT_TIME_MAX_MS || out == NULL)
         return TALLY_EINVAL;
     eval_ms = sup__eval_ms(l, now_ms);
-    for (uint32_t i = 0; i < l->lease_hw && rc == TALLY_OK && out->count < out->cap; i++) {
-        struct sup_lease *lease = &l->leases[i];
+    while (rc == TALLY_OK && out->count < out->cap) {
+        struct sup_lease *lease = NULL;
         struct sup_record rec;
 
-        if (lease->id == 0 || lease->deadline_ms + l->margin_ms >= eval_ms)
-            continue;
+        if (!l->exp_lost) {
+            lease = sup__expiry_top(l);
+        } else {
+            for (uint32_t i = 0; i < l->lease_hw && lease == NULL; i++) {
+                if (l->leases[i].id != 0 && l->leases[i].deadline_ms + l->margin_ms < eval_ms)
+                    lease = &l->leases[i];
+            }
+        }
+        if (lease == NULL || lease->deadline_ms + l->margin_ms >= eval_ms)
+            break;
         sup__record_init(l, &rec, SUP_REC_EXPIRE, NULL, now_ms);
         rec.lease_id = lease->id;
-        rc = sup__commit(l, &rec, out);
+        rc = sup__commit(l, &rec, out); /* closes it: its heap entry is dropped as stale */
     }
     return rc;
 }
@@ -485,13 +469,7 @@ sup_ledger_expire(sup_ledger *l, int64_t now_ms, struct sup_records *out)
 int64_t
 sup_ledger_next_expiry_ms(const sup_ledger *l)
 {
-    int64_t next = INT64_MAX;
+    int64_t next = sup__expiry_next(l);
 
-    for (uint32_t i = 0; i < l->lease_hw; i++) {
-        const struct sup_lease *lease = &l->leases[i];
-
-        if (lease->id != 0 && lease->deadline_ms + l->margin_ms + 1 < next)
-            next = lease->deadline_ms + l->margin_ms + 1;
-    }
-    return next;
+    return next == INT64_MAX ? INT64_MAX : next + l->margin_ms + 1;
 }

@@ -141,6 +141,7 @@ sup_ledger_close(sup_ledger *l)
     tally_free(l->links);
     sup__index_release(&l->link_index);
     tally_free(l->leases);
+    sup__lease_tables_free(l);
     tally_free(l->peers);
     tally_free(l->eps);
     tally_free(l);
@@ -185,7 +186,8 @@ sup_ledger_open(const struct sup_ledger_config *cfg, sup_ledger **out)
     l->links = tally_calloc(l->max_links, sizeof(*l->links));
     l->leases = tally_calloc(l->max_leases, sizeof(*l->leases));
     l->peers = tally_calloc(l->max_peers, sizeof(*l->peers));
-    if (l->links == NULL || l->leases == NULL || l->peers == NULL)
+    if (l->links == NULL || l->leases == NULL || l->peers == NULL ||
+        sup__lease_tables_build(l) != TALLY_OK)
         goto out;
     rc = sup_ledger_configure(l, &cfg->plan, cfg->endpoints, cfg->endpoint_count);
     if (rc != TALLY_OK)
@@ -438,5 +440,5 @@ sup__leases_grow(sup_ledger *l)
     memset(v + l->max_leases, 0, (cap - l->max_leases) * sizeof(*v));
     l->leases = v;
     l->max_leases = cap;
-    return TALLY_OK;
+    return sup__lease_tables_build(l);
 }

@@ -237,10 +237,7 @@ apply_lease(sup_ledger *l, const struct sup_record *rec)
         return TALLY_EINVAL;
     if (l->lease_count >= l->max_leases && sup__leases_grow(l) != TALLY_OK)
         return TALLY_EFULL;
-    for (uint32_t i = 0; i < l->max_leases && lease == NULL; i++) {
-        if (l->leases[i].id == 0)
-            lease = &l->leases[i];
-    }
+    lease = sup__lease_free_entry(l);
     if (lease == NULL)
         return TALLY_EFULL;
     rc = sup__path_get(l, rec->endpoint, rec->link, &p);
@@ -254,12 +251,11 @@ apply_lease(sup_ledger *l, const struct sup_record *rec)
     lease->n = rec->n;
     lease->granted_ms = rec->now_ms;
     lease->deadline_ms = rec->deadline_ms;
+    sup__lease_opened(l, lease);
     sup__path_note(l, &p, lease);
     p.link->leases++;
     l->peers[pi]->leases++;
     l->lease_count++;
-    if ((uint32_t)(lease - l->leases) + 1 > l->lease_hw)
-        l->lease_hw = (uint32_t)(lease - l->leases) + 1;
     if (rec->lease_id > l->next_lease_id)
         l->next_lease_id = rec->lease_id;
     return TALLY_OK;

@@ -82,6 +82,12 @@ struct sup_lease {
     int64_t periods[SUP_BUDGETS][TENANT_MAX_WINDOWS]; /* cells reserved on, 0 = none */
 };
 
+struct sup_expiry {
+    int64_t at; /* the lease's deadline_ms */
+    uint64_t id;
+    uint32_t index;
+};
+
 struct sup_ledger {
     char tenant[TENANT_NAME_MAX + 1];
     struct tenant_plan plan;
@@ -102,7 +108,13 @@ struct sup_ledger {
     struct sup_index link_index; /* link id -> index into links */
     struct sup_lease *leases;    /* max_leases entries */
     uint32_t max_leases, lease_count;
-    uint32_t lease_hw;       /* leases[lease_hw..] are all free */
+    uint32_t lease_hw; /* leases[lease_hw..] are all free */
+    /* lease_ids.c: id -> entry + 1 (open addressing), free entries, expiry heap */
+    uint32_t *id_slot, id_cap;
+    uint32_t *free_v, free_len;
+    struct sup_expiry *exp;
+    uint32_t exp_len, exp_cap;
+    bool exp_lost;           /* a push failed (no memory): next expiry by scan from then on */
     struct sup_peer **peers; /* max_peers entries, in order of first HELLO */
     uint32_t max_peers, peer_count;
 
@@ -164,7 +176,23 @@ int sup__path_reserve(sup_ledger *l, struct sup_path *p, struct sup_lease *lease
 void sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int64_t credit);
 
 /* lease_apply.c: records */
+/* lease_ids.c */
 struct sup_lease *sup__lease_find(const sup_ledger *l, uint64_t id);
+/** (Re)builds the id index and the free list for max_leases entries. TALLY_OK, TALLY_ENOMEM
+ *  (then the old ones stay, covering the entries they covered). */
+int sup__lease_tables_build(sup_ledger *l);
+void sup__lease_tables_free(sup_ledger *l);
+/** A free entry (not taken until sup__lease_opened), NULL when none. */
+struct sup_lease *sup__lease_free_entry(const sup_ledger *l);
+/** Files entry `lease`, just given its id and deadline. */
+void sup__lease_opened(sup_ledger *l, struct sup_lease *lease);
+/** Unfiles `lease` before it is cleared. */
+void sup__lease_closing(sup_ledger *l, struct sup_lease *lease);
+/** The live lease with the earliest deadline (stale heap entries dropped), NULL when none. */
+struct sup_lease *sup__expiry_top(sup_ledger *l);
+void sup__expiry_pop(sup_ledger *l);
+/** Earliest deadline_ms of a live lease, maybe earlier (a closed lease's), INT64_MAX if none. */
+int64_t sup__expiry_next(const sup_ledger *l);
 /* Doubles the lease table (entries move: call it only while no lease pointer is held).
  * TALLY_OK, TALLY_EFULL at the hard maximum, TALLY_ENOMEM (nothing changed). */
 int sup__leases_grow(sup_ledger *l);
