@@ -40,7 +40,9 @@ if [ -s "$OUT/http.tsv" ]; then
                 printf "| %s | %d | %.1f | %.1f | %d | %.2f | %.1f |\n", k, f[2], f[3], f[4], f[5], f[6] / 1000, f[7] / 1024
             }
             if (rps["nginx-204"] > 0)
-                printf "\ntally /v1/check reaches %.0f%% of nginx `return 204`.\n", 100 * rps["tally-http"] / rps["nginx-204"]
+                for (i = 1; i <= n; i++)
+                    if (keys[i] ~ /^tally-http/)
+                        printf "\n%s: tally /v1/check reaches %.0f%% of nginx `return 204`.\n", keys[i], 100 * rps[keys[i]] / rps["nginx-204"]
         }'
     echo
 fi
