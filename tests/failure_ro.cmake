@@ -8,3 +8,5 @@ foreach(t test_fail_readonly test_fail_batched)
     add_dependencies(${t} tallyd tally_cli)
     set_tests_properties(${t} PROPERTIES TIMEOUT 600)
 endforeach()
+# The power-loss hook itself and store_db_sync(), on real files with real SIGKILL.
+tally_add_test(test_store_powerloss test_store_powerloss.c)
