@@ -9,6 +9,7 @@
 #include "store_snapshot.h"
 #include "sup_child.h"
 #include "sup_front.h"
+#include "sup_index.h"
 
 #include "front_obs.h"
 
@@ -32,6 +33,7 @@ struct front_child {
     sup_front *f;
     char tenant[TENANT_NAME_MAX + 1];
     char endpoint[TENANT_NAME_MAX + 1];
+    char key[2 * TENANT_NAME_MAX + 2]; /* "tenant/endpoint": its key in child_index */
     struct tenant_endpoint policy;
     uint64_t policy_reloads; /* f->stats.reloads when policy was taken */
     sup_child *child;
@@ -56,6 +58,7 @@ struct sup_front {
     struct front_child **children;
     uint32_t n_children;
     uint32_t cap_children;
+    struct sup_index child_index; /* key -> index into children */
     uv_timer_t reload_timer;
     struct sup_front_stats stats;
     struct front_obs obs;
@@ -74,6 +77,8 @@ struct sup_front {
 struct sup_time front_now(void);
 /** The child of (tenant, endpoint), created (file, incarnation, resumed leases) on
  *  first use. TALLY_OK or an error (nothing created). */
+/** The child of (tenant, endpoint), NULL when none is open. */
+struct front_child *front_child_find(sup_front *f, const char *tenant, const char *endpoint);
 int front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *policy,
                     struct front_child **out);
 /** Runs r (link, cost set) on its child: answers it or parks it. */
