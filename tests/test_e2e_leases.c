@@ -387,7 +387,11 @@ test_unknown_tokens_create_no_state(void **state)
     assert_int_equal(r.bad_request, 100);
     snprintf(path, sizeof(path), "%s/tenants", e.data);
     assert_int_equal(stat(path, &sb), -1);
-    assert_int_equal(test_supervisor_pids(e.data, "acme", NULL, 0), 0);
+    {
+        pid_t pids[4];
+
+        assert_int_equal(test_supervisor_pids(e.data, "acme", pids, 4), 0);
+    }
     assert_int_equal(test_daemon_stop(&e.d), 0);
 }
 
