@@ -65,6 +65,7 @@ struct sup_manager {
     uint32_t n_procs;
     uint32_t cap_procs;
     struct sup_manager_stats stats;
+    uint32_t n_waiting; /* procs with waiting_room: make_room has nothing to do at 0 */
     bool closing;
     int pending_handles;
     void (*close_cb)(void *data);
@@ -283,6 +284,8 @@ make_room(sup_manager *m)
     uint64_t oldest = UINT64_MAX;
     bool patient;
 
+    if (m->n_waiting == 0)
+        return; /* the common case, on every frame: no scan */
     for (i = 0; i < m->n_procs; i++) {
         going += proc_going(m->procs[i]);
         waiting += m->procs[i]->waiting_room;
@@ -318,6 +321,7 @@ wait_for_room(sup_manager *m, struct sup_proc *p, const void *frame, size_t len)
     const uint8_t *b = frame;
 
     if (!p->waiting_room) {
+        m->n_waiting++;
         p->waiting_room = true;
         p->waiting_acquire = false;
         p->waiting_since = uv_now(m->loop);
@@ -337,7 +341,8 @@ wait_for_room(sup_manager *m, struct sup_proc *p, const void *frame, size_t len)
     return TALLY_OK;
 }
 
-/* Spawns waiting tenants, oldest first, while there is room. */
+/* Spawns waiting tenants while there is room: those asking for tokens first,
+ * then the oldest. */
 static void
 admit_waiting(sup_manager *m)
 {
@@ -357,6 +362,7 @@ admit_waiting(sup_manager *m)
         if (next == NULL)
             return;
         next->waiting_room = false;
+        m->n_waiting--;
         if (spawn(m, next) == TALLY_OK && next->pending_len > 0 &&
             proto_conn_send(next->conn, next->pending, next->pending_len) == TALLY_OK)
             next->in_flight += next->pending_frames;
