@@ -114,7 +114,7 @@ fill_admitted(struct front_child *fc, struct proto_check_reply *reply, int64_t w
 
 static void
 answer_admit(struct front_child *fc, struct sup_front_req *r, const struct sup_admit *a,
-             int64_t slot_id)
+             int64_t slot_id, int64_t wall_ms)
 {
     struct proto_check_reply reply;
 
@@ -125,7 +125,7 @@ answer_admit(struct front_child *fc, struct sup_front_req *r, const struct sup_a
         reply.flags |= PROTO_F_DEGRADED;
     if (r->degraded)
         reply.flags |= PROTO_F_DEGRADED;
-    fill_admitted(fc, &reply, front_now().wall_ms);
+    fill_admitted(fc, &reply, wall_ms);
     front_reply(fc->f, r, &reply);
 }
 
@@ -204,7 +204,7 @@ front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
     switch (a.verdict) {
     case SUP_ADMIT_OK:
         if (!needs_slot(fc, r)) {
-            answer_admit(fc, r, &a, 0);
+            answer_admit(fc, r, &a, 0, now.wall_ms);
             return;
         }
         r->lease_id = a.lease_id;
@@ -259,7 +259,7 @@ on_slot_event(struct front_child *fc, const struct sup_child_event *ev)
     r->stage = 3; /* answered: unpark must not cancel the slot */
     front_child_unpark(fc, r);
     if (ev->kind == SUP_EV_SLOT_GRANTED) {
-        answer_admit(fc, r, NULL, ev->slot_id);
+        answer_admit(fc, r, NULL, ev->slot_id, front_now().wall_ms);
         return;
     }
     refund(fc, r, r->lease_id);
