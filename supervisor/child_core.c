@@ -96,6 +96,7 @@ sup_child_open(const struct sup_child_config *cfg, sup_child **out)
     c->l_min = or_default(cfg->l_min, 1);
     c->l_max = or_default(cfg->l_max, (int64_t)1 << 20);
     c->max_links = cfg->max_links > 0 ? cfg->max_links : LINKS_DEFAULT;
+    c->links_max = cfg->links_max > 0 ? cfg->links_max : LINKS_HARD_MAX;
     c->connected = true;
     c->last_reply_mono = INT64_MIN / 2;
     rc = TALLY_EINVAL;
@@ -172,7 +173,7 @@ links_grow(sup_child *c)
     struct sup_index ix = {NULL, 0};
     struct child_link **links;
 
-    if (c->max_links >= LINKS_HARD_MAX)
+    if (c->max_links >= c->links_max)
         return TALLY_EFULL;
     if (sup__child_sched_size(c, cap) != TALLY_OK || sup__index_init(&ix, cap) != TALLY_OK)
         return TALLY_ENOMEM;

@@ -91,7 +91,8 @@ struct sup_child {
 
     struct child_link **links;
     uint32_t max_links, link_count;
-    uint32_t link_hw; /* links[link_hw..] are all NULL */
+    uint32_t links_max; /* links_grow stops here: TALLY_EFULL */
+    uint32_t link_hw;   /* links[link_hw..] are all NULL */
     struct sup_index link_index;
     struct child_queue msgq, pq;
     struct child_timer *heap;

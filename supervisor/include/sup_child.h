@@ -66,6 +66,7 @@ struct sup_child_config {
     struct tenant_endpoint policy; /* name = the child's name; on_unavailable, degraded_limits */
     uint64_t incarnation;          /* 1.., larger than any earlier run of this child */
     uint32_t max_links;            /* 0 = 256; idle links are evicted when full */
+    uint32_t links_max;            /* the table's hard maximum (it grows to it); 0 = 2^20 */
     bool persist_marks;            /* strict durability (see above) */
     int64_t wait_ms;               /* 0 = the defaults above, likewise the rest */
     int64_t idle_ms;
