@@ -26,6 +26,8 @@
 #include "tenant.h"
 
 #define HEALTHY_RUN_MS 10000
+/* Restarts of a supervisor that found its tenant locked by another never wait longer. */
+#define LOCKED_RETRY_MS 250
 /* Frames kept for a tenant waiting for room; more are dropped (retransmitted). */
 #define PENDING_MAX (64u << 10)
 /* A supervisor with frames unanswered is asked to hibernate only once the
@@ -210,6 +212,10 @@ on_proc_exit(uv_process_t *proc, int64_t status, int term_signal)
         p->backoff_ms = p->backoff_ms == 0 ? m->cfg.backoff_min_ms : p->backoff_ms * 2;
         if (p->backoff_ms > m->cfg.backoff_max_ms)
             p->backoff_ms = m->cfg.backoff_max_ms;
+        /* Locked out by a lingering supervisor of a killed tallyd: nothing is broken, it is
+         * waiting for that one to see EOF and go, so look again soon. */
+        if (code == SUP_EXIT_LOCKED && term_signal == 0 && p->backoff_ms > LOCKED_RETRY_MS)
+            p->backoff_ms = LOCKED_RETRY_MS;
         p->not_before_ms = now + (uint64_t)p->backoff_ms;
     }
     log_exit(p, pid, status, term_signal, now - p->started_ms);
