@@ -435,10 +435,12 @@ test_fs_turned_readonly_follows_policy(void **state)
     /* the kernel's answer to a file system error: read-only for every file */
     snprintf(sysfs, sizeof(sysfs), "/sys/fs/ext4/%s/trigger_fs_error", loop);
     f = fopen(sysfs, "w");
-    if (f == NULL)
+    if (f == NULL) {
         fail_msg("cannot open %s: %s", sysfs, strerror(errno));
-    fputs("1\n", f);
-    fclose(f);
+    } else {
+        fputs("1\n", f);
+        fclose(f);
+    }
     lines0 = log_lines(e);
     memset(&ao, 0, sizeof(ao));
     memset(&ac, 0, sizeof(ac));
