@@ -12,6 +12,8 @@
  *   gets ERROR -18 "too many connections" in answer to its HELLO, one more
  *   HTTP connection 503 too_many_connections with Retry-After: 1, then each
  *   is closed; the open ones are served on, and a slot freed is taken again.
+ *   Beyond the connections waiting for that answer (64 binary, 16 HTTP) one
+ *   more is closed at accept, unanswered.
  * - a plan's --max-links 3: `tally link create` of a 4th live link exits 1
  *   with one line and creates nothing; a revoked link frees its place. 256
  *   endpoint names: `endpoint set` of a 257th (default or plan override)
@@ -49,6 +51,7 @@
 #include "proto_client.h"
 #include "serve_util.h"
 #include "sup_child.h"
+#include "sup_sock.h"
 #include "tally.h"
 #include "tenant.h"
 
@@ -553,6 +556,60 @@ test_cap_flags_are_checked(void **state)
     }
 }
 
+/* True when the peer closes fd within 3 s without sending a byte. */
+static bool
+closed_unanswered(int fd)
+{
+    char buf[64];
+    bool eof = false;
+
+    return read_all(fd, buf, sizeof(buf), &eof) == 0 && eof;
+}
+
+/* Connections over the cap that send nothing hold their refusal slot (64 binary,
+ * 16 HTTP, until their first frame or the HTTP idle timeout); beyond them a
+ * connection is closed at accept, unanswered, and the served one goes on. */
+static void
+test_beyond_refusals_closed_at_once(void **state)
+{
+    struct env *e = *state;
+    int idle_bin[SUP_SOCK_REFUSALS_MAX], idle_http[16];
+    char head[4096];
+    bool eof = false;
+    tally_client *a = NULL;
+    int served, fd;
+
+    serve_start(&e->s, "--max-connections=1", NULL);
+    assert_int_equal(tally_client_open(e->s.d.socket, CLIENT_WAIT, &a), TALLY_OK);
+    for (int i = 0; i < SUP_SOCK_REFUSALS_MAX; i++)
+        idle_bin[i] = unix_connect(e->s.d.socket);
+    serve_sleep_ms(300); /* accepted, each waiting for its first frame */
+    fd = unix_connect(e->s.d.socket);
+    assert_true(closed_unanswered(fd));
+    close(fd);
+    check_admitted(a, e->tokens[0]);
+    /* a waiting one still gets its answer */
+    expect_binary_refusal(idle_bin[0]);
+    for (int i = 1; i < SUP_SOCK_REFUSALS_MAX; i++)
+        close(idle_bin[i]);
+    tally_client_close(a);
+
+    served = tcp_connect(e->s.http_port);
+    assert_int_equal(http_ask(served, "/healthz", head, sizeof(head), &eof), 200);
+    for (int i = 0; i < 16; i++)
+        idle_http[i] = tcp_connect(e->s.http_port);
+    serve_sleep_ms(300);
+    fd = tcp_connect(e->s.http_port);
+    assert_true(closed_unanswered(fd));
+    close(fd);
+    assert_int_equal(http_ask(served, "/healthz", head, sizeof(head), &eof), 200);
+    assert_int_equal(http_ask(idle_http[0], "/healthz", head, sizeof(head), &eof), 503);
+    for (int i = 0; i < 16; i++)
+        close(idle_http[i]);
+    close(served);
+    serve_stop(&e->s);
+}
+
 /* ---- links and endpoints per tenant ---- */
 
 /* A configuration file with plans p and small and `names` endpoint names. */
@@ -683,6 +740,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_max_supervisors_lru_hibernates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_connections_binary, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_connections_http, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_beyond_refusals_closed_at_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_max_links_and_endpoints, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cap_flags_are_checked, setup, teardown),
         cmocka_unit_test(test_child_link_table_full_refuses),
