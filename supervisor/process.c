@@ -32,62 +32,10 @@
 #include "sup_paths.h"
 #include "tally_log.h"
 
-#define BATCH_RECORDS   256
-#define RELOAD_CHECK_MS 250 /* a change made with tally is in force within 1 s */
-/* The journal is compacted once it has grown by this many rows and by at least
- * the size of the last snapshot (TALLY_JOURNAL_COMPACT_ROWS overrides it). */
-#define COMPACT_ROWS_DEFAULT 4096
-/* Batched mode: the longest a commit stays unsynced (TALLY_BATCH_SYNC_MS
- * overrides it; 0 leaves syncing to SQLite's checkpoints, for measurements). */
-#define BATCH_SYNC_MS_DEFAULT 100
+#include "sup_process_int.h"
 
-static const char *const journal_migrations[] = {
-    "CREATE TABLE journal(seq INTEGER PRIMARY KEY, rec BLOB NOT NULL) STRICT",
-};
-enum { J_INSERT, J_ALL, J_CLEAR, J__COUNT };
-static const char *const journal_statements[J__COUNT] = {
-    [J_INSERT] = "INSERT INTO journal(rec) VALUES(?1)",
-    [J_ALL] = "SELECT rec FROM journal ORDER BY seq",
-    [J_CLEAR] = "DELETE FROM journal",
-};
-static const struct store_schema journal_schema = {"ledger", journal_migrations, 1,
-                                                   journal_statements, J__COUNT};
-
-struct sp {
-    const struct sup_process_opts *o;
-    uv_loop_t loop;
-    uv_check_t check;
-    uv_timer_t expire_timer;
-    uv_timer_t idle_timer;
-    uv_timer_t reload_timer;
-    uv_timer_t sync_timer; /* batched mode: fsyncs the journal's unsynced commits */
-    uv_signal_t sigterm;
-    uv_signal_t sigint;
-    proto_conn *conn;
-    store_db *config;
-    store_db *journal;
-    store_snapshot *snap;
-    sup_ledger *ledger;
-    struct tenant_endpoint *eps;
-    size_t n_eps;
-    struct sup_record recs[BATCH_RECORDS];
-    struct sup_records batch;
-    uint8_t *out;
-    size_t out_len;
-    size_t out_cap;
-    int exit_code;
-    bool stopping;
-    bool failed;   /* a commit failed: memory is ahead of disk */
-    bool unsynced; /* batched mode: commits not yet fsynced */
-    uint64_t sync_ms;
-    uint64_t records_total;
-    uint64_t journal_rows;   /* rows in the journal now */
-    uint64_t compacted_rows; /* rows the last compaction left */
-    uint64_t compact_rows;
-};
-
-static int64_t
-wall_ms(void)
+int64_t
+sp_wall_ms(void)
 {
     struct timespec ts;
 
@@ -96,8 +44,8 @@ wall_ms(void)
 }
 
 /* One JSON line (tally_log.h) naming the tenant and this process. */
-static bool
-log_begin(const struct sp *s, struct tally_log *l, enum tally_log_level level, const char *event)
+bool
+sp_log_begin(const struct sp *s, struct tally_log *l, enum tally_log_level level, const char *event)
 {
     if (!tally_log_begin(l, level, event))
         return false;
@@ -106,22 +54,22 @@ log_begin(const struct sp *s, struct tally_log *l, enum tally_log_level level, c
     return true;
 }
 
-static void
-log_event(const struct sp *s, enum tally_log_level level, const char *event)
+void
+sp_log_event(const struct sp *s, enum tally_log_level level, const char *event)
 {
     struct tally_log l;
 
-    if (log_begin(s, &l, level, event))
+    if (sp_log_begin(s, &l, level, event))
         tally_log_end(&l);
 }
 
-static void
-log_error(const struct sp *s, enum tally_log_level level, const char *event, int rc,
-          const char *detail)
+void
+sp_log_error(const struct sp *s, enum tally_log_level level, const char *event, int rc,
+             const char *detail)
 {
     struct tally_log l;
 
-    if (!log_begin(s, &l, level, event))
+    if (!sp_log_begin(s, &l, level, event))
         return;
     tally_log_str(&l, "error", tally_strerror(rc));
     if (detail != NULL)
@@ -129,10 +77,8 @@ log_error(const struct sp *s, enum tally_log_level level, const char *event, int
     tally_log_end(&l);
 }
 
-static void maybe_compact(struct sp *s);
-
-static void
-stop(struct sp *s, int code)
+void
+sp_stop(struct sp *s, int code)
 {
     if (s->stopping)
         return;
@@ -141,145 +87,10 @@ stop(struct sp *s, int code)
     uv_stop(&s->loop);
 }
 
-/* Batched mode: every commit so far becomes durable. A failed fsync may have
- * lost them (the kernel may drop the dirty pages), so it is a failed commit. */
-static void
-on_sync(uv_timer_t *t)
-{
-    struct sp *s = t->data;
-    int rc;
-
-    if (s->failed || !s->unsynced)
-        return;
-    rc = store_db_sync(s->journal);
-    if (rc != TALLY_OK) {
-        log_error(s, TALLY_LOG_ERROR, "journal_sync_failed", rc, store_db_errmsg(s->journal));
-        s->failed = true;
-        stop(s, 74);
-        return;
-    }
-    s->unsynced = false;
-}
-
-/* Called after each successful commit. */
-static void
-committed(struct sp *s)
-{
-    if (s->o->strict)
-        return;
-    s->unsynced = true;
-    if (s->sync_ms > 0 && !uv_is_active((uv_handle_t *)&s->sync_timer))
-        uv_timer_start(&s->sync_timer, on_sync, s->sync_ms, 0);
-}
-
-static int
-journal_replace(struct sp *s, const struct sup_records *snap)
-{
-    sqlite3_stmt *st = store_db_stmt(s->journal, J_CLEAR);
-    size_t i;
-    int rc = store_db_begin(s->journal);
-
-    if (rc == TALLY_OK) {
-        rc = store_db_rc(s->journal, sqlite3_step(st));
-        sqlite3_reset(st);
-    }
-    for (i = 0; i < snap->count && rc == TALLY_OK; i++) {
-        st = store_db_stmt(s->journal, J_INSERT);
-        sqlite3_bind_blob(st, 1, &snap->v[i], sizeof(snap->v[i]), SQLITE_STATIC);
-        rc = store_db_rc(s->journal, sqlite3_step(st));
-        sqlite3_reset(st);
-    }
-    if (rc == TALLY_OK)
-        return store_db_commit(s->journal);
-    store_db_rollback(s->journal);
-    return rc;
-}
-
-/* Replaces the journal by a snapshot of the ledger, in one transaction, once it
- * has grown enough: replay at start stays proportional to the live state, not
- * to history. Called between turns only, when every record is durable, so the
- * snapshot is exactly the durable state. A failure changes nothing (the
- * transaction rolls back) and waits for the next threshold. */
-static void
-maybe_compact(struct sp *s)
-{
-    struct sup_records snap = {NULL, 0, 0};
-    uint64_t grown = s->journal_rows - s->compacted_rows;
-    size_t needed = 0;
-    struct tally_log l;
-    int64_t t0;
-    int rc;
-
-    if (s->batch.count > 0 || grown < s->compact_rows || grown < s->compacted_rows)
-        return;
-    t0 = wall_ms();
-    rc = sup_ledger_snapshot(s->ledger, &snap, &needed);
-    if (rc == TALLY_ETOOBIG) {
-        snap.v = tally_calloc(needed, sizeof(*snap.v));
-        snap.cap = needed;
-        rc = snap.v == NULL ? TALLY_ENOMEM : sup_ledger_snapshot(s->ledger, &snap, &needed);
-    }
-    if (rc == TALLY_OK)
-        rc = journal_replace(s, &snap);
-    if (log_begin(s, &l, rc == TALLY_OK ? TALLY_LOG_INFO : TALLY_LOG_ERROR, "journal_compacted")) {
-        tally_log_int(&l, "rows_before", (int64_t)s->journal_rows);
-        tally_log_int(&l, "rows_after", (int64_t)(rc == TALLY_OK ? snap.count : s->journal_rows));
-        tally_log_int(&l, "ms", wall_ms() - t0);
-        if (rc != TALLY_OK)
-            tally_log_str(&l, "error", tally_strerror(rc));
-        tally_log_end(&l);
-    }
-    if (rc == TALLY_OK) {
-        s->journal_rows = snap.count;
-        committed(s);
-    }
-    s->compacted_rows = s->journal_rows;
-    tally_free(snap.v);
-}
-
-/* Commits the turn's records, then writes its replies. */
-static void
-flush(struct sp *s)
-{
-    size_t i;
-    int rc = TALLY_OK;
-
-    if (s->failed)
-        return; /* exiting 74: no second try, no second line, no reply */
-    if (s->batch.count > 0) {
-        rc = store_db_begin(s->journal);
-        for (i = 0; i < s->batch.count && rc == TALLY_OK; i++) {
-            sqlite3_stmt *st = store_db_stmt(s->journal, J_INSERT);
-            sqlite3_bind_blob(st, 1, &s->recs[i], sizeof(s->recs[i]), SQLITE_STATIC);
-            rc = store_db_rc(s->journal, sqlite3_step(st));
-            sqlite3_reset(st);
-        }
-        if (rc == TALLY_OK)
-            rc = store_db_commit(s->journal);
-        else
-            store_db_rollback(s->journal);
-        if (rc != TALLY_OK) {
-            log_error(s, TALLY_LOG_ERROR, "journal_commit_failed", rc, store_db_errmsg(s->journal));
-            s->out_len = 0; /* never answer what is not durable */
-            s->failed = true;
-            stop(s, 74);
-            return;
-        }
-        s->records_total += s->batch.count;
-        s->journal_rows += s->batch.count;
-        s->batch.count = 0;
-        committed(s);
-    }
-    if (s->out_len > 0 && s->conn != NULL)
-        (void)proto_conn_send(s->conn, s->out, s->out_len);
-    s->out_len = 0;
-    maybe_compact(s);
-}
-
 static void
 on_check(uv_check_t *h)
 {
-    flush(h->data);
+    sp_flush(h->data);
 }
 
 static void on_expire(uv_timer_t *t);
@@ -294,7 +105,7 @@ arm_expiry(struct sp *s)
         uv_timer_stop(&s->expire_timer);
         return;
     }
-    wait = at - wall_ms();
+    wait = at - sp_wall_ms();
     uv_timer_start(&s->expire_timer, on_expire, wait > 0 ? (uint64_t)wait : 0, 0);
 }
 
@@ -302,11 +113,11 @@ static void
 on_expire(uv_timer_t *t)
 {
     struct sp *s = t->data;
-    int64_t now = wall_ms();
+    int64_t now = sp_wall_ms();
 
     do {
         if (s->batch.count == s->batch.cap)
-            flush(s);
+            sp_flush(s);
         if (s->stopping || sup_ledger_expire(s->ledger, now, &s->batch) != TALLY_OK)
             return;
     } while (s->batch.count == s->batch.cap);
@@ -345,26 +156,26 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
 
     uv_timer_again(&s->idle_timer);
     if (proto_lease_decode(f, &in) != TALLY_OK) {
-        log_event(s, TALLY_LOG_WARN, "bad_frame");
+        sp_log_event(s, TALLY_LOG_WARN, "bad_frame");
         proto_conn_close(c);
         return;
     }
     if (s->batch.count == s->batch.cap || s->out_len > PROTO_CONN_OUT_MAX / 2)
-        flush(s);
+        sp_flush(s);
     /* The configuration may have changed a moment ago (a new link, a raised limit):
      * look again before answering a request for tokens (PRAGMA data_version, cheap). */
     if (in.type == PROTO_LEASE_ACQUIRE || in.type == PROTO_LEASE_SLOT_ACQUIRE)
         on_reload(&s->reload_timer);
     if (s->stopping)
         return;
-    rc = sup_ledger_handle(s->ledger, wall_ms(), &in, &reply, &s->batch);
+    rc = sup_ledger_handle(s->ledger, sp_wall_ms(), &in, &reply, &s->batch);
     if (rc == TALLY_EPROTO) {
-        log_event(s, TALLY_LOG_WARN, "bad_message");
+        sp_log_event(s, TALLY_LOG_WARN, "bad_message");
         proto_conn_close(c);
         return;
     }
     if (rc != TALLY_OK || queue_reply(s, &reply, f->request_id) != TALLY_OK) {
-        stop(s, 74);
+        sp_stop(s, 74);
         return;
     }
     arm_expiry(s);
@@ -379,8 +190,8 @@ on_close(proto_conn *c, int reason, void *data)
     if (s->conn == c)
         s->conn = NULL;
     proto_conn_unref(c);
-    flush(s);
-    stop(s, s->exit_code); /* tallyd went away: an orphan never grants */
+    sp_flush(s);
+    sp_stop(s, s->exit_code); /* tallyd went away: an orphan never grants */
 }
 
 static void
@@ -388,9 +199,9 @@ on_idle(uv_timer_t *t)
 {
     struct sp *s = t->data;
 
-    flush(s);
-    log_event(s, TALLY_LOG_INFO, "supervisor_idle_exit");
-    stop(s, 0);
+    sp_flush(s);
+    sp_log_event(s, TALLY_LOG_INFO, "supervisor_idle_exit");
+    sp_stop(s, 0);
 }
 
 static void
@@ -399,8 +210,8 @@ on_signal(uv_signal_t *h, int signum)
     struct sp *s = h->data;
 
     (void)signum;
-    flush(s);
-    stop(s, 0);
+    sp_flush(s);
+    sp_stop(s, 0);
 }
 
 static bool
@@ -461,41 +272,17 @@ on_reload(uv_timer_t *h)
         return;
     rc = load_config(s, &t);
     if (rc == TALLY_ENOTFOUND) {
-        log_event(s, TALLY_LOG_INFO, "tenant_removed");
-        flush(s);
-        stop(s, 0);
+        sp_log_event(s, TALLY_LOG_INFO, "tenant_removed");
+        sp_flush(s);
+        sp_stop(s, 0);
         return;
     }
     if (rc == TALLY_OK)
         rc = sup_ledger_configure(s->ledger, t->plan, s->eps, s->n_eps);
     if (rc == TALLY_OK)
-        log_event(s, TALLY_LOG_DEBUG, "supervisor_reload");
+        sp_log_event(s, TALLY_LOG_DEBUG, "supervisor_reload");
     else
-        log_error(s, TALLY_LOG_ERROR, "supervisor_reload_failed", rc, NULL);
-}
-
-static int
-replay(struct sp *s)
-{
-    sqlite3_stmt *st = store_db_stmt(s->journal, J_ALL);
-    struct sup_record rec;
-    int step;
-    int rc = TALLY_OK;
-
-    while (rc == TALLY_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        if ((size_t)sqlite3_column_bytes(st, 0) != sizeof(rec)) {
-            rc = TALLY_ECORRUPT;
-            break;
-        }
-        memcpy(&rec, sqlite3_column_blob(st, 0), sizeof(rec));
-        rc = sup_ledger_replay(s->ledger, &rec);
-        s->records_total++;
-        s->journal_rows++;
-    }
-    if (rc == TALLY_OK && step != SQLITE_DONE)
-        rc = store_db_rc(s->journal, step);
-    sqlite3_reset(st);
-    return rc;
+        sp_log_error(s, TALLY_LOG_ERROR, "supervisor_reload_failed", rc, NULL);
 }
 
 static int
@@ -513,7 +300,7 @@ open_all(struct sp *s)
         return rc == TALLY_ENOTFOUND ? TALLY_ENODATA : rc;
     rc = sup_path_tenant(s->o->data, s->o->tenant, "ledger.db", path, sizeof(path));
     if (rc == TALLY_OK)
-        rc = store_db_open(path, &journal_schema,
+        rc = store_db_open(path, &sp_journal_schema,
                            STORE_OPEN_CREATE | STORE_OPEN_PRIVATE |
                                (s->o->strict ? STORE_OPEN_SYNC_FULL : 0),
                            &s->journal);
@@ -528,13 +315,13 @@ open_all(struct sp *s)
     cfg.link_ctx = s;
     rc = sup_ledger_open(&cfg, &s->ledger);
     if (rc == TALLY_OK)
-        rc = replay(s);
+        rc = sp_replay(s);
     if (rc == TALLY_OK)
-        maybe_compact(s);
+        sp_maybe_compact(s);
     if (rc == TALLY_OK)
-        rc = sup_ledger_start(s->ledger, wall_ms(), &s->batch);
+        rc = sup_ledger_start(s->ledger, sp_wall_ms(), &s->batch);
     if (rc == TALLY_OK) {
-        flush(s); /* the EPOCH record is durable before the first grant */
+        sp_flush(s); /* the EPOCH record is durable before the first grant */
         rc = s->stopping ? TALLY_ESTORE : TALLY_OK;
     }
     return rc;
@@ -570,7 +357,7 @@ sup_process_run(const struct sup_process_opts *o)
     static const struct proto_conn_cbs cbs = {on_frame, on_close};
     char path[SUP_PATH_MAX];
     struct tally_log l;
-    int64_t started = wall_ms();
+    int64_t started = sp_wall_ms();
     int lock_fd = -1;
     int rc;
 
@@ -593,8 +380,8 @@ sup_process_run(const struct sup_process_opts *o)
     if (rc == TALLY_OK)
         rc = sup_lock_take(path, &lock_fd);
     if (rc != TALLY_OK) {
-        log_error(&s, rc == TALLY_ELOCKED ? TALLY_LOG_WARN : TALLY_LOG_ERROR, "supervisor_refused",
-                  rc, NULL);
+        sp_log_error(&s, rc == TALLY_ELOCKED ? TALLY_LOG_WARN : TALLY_LOG_ERROR,
+                     "supervisor_refused", rc, NULL);
         return exit_code_for(rc);
     }
     uv_loop_init(&s.loop);
@@ -602,8 +389,8 @@ sup_process_run(const struct sup_process_opts *o)
     s.sync_timer.data = &s;
     rc = open_all(&s);
     if (rc != TALLY_OK) {
-        log_error(&s, TALLY_LOG_ERROR, "supervisor_open_failed", rc,
-                  s.journal != NULL ? store_db_errmsg(s.journal) : store_open_errmsg());
+        sp_log_error(&s, TALLY_LOG_ERROR, "supervisor_open_failed", rc,
+                     s.journal != NULL ? store_db_errmsg(s.journal) : store_open_errmsg());
         s.exit_code = exit_code_for(rc);
         goto out;
     }
@@ -631,14 +418,14 @@ sup_process_run(const struct sup_process_opts *o)
     s.sigint.data = &s;
     uv_signal_start(&s.sigint, on_signal, SIGINT);
     arm_expiry(&s);
-    if (log_begin(&s, &l, TALLY_LOG_INFO, "supervisor_ready")) {
+    if (sp_log_begin(&s, &l, TALLY_LOG_INFO, "supervisor_ready")) {
         tally_log_int(&l, "records", (int64_t)s.records_total);
         tally_log_int(&l, "journal_rows", (int64_t)s.journal_rows);
-        tally_log_int(&l, "replay_ms", wall_ms() - started);
+        tally_log_int(&l, "replay_ms", sp_wall_ms() - started);
         tally_log_end(&l);
     }
     uv_run(&s.loop, UV_RUN_DEFAULT);
-    flush(&s);
+    sp_flush(&s);
 out:
     if (s.conn != NULL) {
         proto_conn_close(s.conn);

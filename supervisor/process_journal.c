@@ -1,0 +1,185 @@
+/*
+ * The supervisor's journal (process.c holds the loop): each turn's records
+ * committed in one transaction before the turn's replies are written, the
+ * batched mode's fsync timer, compaction by a snapshot of the ledger, and the
+ * replay at start. A commit that fails leaves memory ahead of disk: the
+ * process exits 74 without replying and the replay rebuilds what was durable.
+ */
+#include "sup_process_int.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const journal_migrations[] = {
+    "CREATE TABLE journal(seq INTEGER PRIMARY KEY, rec BLOB NOT NULL) STRICT",
+};
+enum { J_INSERT, J_ALL, J_CLEAR, J__COUNT };
+static const char *const journal_statements[J__COUNT] = {
+    [J_INSERT] = "INSERT INTO journal(rec) VALUES(?1)",
+    [J_ALL] = "SELECT rec FROM journal ORDER BY seq",
+    [J_CLEAR] = "DELETE FROM journal",
+};
+const struct store_schema sp_journal_schema = {"ledger", journal_migrations, 1, journal_statements,
+                                               J__COUNT};
+
+/* Batched mode: every commit so far becomes durable. A failed fsync may have
+ * lost them (the kernel may drop the dirty pages), so it is a failed commit. */
+static void
+on_sync(uv_timer_t *t)
+{
+    struct sp *s = t->data;
+    int rc;
+
+    if (s->failed || !s->unsynced)
+        return;
+    rc = store_db_sync(s->journal);
+    if (rc != TALLY_OK) {
+        sp_log_error(s, TALLY_LOG_ERROR, "journal_sync_failed", rc, store_db_errmsg(s->journal));
+        s->failed = true;
+        sp_stop(s, 74);
+        return;
+    }
+    s->unsynced = false;
+}
+
+/* Called after each successful commit. */
+static void
+committed(struct sp *s)
+{
+    if (s->o->strict)
+        return;
+    s->unsynced = true;
+    if (s->sync_ms > 0 && !uv_is_active((uv_handle_t *)&s->sync_timer))
+        uv_timer_start(&s->sync_timer, on_sync, s->sync_ms, 0);
+}
+
+static int
+journal_replace(struct sp *s, const struct sup_records *snap)
+{
+    sqlite3_stmt *st = store_db_stmt(s->journal, J_CLEAR);
+    size_t i;
+    int rc = store_db_begin(s->journal);
+
+    if (rc == TALLY_OK) {
+        rc = store_db_rc(s->journal, sqlite3_step(st));
+        sqlite3_reset(st);
+    }
+    for (i = 0; i < snap->count && rc == TALLY_OK; i++) {
+        st = store_db_stmt(s->journal, J_INSERT);
+        sqlite3_bind_blob(st, 1, &snap->v[i], sizeof(snap->v[i]), SQLITE_STATIC);
+        rc = store_db_rc(s->journal, sqlite3_step(st));
+        sqlite3_reset(st);
+    }
+    if (rc == TALLY_OK)
+        return store_db_commit(s->journal);
+    store_db_rollback(s->journal);
+    return rc;
+}
+
+/* Replaces the journal by a snapshot of the ledger, in one transaction, once it
+ * has grown enough: replay at start stays proportional to the live state, not
+ * to history. Called between turns only, when every record is durable, so the
+ * snapshot is exactly the durable state. A failure changes nothing (the
+ * transaction rolls back) and waits for the next threshold. */
+void
+sp_maybe_compact(struct sp *s)
+{
+    struct sup_records snap = {NULL, 0, 0};
+    uint64_t grown = s->journal_rows - s->compacted_rows;
+    size_t needed = 0;
+    struct tally_log l;
+    int64_t t0;
+    int rc;
+
+    if (s->batch.count > 0 || grown < s->compact_rows || grown < s->compacted_rows)
+        return;
+    t0 = sp_wall_ms();
+    rc = sup_ledger_snapshot(s->ledger, &snap, &needed);
+    if (rc == TALLY_ETOOBIG) {
+        snap.v = tally_calloc(needed, sizeof(*snap.v));
+        snap.cap = needed;
+        rc = snap.v == NULL ? TALLY_ENOMEM : sup_ledger_snapshot(s->ledger, &snap, &needed);
+    }
+    if (rc == TALLY_OK)
+        rc = journal_replace(s, &snap);
+    if (sp_log_begin(s, &l, rc == TALLY_OK ? TALLY_LOG_INFO : TALLY_LOG_ERROR,
+                     "journal_compacted")) {
+        tally_log_int(&l, "rows_before", (int64_t)s->journal_rows);
+        tally_log_int(&l, "rows_after", (int64_t)(rc == TALLY_OK ? snap.count : s->journal_rows));
+        tally_log_int(&l, "ms", sp_wall_ms() - t0);
+        if (rc != TALLY_OK)
+            tally_log_str(&l, "error", tally_strerror(rc));
+        tally_log_end(&l);
+    }
+    if (rc == TALLY_OK) {
+        s->journal_rows = snap.count;
+        committed(s);
+    }
+    s->compacted_rows = s->journal_rows;
+    tally_free(snap.v);
+}
+
+/* Commits the turn's records, then writes its replies. */
+void
+sp_flush(struct sp *s)
+{
+    size_t i;
+    int rc = TALLY_OK;
+
+    if (s->failed)
+        return; /* exiting 74: no second try, no second line, no reply */
+    if (s->batch.count > 0) {
+        rc = store_db_begin(s->journal);
+        for (i = 0; i < s->batch.count && rc == TALLY_OK; i++) {
+            sqlite3_stmt *st = store_db_stmt(s->journal, J_INSERT);
+            sqlite3_bind_blob(st, 1, &s->recs[i], sizeof(s->recs[i]), SQLITE_STATIC);
+            rc = store_db_rc(s->journal, sqlite3_step(st));
+            sqlite3_reset(st);
+        }
+        if (rc == TALLY_OK)
+            rc = store_db_commit(s->journal);
+        else
+            store_db_rollback(s->journal);
+        if (rc != TALLY_OK) {
+            sp_log_error(s, TALLY_LOG_ERROR, "journal_commit_failed", rc,
+                         store_db_errmsg(s->journal));
+            s->out_len = 0; /* never answer what is not durable */
+            s->failed = true;
+            sp_stop(s, 74);
+            return;
+        }
+        s->records_total += s->batch.count;
+        s->journal_rows += s->batch.count;
+        s->batch.count = 0;
+        committed(s);
+    }
+    if (s->out_len > 0 && s->conn != NULL)
+        (void)proto_conn_send(s->conn, s->out, s->out_len);
+    s->out_len = 0;
+    sp_maybe_compact(s);
+}
+
+int
+sp_replay(struct sp *s)
+{
+    sqlite3_stmt *st = store_db_stmt(s->journal, J_ALL);
+    struct sup_record rec;
+    int step;
+    int rc = TALLY_OK;
+
+    while (rc == TALLY_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
+        if ((size_t)sqlite3_column_bytes(st, 0) != sizeof(rec)) {
+            rc = TALLY_ECORRUPT;
+            break;
+        }
+        memcpy(&rec, sqlite3_column_blob(st, 0), sizeof(rec));
+        rc = sup_ledger_replay(s->ledger, &rec);
+        s->records_total++;
+        s->journal_rows++;
+    }
+    if (rc == TALLY_OK && step != SQLITE_DONE)
+        rc = store_db_rc(s->journal, step);
+    sqlite3_reset(st);
+    return rc;
+}

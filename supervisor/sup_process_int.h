@@ -1,0 +1,83 @@
+/*
+ * Internals shared by the supervisor process's files: process.c (the loop, the
+ * channel, timers, configuration) and process_journal.c (the journal: commits,
+ * batched syncs, compaction, replay). Not installed.
+ */
+#ifndef SUP_PROCESS_INT_H
+#define SUP_PROCESS_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "proto_stream.h"
+#include "store.h"
+#include "store_snapshot.h"
+#include "sup_lease.h"
+#include "sup_process.h"
+#include "tally_log.h"
+
+#define BATCH_RECORDS   256
+#define RELOAD_CHECK_MS 250 /* a change made with tally is in force within 1 s */
+/* The journal is compacted once it has grown by this many rows and by at least
+ * the size of the last snapshot (TALLY_JOURNAL_COMPACT_ROWS overrides it). */
+#define COMPACT_ROWS_DEFAULT 4096
+/* Batched mode: the longest a commit stays unsynced (TALLY_BATCH_SYNC_MS
+ * overrides it; 0 leaves syncing to SQLite's checkpoints, for measurements). */
+#define BATCH_SYNC_MS_DEFAULT 100
+
+struct sp {
+    const struct sup_process_opts *o;
+    uv_loop_t loop;
+    uv_check_t check;
+    uv_timer_t expire_timer;
+    uv_timer_t idle_timer;
+    uv_timer_t reload_timer;
+    uv_timer_t sync_timer; /* batched mode: fsyncs the journal's unsynced commits */
+    uv_signal_t sigterm;
+    uv_signal_t sigint;
+    proto_conn *conn;
+    store_db *config;
+    store_db *journal;
+    store_snapshot *snap;
+    sup_ledger *ledger;
+    struct tenant_endpoint *eps;
+    size_t n_eps;
+    struct sup_record recs[BATCH_RECORDS];
+    struct sup_records batch;
+    uint8_t *out;
+    size_t out_len;
+    size_t out_cap;
+    int exit_code;
+    bool stopping;
+    bool failed;   /* a commit failed: memory is ahead of disk */
+    bool unsynced; /* batched mode: commits not yet fsynced */
+    uint64_t sync_ms;
+    uint64_t records_total;
+    uint64_t journal_rows;   /* rows in the journal now */
+    uint64_t compacted_rows; /* rows the last compaction left */
+    uint64_t compact_rows;
+};
+
+extern const struct store_schema sp_journal_schema;
+
+/* process.c */
+int64_t sp_wall_ms(void);
+/** One JSON line (tally_log.h) naming the tenant and this process. */
+bool sp_log_begin(const struct sp *s, struct tally_log *l, enum tally_log_level level,
+                  const char *event);
+void sp_log_event(const struct sp *s, enum tally_log_level level, const char *event);
+void sp_log_error(const struct sp *s, enum tally_log_level level, const char *event, int rc,
+                  const char *detail);
+void sp_stop(struct sp *s, int code);
+
+/* process_journal.c */
+/** Commits the turn's records, then writes its replies; a failed commit stops the process (74)
+ *  without a reply. */
+void sp_flush(struct sp *s);
+/** Replaces the journal by a snapshot of the ledger once it has grown enough. */
+void sp_maybe_compact(struct sp *s);
+/** Replays the journal into the ledger. TALLY_OK or the error that stopped it. */
+int sp_replay(struct sp *s);
+
+#endif /* SUP_PROCESS_INT_H */
