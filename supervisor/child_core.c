@@ -273,6 +273,12 @@ sup__child_reachable(const sup_child *c, int64_t now_mono)
     return now_mono - since < c->unreachable_ms;
 }
 
+int64_t
+sup_child_last_reply_ms(const sup_child *c)
+{
+    return c->last_reply_mono;
+}
+
 bool
 sup_child_reachable(const sup_child *c, struct sup_time now)
 {

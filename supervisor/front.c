@@ -258,6 +258,7 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
     r->start_ns = uv_hrtime();
     r->owner = NULL;
     r->shadow = false;
+    r->outage = false;
     r->child = NULL;
     r->stage = 0;
     r->give_up_ms = 0;

@@ -198,7 +198,7 @@ front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
 
     if (rc != TALLY_OK) {
         front_reply_status(fc->f, r, rc == TALLY_EFULL ? PROTO_UNAVAILABLE : PROTO_INTERNAL, 1000,
-                           tally_strerror(rc));
+                           rc == TALLY_EFULL ? "link table full" : tally_strerror(rc));
         return;
     }
     switch (a.verdict) {
@@ -236,6 +236,7 @@ front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
         park(fc, r, 1, a.give_up_ms);
         return;
     case SUP_ADMIT_UNAVAILABLE:
+        r->outage = true; /* front_obs_reply: the endpoint is unavailable */
         front_reply_status(fc->f, r, PROTO_UNAVAILABLE, a.retry_after_ms, "authority unreachable");
         return;
     case SUP_ADMIT_UNAUTHORIZED:

@@ -2,8 +2,10 @@
  * The front's view of itself (front_obs.h): latency histograms with fixed
  * buckets, lease round trips matched by (child, seq) in a fixed table, and
  * the service mode of each child counter, read off the answers it gives: a
- * degraded admission means degraded mode, a 503 while the supervisor is out
- * of reach means unavailable mode, an ordinary admission means normal again.
+ * degraded admission means degraded mode, a 503 by the endpoint's policy (the
+ * supervisor out of reach or too slow) means unavailable mode, and an
+ * ordinary admission means normal again once the supervisor has answered
+ * since the mode changed (an admission from a lease held before says nothing).
  * Each change is one log line and one count; nothing is logged per request.
  */
 #include "front_obs.h"
@@ -75,6 +77,8 @@ set_mode(sup_front *f, struct front_child *fc, enum front_mode to)
 
     if (from == to)
         return;
+    if (from == FRONT_MODE_NORMAL)
+        fc->mode_since_ms = front_now().mono_ms;
     fc->mode = (uint8_t)to;
     f->stats.mode_changes[to]++;
     if (from == FRONT_MODE_DEGRADED)
@@ -110,12 +114,18 @@ front_obs_reply(sup_front *f, struct sup_front_req *r, const struct proto_check_
         return;
     switch (reply->status) {
     case PROTO_ADMITTED:
-        set_mode(f, fc,
-                 (reply->flags & PROTO_F_DEGRADED) ? FRONT_MODE_DEGRADED : FRONT_MODE_NORMAL);
+        if (reply->flags & PROTO_F_DEGRADED)
+            set_mode(f, fc, FRONT_MODE_DEGRADED);
+        else if (fc->mode == FRONT_MODE_NORMAL ||
+                 sup_child_last_reply_ms(fc->child) > fc->mode_since_ms)
+            set_mode(f, fc, FRONT_MODE_NORMAL);
+        /* else admitted from a lease held before the outage: no sign yet that the
+         * supervisor is back, so no "recovered" line (and no flapping). */
         return;
     case PROTO_UNAVAILABLE:
-        /* Only an outage changes the mode; a full table or a shutdown does not. */
-        if (!sup_child_reachable(fc->child, front_now()))
+        /* Only an outage changes the mode (the policy answered for a supervisor out of
+         * reach or too slow); a full table or a shutdown does not. */
+        if (r->outage || !sup_child_reachable(fc->child, front_now()))
             set_mode(f, fc, FRONT_MODE_UNAVAILABLE);
         return;
     default:

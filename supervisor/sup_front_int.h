@@ -44,6 +44,7 @@ struct front_child {
     bool pump_soon;               /* the timer is due now for front_child_pump_soon() */
     struct sup_front_req *parked; /* FIFO: head; tail via head->prev */
     uint8_t mode;                 /* enum front_mode, for front_obs.c */
+    int64_t mode_since_ms;        /* monotonic: when mode last left normal */
 };
 
 struct sup_front {

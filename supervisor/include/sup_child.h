@@ -203,6 +203,8 @@ void sup_child_tick(sup_child *c, struct sup_time now);
 int64_t sup_child_next_wake_ms(const sup_child *c);
 /** The caller's view of the connection: false makes the supervisor unreachable at once. */
 void sup_child_set_connected(sup_child *c, bool connected, struct sup_time now);
+/** Monotonic instant of the last reply from the supervisor (very negative when none yet). */
+int64_t sup_child_last_reply_ms(const sup_child *c);
 /** True iff the supervisor counts as reachable at `now`. */
 bool sup_child_reachable(const sup_child *c, struct sup_time now);
 

@@ -58,6 +58,7 @@ struct sup_front_req {
     uint64_t slot_op;
     int stage; /* 0 idle, 1 waiting for a lease, 2 waiting for a slot */
     bool degraded;
+    bool outage;               /* 503 by the endpoint's policy: the authority did not answer */
     bool shadow;               /* the endpoint is in shadow mode: a refusal is admitted */
     struct front_child *owner; /* the child deciding it (for its mode), or NULL */
     uint64_t start_ns;         /* uv_hrtime() at sup_front_check */
