@@ -282,3 +282,37 @@ fail_keep_log(const char *log)
     if (system(cmd) != 0)
         fprintf(stderr, "could not copy %s to %s\n", log, to);
 }
+
+void
+fail_counts_add(struct fail_counts *sum, const struct fail_counts *c)
+{
+    sum->admitted += c->admitted;
+    sum->degraded += c->degraded;
+    sum->refused += c->refused;
+    sum->unavailable += c->unavailable;
+    sum->other += c->other;
+    sum->errors += c->errors;
+    if (c->max_ms > sum->max_ms)
+        sum->max_ms = c->max_ms;
+}
+
+void
+fail_counts_print(const char *what, const struct fail_counts *c)
+{
+    printf("# %-16s admitted %lld degraded %lld refused %lld unavailable %lld other %lld "
+           "errors %lld max %lld ms\n",
+           what, (long long)c->admitted, (long long)c->degraded, (long long)c->refused,
+           (long long)c->unavailable, (long long)c->other, (long long)c->errors,
+           (long long)c->max_ms);
+}
+
+void
+fail_counts_clean(const char *what, const struct fail_counts *c, int64_t bound_ms)
+{
+    if (c->errors != 0 || c->other != 0 || c->max_ms > bound_ms) {
+        fail_counts_print(what, c);
+        fail_msg("%s: %lld errors, %lld odd answers, slowest %lld ms (bound %lld ms)", what,
+                 (long long)c->errors, (long long)c->other, (long long)c->max_ms,
+                 (long long)bound_ms);
+    }
+}

@@ -42,6 +42,14 @@ struct fail_load {
     atomic_llong max_ms;
 };
 
+/** Adds the counts of c into sum (the slowest answer is the larger). */
+void fail_counts_add(struct fail_counts *sum, const struct fail_counts *c);
+/** One line "# WHAT admitted N degraded N ... max N ms" on stdout. */
+void fail_counts_print(const char *what, const struct fail_counts *c);
+/** Fails the test, printing the counts, on any error, any odd answer, or an answer slower
+ *  than bound_ms. */
+void fail_counts_clean(const char *what, const struct fail_counts *c, int64_t bound_ms);
+
 void fail_load_start(struct fail_load *l, const char *socket, const char *token,
                      const char *endpoint, int pause_ms);
 /** Counts since the last take (or the start), and resets them. */

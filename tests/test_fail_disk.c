@@ -89,40 +89,6 @@ teardown(void **state)
 }
 
 static void
-add(struct fail_counts *sum, const struct fail_counts *c)
-{
-    sum->admitted += c->admitted;
-    sum->degraded += c->degraded;
-    sum->refused += c->refused;
-    sum->unavailable += c->unavailable;
-    sum->other += c->other;
-    sum->errors += c->errors;
-    if (c->max_ms > sum->max_ms)
-        sum->max_ms = c->max_ms;
-}
-
-static void
-print(const char *what, const struct fail_counts *c)
-{
-    printf("# %-14s admitted %lld degraded %lld refused %lld unavailable %lld other %lld "
-           "errors %lld max %lld ms\n",
-           what, (long long)c->admitted, (long long)c->degraded, (long long)c->refused,
-           (long long)c->unavailable, (long long)c->other, (long long)c->errors,
-           (long long)c->max_ms);
-}
-
-static void
-no_failures(const char *what, const struct fail_counts *c)
-{
-    if (c->errors != 0 || c->other != 0 || c->max_ms > WAIT_MS + MARGIN_MS) {
-        print(what, c);
-        fail_msg("%s: %lld errors, %lld odd answers, slowest %lld ms (bound %d ms)", what,
-                 (long long)c->errors, (long long)c->other, (long long)c->max_ms,
-                 WAIT_MS + MARGIN_MS);
-    }
-}
-
-static void
 test_full_disk_follows_policy_and_heals(void **state)
 {
     struct env *e = *state;
@@ -140,15 +106,15 @@ test_full_disk_follows_policy_and_heals(void **state)
     t0 = serve_now_ms();
     while (a.admitted < 50 || b.admitted < 50) {
         c = fail_load_take(&e->a);
-        add(&a, &c);
+        fail_counts_add(&a, &c);
         c = fail_load_take(&e->b);
-        add(&b, &c);
+        fail_counts_add(&b, &c);
         if (serve_now_ms() - t0 > 30000)
             fail_msg("no steady service before the disk fills");
         serve_sleep_ms(PHASE_MS);
     }
-    print("a warm", &a);
-    print("b warm", &b);
+    fail_counts_print("a warm", &a);
+    fail_counts_print("b warm", &b);
     assert_int_equal(a.degraded + a.unavailable + b.unavailable + a.errors + b.errors, 0);
     (void)fail_load_take(&e->a);
     (void)fail_load_take(&e->b);
@@ -161,22 +127,22 @@ test_full_disk_follows_policy_and_heals(void **state)
     /* full: at least 3 s, and until each tenant has shown its policy a few times */
     while (serve_now_ms() - t0 < 3000 || a.degraded < 10 || b.unavailable < 10) {
         c = fail_load_take(&e->a);
-        add(&a, &c);
+        fail_counts_add(&a, &c);
         c = fail_load_take(&e->b);
-        add(&b, &c);
+        fail_counts_add(&b, &c);
         assert_int_equal(kill(e->s.d.pid, 0), 0); /* tallyd alive */
         if (serve_now_ms() - t0 > 30000) {
-            print("a full", &a);
-            print("b full", &b);
+            fail_counts_print("a full", &a);
+            fail_counts_print("b full", &b);
             fail_msg("the full disk did not show in the answers within 30 s");
         }
         serve_sleep_ms(PHASE_MS);
     }
     full_ms = serve_now_ms() - t0;
-    print("a full", &a);
-    print("b full", &b);
-    no_failures("a while full", &a);
-    no_failures("b while full", &b);
+    fail_counts_print("a full", &a);
+    fail_counts_print("b full", &b);
+    fail_counts_clean("a while full", &a, WAIT_MS + MARGIN_MS);
+    fail_counts_clean("b while full", &b, WAIT_MS + MARGIN_MS);
     assert_int_equal(a.unavailable, 0); /* open: never 503 */
     assert_true(a.degraded <= DEGRADED_N);
     assert_int_equal(b.degraded, 0); /* closed: never degraded */
@@ -188,22 +154,22 @@ test_full_disk_follows_policy_and_heals(void **state)
     t0 = serve_now_ms();
     for (;;) {
         struct fail_counts ca = fail_load_take(&e->a), cb = fail_load_take(&e->b);
-        add(&a, &ca);
-        add(&b, &cb);
+        fail_counts_add(&a, &ca);
+        fail_counts_add(&b, &cb);
         if (ca.admitted > 0 && ca.degraded == 0 && cb.admitted > 0 && cb.unavailable == 0)
             break;
         if (serve_now_ms() - t0 > 30000) {
-            print("a heal", &a);
-            print("b heal", &b);
+            fail_counts_print("a heal", &a);
+            fail_counts_print("b heal", &b);
             fail_msg("no recovery within 30 s of freeing the disk");
         }
         serve_sleep_ms(PHASE_MS);
     }
     heal_ms = serve_now_ms() - t0;
-    print("a heal", &a);
-    print("b heal", &b);
-    no_failures("a healing", &a);
-    no_failures("b healing", &b);
+    fail_counts_print("a heal", &a);
+    fail_counts_print("b heal", &b);
+    fail_counts_clean("a healing", &a, WAIT_MS + MARGIN_MS);
+    fail_counts_clean("b healing", &b, WAIT_MS + MARGIN_MS);
     fail_load_stop(&e->a);
     fail_load_stop(&e->b);
     printf("# full for %lld ms; healed %lld ms after the filler was deleted\n", (long long)full_ms,

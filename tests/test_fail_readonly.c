@@ -183,44 +183,10 @@ teardown(void **state)
     return 0;
 }
 
-static void
-add(struct fail_counts *sum, const struct fail_counts *c)
-{
-    sum->admitted += c->admitted;
-    sum->degraded += c->degraded;
-    sum->refused += c->refused;
-    sum->unavailable += c->unavailable;
-    sum->other += c->other;
-    sum->errors += c->errors;
-    if (c->max_ms > sum->max_ms)
-        sum->max_ms = c->max_ms;
-}
-
 static int64_t
 total(const struct fail_counts *c)
 {
     return c->admitted + c->degraded + c->refused + c->unavailable + c->other + c->errors;
-}
-
-static void
-print(const char *what, const struct fail_counts *c)
-{
-    printf("# %-16s admitted %lld degraded %lld refused %lld unavailable %lld other %lld "
-           "errors %lld max %lld ms\n",
-           what, (long long)c->admitted, (long long)c->degraded, (long long)c->refused,
-           (long long)c->unavailable, (long long)c->other, (long long)c->errors,
-           (long long)c->max_ms);
-}
-
-static void
-no_failures(const char *what, const struct fail_counts *c)
-{
-    if (c->errors != 0 || c->other != 0 || c->max_ms > WAIT_MS + MARGIN_MS) {
-        print(what, c);
-        fail_msg("%s: %lld errors, %lld odd answers, slowest %lld ms (bound %d ms)", what,
-                 (long long)c->errors, (long long)c->other, (long long)c->max_ms,
-                 WAIT_MS + MARGIN_MS);
-    }
 }
 
 /* Lines of tallyd's log, its own and its supervisors'. */
@@ -253,11 +219,11 @@ take3(struct env *e, struct fail_counts *ao, struct fail_counts *ac, struct fail
     struct fail_counts c;
 
     c = fail_load_take(&e->a_open);
-    add(ao, &c);
+    fail_counts_add(ao, &c);
     c = fail_load_take(&e->a_closed);
-    add(ac, &c);
+    fail_counts_add(ac, &c);
     c = fail_load_take(&e->b);
-    add(b, &c);
+    fail_counts_add(b, &c);
 }
 
 /* Until one phase where every load was admitted from leases only (a cold
@@ -302,9 +268,9 @@ test_readonly_tenant_follows_policy_and_heals(void **state)
             fail_msg("no steady service before the folder goes read-only");
         serve_sleep_ms(PHASE_MS);
     }
-    print("a open warm", &ao);
-    print("a closed warm", &ac);
-    print("b warm", &b);
+    fail_counts_print("a open warm", &ao);
+    fail_counts_print("a closed warm", &ac);
+    fail_counts_print("b warm", &b);
     steady(e);
 
     /* read-only: a's supervisor must open its files again, and cannot */
@@ -323,20 +289,20 @@ test_readonly_tenant_follows_policy_and_heals(void **state)
         take3(e, &ao, &ac, &b);
         assert_int_equal(kill(e->s.d.pid, 0), 0); /* tallyd alive */
         if (serve_now_ms() - t0 > 30000) {
-            print("a open ro", &ao);
-            print("a closed ro", &ac);
+            fail_counts_print("a open ro", &ao);
+            fail_counts_print("a closed ro", &ac);
             fail_msg("the read-only folder did not show in a's answers within 30 s");
         }
         serve_sleep_ms(PHASE_MS);
     }
     ro_ms = serve_now_ms() - t0;
     lines = log_lines(e) - lines0;
-    print("a open ro", &ao);
-    print("a closed ro", &ac);
-    print("b while a ro", &b);
-    no_failures("a open while ro", &ao);
-    no_failures("a closed while ro", &ac);
-    no_failures("b while a ro", &b);
+    fail_counts_print("a open ro", &ao);
+    fail_counts_print("a closed ro", &ac);
+    fail_counts_print("b while a ro", &b);
+    fail_counts_clean("a open while ro", &ao, WAIT_MS + MARGIN_MS);
+    fail_counts_clean("a closed while ro", &ac, WAIT_MS + MARGIN_MS);
+    fail_counts_clean("b while a ro", &b, WAIT_MS + MARGIN_MS);
     assert_int_equal(ao.unavailable, 0); /* open: never 503 */
     assert_true(ao.degraded <= DEGRADED_N);
     assert_int_equal(ac.degraded, 0);                            /* closed: never degraded */
@@ -361,24 +327,24 @@ test_readonly_tenant_follows_policy_and_heals(void **state)
     for (;;) {
         struct fail_counts co = fail_load_take(&e->a_open), cc = fail_load_take(&e->a_closed);
         struct fail_counts cb = fail_load_take(&e->b);
-        add(&ao, &co);
-        add(&ac, &cc);
-        add(&b, &cb);
+        fail_counts_add(&ao, &co);
+        fail_counts_add(&ac, &cc);
+        fail_counts_add(&b, &cb);
         if (co.admitted > 0 && co.degraded == 0 && cc.admitted > 0 && cc.unavailable == 0)
             break;
         if (serve_now_ms() - t0 > 10000) {
-            print("a open heal", &ao);
-            print("a closed heal", &ac);
+            fail_counts_print("a open heal", &ao);
+            fail_counts_print("a closed heal", &ac);
             fail_msg("a did not heal within 10 s of the remount read-write");
         }
         serve_sleep_ms(PHASE_MS);
     }
     heal_ms = serve_now_ms() - t0;
-    print("a open heal", &ao);
-    print("a closed heal", &ac);
-    no_failures("a open healing", &ao);
-    no_failures("a closed healing", &ac);
-    no_failures("b while a heals", &b);
+    fail_counts_print("a open heal", &ao);
+    fail_counts_print("a closed heal", &ac);
+    fail_counts_clean("a open healing", &ao, WAIT_MS + MARGIN_MS);
+    fail_counts_clean("a closed healing", &ac, WAIT_MS + MARGIN_MS);
+    fail_counts_clean("b while a heals", &b, WAIT_MS + MARGIN_MS);
     printf("# healed %lld ms after the remount read-write\n", (long long)heal_ms);
     fail_load_stop(&e->a_open);
     fail_load_stop(&e->a_closed);
@@ -450,19 +416,19 @@ test_fs_turned_readonly_follows_policy(void **state)
         take3(e, &ao, &ac, &b);
         assert_int_equal(kill(e->s.d.pid, 0), 0); /* tallyd alive */
         if (serve_now_ms() - t0 > 30000) {
-            print("a open ro fs", &ao);
-            print("a closed ro fs", &ac);
+            fail_counts_print("a open ro fs", &ao);
+            fail_counts_print("a closed ro fs", &ac);
             fail_msg("the read-only file system did not show in a's answers within 30 s");
         }
         serve_sleep_ms(PHASE_MS);
     }
     lines = log_lines(e) - lines0;
-    print("a open ro fs", &ao);
-    print("a closed ro fs", &ac);
-    print("b while a ro fs", &b);
-    no_failures("a open while ro fs", &ao);
-    no_failures("a closed while ro fs", &ac);
-    no_failures("b while a ro fs", &b);
+    fail_counts_print("a open ro fs", &ao);
+    fail_counts_print("a closed ro fs", &ac);
+    fail_counts_print("b while a ro fs", &b);
+    fail_counts_clean("a open while ro fs", &ao, WAIT_MS + MARGIN_MS);
+    fail_counts_clean("a closed while ro fs", &ac, WAIT_MS + MARGIN_MS);
+    fail_counts_clean("b while a ro fs", &b, WAIT_MS + MARGIN_MS);
     assert_int_equal(ao.unavailable, 0);
     assert_true(ao.degraded <= DEGRADED_N);
     assert_int_equal(ac.degraded, 0);
@@ -497,13 +463,13 @@ test_fs_turned_readonly_follows_policy(void **state)
     t0 = serve_now_ms();
     while (ao.admitted < 20) {
         struct fail_counts c = fail_load_take(&e->a_open);
-        add(&ao, &c);
+        fail_counts_add(&ao, &c);
         if (serve_now_ms() - t0 > 30000)
             fail_msg("a not served after the repair");
         serve_sleep_ms(PHASE_MS);
     }
     fail_load_stop(&e->a_open);
-    print("a open repaired", &ao);
+    fail_counts_print("a open repaired", &ao);
     serve_stop(&e->s);
 }
 

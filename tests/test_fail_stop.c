@@ -76,38 +76,6 @@ teardown(void **state)
 }
 
 static void
-add(struct fail_counts *sum, const struct fail_counts *c)
-{
-    sum->admitted += c->admitted;
-    sum->degraded += c->degraded;
-    sum->refused += c->refused;
-    sum->unavailable += c->unavailable;
-    sum->other += c->other;
-    sum->errors += c->errors;
-    if (c->max_ms > sum->max_ms)
-        sum->max_ms = c->max_ms;
-}
-
-static void
-print(const char *what, const struct fail_counts *c)
-{
-    printf("# %-16s admitted %lld degraded %lld refused %lld unavailable %lld other %lld "
-           "errors %lld max %lld ms\n",
-           what, (long long)c->admitted, (long long)c->degraded, (long long)c->refused,
-           (long long)c->unavailable, (long long)c->other, (long long)c->errors,
-           (long long)c->max_ms);
-}
-
-static void
-within_deadline(const char *what, const struct fail_counts *c)
-{
-    if (c->errors != 0 || c->other != 0 || c->max_ms > WAIT_MS + MARGIN_MS)
-        fail_msg("%s: %lld errors, %lld odd answers, slowest %lld ms (bound %d ms)", what,
-                 (long long)c->errors, (long long)c->other, (long long)c->max_ms,
-                 WAIT_MS + MARGIN_MS);
-}
-
-static void
 test_sigstop_under_load(void **state)
 {
     struct env *e = *state;
@@ -125,23 +93,23 @@ test_sigstop_under_load(void **state)
     t0 = serve_now_ms();
     while (o_before.admitted < 150 || c_before.admitted < 150) {
         x = fail_load_take(&e->open);
-        add(&o_before, &x);
+        fail_counts_add(&o_before, &x);
         x = fail_load_take(&e->closed);
-        add(&c_before, &x);
+        fail_counts_add(&c_before, &x);
         if (serve_now_ms() - t0 > 30000)
             fail_msg("no steady service before the stop");
         serve_sleep_ms(100);
     }
-    print("open before", &o_before);
-    print("closed before", &c_before);
+    fail_counts_print("open before", &o_before);
+    fail_counts_print("closed before", &c_before);
     /* (a grant slower than the deadline on a busy machine may degrade a few
      * answers even now: the bound below counts them) */
 
     assert_int_equal(test_supervisor_pids(e->s.data, "acme", pids, 4), 1);
     x = fail_load_take(&e->open);
-    add(&o_before, &x);
+    fail_counts_add(&o_before, &x);
     x = fail_load_take(&e->closed);
-    add(&c_before, &x);
+    fail_counts_add(&c_before, &x);
     degraded_lines = serve_log_count(&e->s, "\"event\":\"endpoint_degraded\"");
     unavailable_lines = serve_log_count(&e->s, "\"event\":\"endpoint_unavailable\"");
     e->stopped = pids[0];
@@ -155,10 +123,10 @@ test_sigstop_under_load(void **state)
     assert_int_equal(serve_log_count(&e->s, "\"event\":\"endpoint_degraded\""), degraded_lines + 1);
     assert_int_equal(serve_log_count(&e->s, "\"event\":\"endpoint_unavailable\""),
                      unavailable_lines + 1);
-    print("open stopped", &o_out);
-    print("closed stopped", &c_out);
-    within_deadline("open while stopped", &o_out);
-    within_deadline("closed while stopped", &c_out);
+    fail_counts_print("open stopped", &o_out);
+    fail_counts_print("closed stopped", &c_out);
+    fail_counts_clean("open while stopped", &o_out, WAIT_MS + MARGIN_MS);
+    fail_counts_clean("closed while stopped", &c_out, WAIT_MS + MARGIN_MS);
     assert_true(o_out.degraded > 0);        /* open: degraded once the leases ran out */
     assert_int_equal(o_out.unavailable, 0); /* open: never 503 */
     assert_true(o_before.degraded + o_out.degraded <= DEGRADED); /* the degraded allowance */
@@ -170,8 +138,8 @@ test_sigstop_under_load(void **state)
     t0 = serve_now_ms();
     for (;;) {
         struct fail_counts xo = fail_load_take(&e->open), xc = fail_load_take(&e->closed);
-        add(&o_after, &xo);
-        add(&c_after, &xc);
+        fail_counts_add(&o_after, &xo);
+        fail_counts_add(&c_after, &xc);
         if (healed_ms < 0 && xo.admitted > 0 && xo.degraded == 0 && xc.admitted > 0 &&
             xc.unavailable == 0)
             healed_ms = serve_now_ms() - t0;
@@ -182,11 +150,11 @@ test_sigstop_under_load(void **state)
     }
     fail_load_stop(&e->open);
     fail_load_stop(&e->closed);
-    print("open after", &o_after);
-    print("closed after", &c_after);
+    fail_counts_print("open after", &o_after);
+    fail_counts_print("closed after", &c_after);
     assert_true(healed_ms >= 0);
-    within_deadline("open after", &o_after);
-    within_deadline("closed after", &c_after);
+    fail_counts_clean("open after", &o_after, WAIT_MS + MARGIN_MS);
+    fail_counts_clean("closed after", &c_after, WAIT_MS + MARGIN_MS);
     total = o_before.admitted + o_before.degraded + o_out.admitted + o_out.degraded +
             o_after.admitted + o_after.degraded;
     printf("# healed %lld ms after SIGCONT; open admitted %lld in all (N %d, D %d): "
