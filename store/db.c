@@ -24,6 +24,7 @@ struct store_db {
     sqlite3 *sql;
     const struct store_schema *schema;
     sqlite3_stmt **stmts;
+    sqlite3_stmt *begin, *commit; /* prepared once: a supervisor commits every loop turn */
     char path[STORE_PATH_MAX];
     char errmsg[STORE_PATH_MAX + 512];
 };
@@ -98,16 +99,27 @@ store_db_exec(store_db *db, const char *sql)
     return store_db_rc(db, sqlite3_exec(db->sql, sql, NULL, NULL, NULL));
 }
 
+/* Steps a prepared BEGIN or COMMIT once. */
+static int
+step_once(store_db *db, sqlite3_stmt *st)
+{
+    int rc = store_db_rc(db, sqlite3_step(st));
+
+    sqlite3_reset(st);
+    return rc;
+}
+
 int
 store_db_begin(store_db *db)
 {
-    return store_db_exec(db, "BEGIN IMMEDIATE");
+    /* Migrations run before the statements are prepared. */
+    return db->begin != NULL ? step_once(db, db->begin) : store_db_exec(db, "BEGIN IMMEDIATE");
 }
 
 int
 store_db_commit(store_db *db)
 {
-    int rc = store_db_exec(db, "COMMIT");
+    int rc = db->commit != NULL ? step_once(db, db->commit) : store_db_exec(db, "COMMIT");
 
     if (rc != TALLY_OK)
         store_db_rollback(db);
@@ -267,7 +279,12 @@ prepare_all(store_db *db)
         if (rc != TALLY_OK)
             return rc;
     }
-    return TALLY_OK;
+    rc = store_db_rc(db, sqlite3_prepare_v3(db->sql, "BEGIN IMMEDIATE", -1,
+                                            SQLITE_PREPARE_PERSISTENT, &db->begin, NULL));
+    if (rc == TALLY_OK)
+        rc = store_db_rc(db, sqlite3_prepare_v3(db->sql, "COMMIT", -1, SQLITE_PREPARE_PERSISTENT,
+                                                &db->commit, NULL));
+    return rc;
 }
 
 int
@@ -329,6 +346,8 @@ store_db_close(store_db *db)
             sqlite3_finalize(db->stmts[i]);
         tally_free(db->stmts);
     }
+    sqlite3_finalize(db->begin);
+    sqlite3_finalize(db->commit);
     if (db->sql != NULL) {
         int rc = sqlite3_close(db->sql);
         assert(rc == SQLITE_OK);
