@@ -111,8 +111,8 @@ loop_name(const char *dir, char *out, size_t cap)
         if (sscanf(line, "%*s %*s %*s %*s %511s", mnt) != 1 || dash == NULL ||
             strcmp(mnt, dir) != 0 || sscanf(dash, " - %*s %255s", src) != 1)
             continue;
-        if (strncmp(src, "/dev/", 5) == 0)
-            snprintf(out, cap, "%s", src + 5);
+        if (strncmp(src, "/dev/", 5) == 0 && snprintf(out, cap, "%s", src + 5) >= (int)cap)
+            fail_msg("device name %s too long", src);
     }
     fclose(f);
     if (out[0] == '\0')

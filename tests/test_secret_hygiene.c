@@ -48,7 +48,8 @@ vm_flags_of(const void *p, char *out, size_t cap)
         if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
             inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
         else if (inside && strncmp(line, "VmFlags:", 8) == 0)
-            snprintf(out, cap, "%s", line + 8);
+            if (snprintf(out, cap, "%s", line + 8) >= (int)cap)
+                out[cap - 1] = '\0'; /* a longer line is cut: the flags come first */
     }
     fclose(f);
 }
@@ -227,7 +228,8 @@ test_daemon_files_tokens_and_memory(void **state)
     assert_false(test_dir_contains(e.data, e.token2));
     log = test_read_file(e.d.log, &len);
     assert_non_null(log);
-    snprintf(log_token, sizeof(log_token), "%s", e.token + 4); /* without the prefix */
+    if (snprintf(log_token, sizeof(log_token), "%s", e.token + 4) >= (int)sizeof(log_token))
+        fail_msg("token longer than expected"); /* without the prefix */
     assert_null(strstr(log, log_token));
     free(log);
     /* No token left in tallyd's memory once its requests were answered, even
