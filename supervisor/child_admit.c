@@ -250,70 +250,15 @@ admit_unavailable(sup_child *c, struct child_link *k, int64_t cost, struct sup_t
     }
     out->verdict = SUP_ADMIT_OK;
     k->debt_new += cost;
-    c->debt_total += cost;
-    k->last_use = c->last_use = now.mono_ms;
+    k->last_use = now.mono_ms;
     c->stats.degraded++;
-}
-
-static void
-decide(sup_child *c, struct child_link *k, int64_t cost, struct sup_time now, unsigned flags,
-       struct sup_admit *out)
-{
-    struct child_lease *cl, *blocked;
-
-    memset(out, 0, sizeof(*out));
-    sup__child_link_roll(c, k, now.mono_ms);
-    sup__child_rate_update(k, now.mono_ms);
-    if (k->unauth_until > now.mono_ms) {
-        out->verdict = SUP_ADMIT_UNAUTHORIZED;
-        return;
-    }
-    cl = lease_pick(c, k, cost, now.mono_ms, &blocked);
-    if (cl != NULL) {
-        cl->used += cost;
-        k->acc += cost;
-        k->last_use = c->last_use = now.mono_ms;
-        out->verdict = SUP_ADMIT_OK;
-        out->lease_id = cl->id;
-        c->stats.admits++;
-        after_charge(c, k, cl, now.mono_ms);
-        return;
-    }
-    if (blocked != NULL && !(flags & SUP_ADMIT_GIVE_UP)) {
-        /* The lease has room but the mark is not durable yet: ask for it and wait. */
-        mark_ahead(c, blocked, blocked->used + cost);
-        out->verdict = SUP_ADMIT_WAIT;
-        out->wait = SUP_WAIT_MARK;
-        out->give_up_ms = now.mono_ms + c->wait_ms;
-        c->stats.waits++;
-        return;
-    }
-    if (k->deny_until > now.mono_ms && cost >= k->deny_cost) {
-        out->verdict = SUP_ADMIT_REFUSED;
-        out->scope = (enum tenant_scope)k->deny_scope;
-        out->retry_after_ms = k->deny_never ? TENANT_RETRY_NEVER : k->deny_until - now.mono_ms;
-        out->limit = k->deny_limit;
-        c->stats.refused++;
-        return;
-    }
-    /* A lease that only waits for its mark needs a write, not another lease. */
-    if (blocked == NULL)
-        sup__child_want_acquire(k, cost);
-    if ((flags & SUP_ADMIT_GIVE_UP) || k->unavail_until > now.mono_ms ||
-        !sup__child_reachable(c, now.mono_ms)) {
-        admit_unavailable(c, k, cost, now, out);
-        return;
-    }
-    out->verdict = SUP_ADMIT_WAIT;
-    out->wait = SUP_WAIT_GRANT;
-    out->give_up_ms = now.mono_ms + c->wait_ms;
-    c->stats.waits++;
 }
 
 int
 sup_child_admit(sup_child *c, const char *link, int64_t cost, struct sup_time now, unsigned flags,
                 struct sup_admit *out)
 {
+    struct child_lease *cl, *blocked;
     struct child_link *k;
     int32_t index;
     int rc;
@@ -323,8 +268,53 @@ sup_child_admit(sup_child *c, const char *link, int64_t cost, struct sup_time no
     k = sup__child_link_get(c, link, &rc, &index);
     if (k == NULL)
         return rc;
-    decide(c, k, cost, now, flags, out);
-    sup__child_touch(c, index, now.mono_ms);
+    memset(out, 0, sizeof(*out));
+    sup__child_link_roll(c, k, now.mono_ms);
+    sup__child_rate_update(k, now.mono_ms);
+    if (k->unauth_until > now.mono_ms) {
+        out->verdict = SUP_ADMIT_UNAUTHORIZED;
+        return TALLY_OK;
+    }
+    cl = lease_pick(c, k, cost, now.mono_ms, &blocked);
+    if (cl != NULL) {
+        cl->used += cost;
+        k->acc += cost;
+        k->last_use = now.mono_ms;
+        out->verdict = SUP_ADMIT_OK;
+        out->lease_id = cl->id;
+        c->stats.admits++;
+        after_charge(c, k, cl, now.mono_ms);
+        return TALLY_OK;
+    }
+    if (blocked != NULL && !(flags & SUP_ADMIT_GIVE_UP)) {
+        /* The lease has room but the mark is not durable yet: ask for it and wait. */
+        mark_ahead(c, blocked, blocked->used + cost);
+        out->verdict = SUP_ADMIT_WAIT;
+        out->wait = SUP_WAIT_MARK;
+        out->give_up_ms = now.mono_ms + c->wait_ms;
+        c->stats.waits++;
+        return TALLY_OK;
+    }
+    if (k->deny_until > now.mono_ms && cost >= k->deny_cost) {
+        out->verdict = SUP_ADMIT_REFUSED;
+        out->scope = (enum tenant_scope)k->deny_scope;
+        out->retry_after_ms = k->deny_never ? TENANT_RETRY_NEVER : k->deny_until - now.mono_ms;
+        out->limit = k->deny_limit;
+        c->stats.refused++;
+        return TALLY_OK;
+    }
+    /* A lease that only waits for its mark needs a write, not another lease. */
+    if (blocked == NULL)
+        sup__child_want_acquire(k, cost);
+    if ((flags & SUP_ADMIT_GIVE_UP) || k->unavail_until > now.mono_ms ||
+        !sup__child_reachable(c, now.mono_ms)) {
+        admit_unavailable(c, k, cost, now, out);
+        return TALLY_OK;
+    }
+    out->verdict = SUP_ADMIT_WAIT;
+    out->wait = SUP_WAIT_GRANT;
+    out->give_up_ms = now.mono_ms + c->wait_ms;
+    c->stats.waits++;
     return TALLY_OK;
 }
 
