@@ -262,9 +262,12 @@ test_http_revocation_races_requests(void **state)
     assert_true(ok <= 100);
     close(fd);
     print_message("pipelined: %d admitted before the revocation, %d refused after\n", ok, refused);
-    /* The other link of the tenant is untouched. */
+    /* The other link of the tenant is untouched: it still authenticates. It shares the plan's
+     * 100/1m, which the pipeline may have spent (99 admitted, one token in the revoked link's
+     * lease), so 429 is as right as 200 here; 401 is not. */
     bi_http_check(e, e->token2, "wide", NULL, &r);
-    assert_int_equal(r.status, 200);
+    if (r.status != 200 && r.status != 429)
+        fail_msg("the other link got %d after the revocation of the first", r.status);
     free(reqs);
 }
 
