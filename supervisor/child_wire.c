@@ -56,8 +56,8 @@ sup__child_req_new(sup_child *c, uint8_t type, int32_t link, int64_t now_mono)
     return r;
 }
 
-static struct child_req *
-req_find(sup_child *c, uint64_t seq)
+struct child_req *
+sup__child_req_find(sup_child *c, uint64_t seq)
 {
     for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
         if (seq != 0 && c->req[i].seq == seq)
@@ -212,7 +212,7 @@ sup_child_next_message(sup_child *c, struct sup_time now, struct proto_lease_msg
     struct child_req *due = NULL;
 
     if (!c->welcomed) {
-        struct child_req *h = req_find(c, c->hello_seq);
+        struct child_req *h = sup__child_req_find(c, c->hello_seq);
 
         if (h == NULL) {
             h = sup__child_req_new(c, PROTO_LEASE_HELLO, -1, now.mono_ms);
@@ -380,7 +380,7 @@ sup_child_on_message(sup_child *c, struct sup_time now, const struct proto_lease
         return TALLY_EPROTO;
     if (strcmp(m->origin.child, c->policy.name) != 0 || m->origin.incarnation != c->incarnation)
         return TALLY_OK;
-    r = req_find(c, m->origin.seq);
+    r = sup__child_req_find(c, m->origin.seq);
     if (r == NULL || !reply_matches(r->msg.type, m->type))
         return TALLY_OK; /* a duplicate, or a reply to something already answered */
     c->last_reply_mono = now.mono_ms;
@@ -544,58 +544,4 @@ sup_child_next_wake_ms(const sup_child *c)
         }
     }
     return next;
-}
-
-/* ---- slots ---- */
-
-int
-sup_child_slot_acquire(sup_child *c, const char *link, struct sup_time now, uint64_t *op)
-{
-    struct child_link *k;
-    struct child_req *r;
-    int32_t index;
-    int rc;
-
-    *op = 0;
-    k = sup__child_link_get(c, link, &rc, &index);
-    if (k == NULL)
-        return rc;
-    r = sup__child_req_new(c, PROTO_LEASE_SLOT_ACQUIRE, index, now.mono_ms);
-    if (r == NULL)
-        return TALLY_EFULL;
-    snprintf(r->msg.slot_acquire.endpoint, sizeof(r->msg.slot_acquire.endpoint), "%s",
-             c->policy.name);
-    snprintf(r->msg.slot_acquire.link, sizeof(r->msg.slot_acquire.link), "%s", k->id);
-    *op = r->seq;
-    return TALLY_OK;
-}
-
-void
-sup_child_slot_cancel(sup_child *c, uint64_t op)
-{
-    struct child_req *r = req_find(c, op);
-
-    if (r != NULL && r->msg.type == PROTO_LEASE_SLOT_ACQUIRE)
-        r->cancelled = true;
-}
-
-int
-sup_child_slot_release(sup_child *c, const char *link, int64_t slot_id, struct sup_time now)
-{
-    struct child_link *k;
-    struct child_req *r;
-    int32_t index;
-    int rc;
-
-    if (slot_id < 1)
-        return TALLY_EINVAL;
-    k = sup__child_link_get(c, link, &rc, &index);
-    if (k == NULL)
-        return rc;
-    r = sup__child_req_new(c, PROTO_LEASE_SLOT_RELEASE, index, now.mono_ms);
-    if (r == NULL)
-        return TALLY_EFULL;
-    snprintf(r->msg.slot_release.link, sizeof(r->msg.slot_release.link), "%s", k->id);
-    r->msg.slot_release.slot_id = slot_id;
-    return TALLY_OK;
 }

@@ -120,6 +120,8 @@ struct child_lease *sup__child_lease_by_id(struct child_link *k, uint64_t id);
 bool sup__child_link_idle(const struct child_link *k);
 
 /* child_wire.c */
+/** The request in flight with `seq`, NULL when none. */
+struct child_req *sup__child_req_find(sup_child *c, uint64_t seq);
 struct child_req *sup__child_req_new(sup_child *c, uint8_t type, int32_t link, int64_t now_mono);
 
 #endif /* SUP_CHILD_INT_H */

@@ -316,3 +316,21 @@ fail_counts_clean(const char *what, const struct fail_counts *c, int64_t bound_m
                  (long long)bound_ms);
     }
 }
+
+void
+fail_two_tenants(const struct serve_env *s, int degraded_n, char *token_a, size_t cap_a,
+                 char *token_b, size_t cap_b)
+{
+    char degraded[32];
+
+    snprintf(degraded, sizeof(degraded), "%d/1h", degraded_n);
+    serve_tally_ok(s, NULL, 0, "plan", "set", "pro", "--limit", "1000000/365d", NULL);
+    serve_tally_ok(s, NULL, 0, "endpoint", "set", "open", "--limit", "1000000/365d",
+                   "--on-unavailable", "open", "--degraded-limit", degraded, NULL);
+    serve_tally_ok(s, NULL, 0, "endpoint", "set", "closed", "--limit", "1000000/365d",
+                   "--on-unavailable", "closed", NULL);
+    serve_tally_ok(s, NULL, 0, "tenant", "add", "a", "--plan", "pro", NULL);
+    serve_tally_ok(s, NULL, 0, "tenant", "add", "b", "--plan", "pro", NULL);
+    serve_tally_ok(s, token_a, cap_a, "link", "create", "a", NULL);
+    serve_tally_ok(s, token_b, cap_b, "link", "create", "b", NULL);
+}

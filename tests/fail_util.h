@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "serve_util.h"
+
 /* Answers counted by kind since the last fail_load_take(). */
 struct fail_counts {
     int64_t admitted; /* admitted from leases (not degraded) */
@@ -56,6 +58,11 @@ void fail_load_start(struct fail_load *l, const char *socket, const char *token,
 struct fail_counts fail_load_take(struct fail_load *l);
 /** Stops the thread and joins it; a no-op when not running. */
 void fail_load_stop(struct fail_load *l);
+
+/** The failure suites' tenants on an initialised data dir: plan pro, endpoints `open`
+ *  (degraded limit degraded_n/1h) and `closed`, tenants a and b with one link each. */
+void fail_two_tenants(const struct serve_env *s, int degraded_n, char *token_a, size_t cap_a,
+                      char *token_b, size_t cap_b);
 
 /** Mounts a tmpfs of `size` ("16m") on the existing directory `dir`; fails the
  *  test with a clear message when it cannot (the suites need root). */

@@ -45,7 +45,6 @@ static int
 setup(void **state)
 {
     struct env *e = calloc(1, sizeof(*e));
-    char degraded[32];
 
     assert_non_null(e);
     *state = e;
@@ -54,17 +53,9 @@ setup(void **state)
     assert_int_equal(mkdir(e->s.data, 0700), 0);
     fail_tmpfs_mount(e->s.data, TMPFS_SIZE);
     e->mounted = true;
-    snprintf(degraded, sizeof(degraded), "%d/1h", DEGRADED_N);
     serve_tally_ok(&e->s, NULL, 0, "init", NULL);
-    serve_tally_ok(&e->s, NULL, 0, "plan", "set", "pro", "--limit", "1000000/365d", NULL);
-    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "open", "--limit", "1000000/365d",
-                   "--on-unavailable", "open", "--degraded-limit", degraded, NULL);
-    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "closed", "--limit", "1000000/365d",
-                   "--on-unavailable", "closed", NULL);
-    serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "a", "--plan", "pro", NULL);
-    serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "b", "--plan", "pro", NULL);
-    serve_tally_ok(&e->s, e->token_a, sizeof(e->token_a), "link", "create", "a", NULL);
-    serve_tally_ok(&e->s, e->token_b, sizeof(e->token_b), "link", "create", "b", NULL);
+    fail_two_tenants(&e->s, DEGRADED_N, e->token_a, sizeof(e->token_a), e->token_b,
+                     sizeof(e->token_b));
     return 0;
 }
 
