@@ -148,6 +148,17 @@ sup__child_want_acquire(struct child_link *k, int64_t need)
     k->acq_due = true;
 }
 
+/* How many leases of `k` are live at `now_mono`. */
+static int
+live_count(const struct child_link *k, int64_t now_mono)
+{
+    int live = 0;
+
+    for (int j = 0; j < CHILD_LEASES; j++)
+        live += lease_live(&k->l[j], now_mono);
+    return live;
+}
+
 /* Tokens left on the live leases of `k`, and whether one is still waiting to be used. */
 static int64_t
 left_live(const struct child_link *k, int64_t now_mono)
@@ -182,7 +193,7 @@ after_charge(sup_child *c, struct child_link *k, struct child_lease *cl, int64_t
      * T_renew (or whose leases already grew by slow start). A lone request on a
      * quiet link would otherwise leave a second lease idle until its RETURN,
      * doubling the messages of links that are hit now and then. */
-    if (!k->pass && k->acq_seq == 0 && !k->acq_due &&
+    if (!k->pass && k->acq_seq == 0 && !k->acq_due && live_count(k, now_mono) < CHILD_LIVE_MAX &&
         (n > c->l_min || k->rate_milli * c->renew_ms >= 1000000)) {
         int64_t by_rate = (k->rate_milli * c->lead_ms + 999999) / 1000000;
         int64_t mark = (n + 3) / 4 > by_rate ? (n + 3) / 4 : by_rate;
@@ -250,15 +261,70 @@ admit_unavailable(sup_child *c, struct child_link *k, int64_t cost, struct sup_t
     }
     out->verdict = SUP_ADMIT_OK;
     k->debt_new += cost;
-    k->last_use = now.mono_ms;
+    c->debt_total += cost;
+    k->last_use = c->last_use = now.mono_ms;
     c->stats.degraded++;
+}
+
+static void
+decide(sup_child *c, struct child_link *k, int64_t cost, struct sup_time now, unsigned flags,
+       struct sup_admit *out)
+{
+    struct child_lease *cl, *blocked;
+
+    memset(out, 0, sizeof(*out));
+    sup__child_link_roll(c, k, now.mono_ms);
+    sup__child_rate_update(k, now.mono_ms);
+    if (k->unauth_until > now.mono_ms) {
+        out->verdict = SUP_ADMIT_UNAUTHORIZED;
+        return;
+    }
+    cl = lease_pick(c, k, cost, now.mono_ms, &blocked);
+    if (cl != NULL) {
+        cl->used += cost;
+        k->acc += cost;
+        k->last_use = c->last_use = now.mono_ms;
+        out->verdict = SUP_ADMIT_OK;
+        out->lease_id = cl->id;
+        c->stats.admits++;
+        after_charge(c, k, cl, now.mono_ms);
+        return;
+    }
+    if (blocked != NULL && !(flags & SUP_ADMIT_GIVE_UP)) {
+        /* The lease has room but the mark is not durable yet: ask for it and wait. */
+        mark_ahead(c, blocked, blocked->used + cost);
+        out->verdict = SUP_ADMIT_WAIT;
+        out->wait = SUP_WAIT_MARK;
+        out->give_up_ms = now.mono_ms + c->wait_ms;
+        c->stats.waits++;
+        return;
+    }
+    if (k->deny_until > now.mono_ms && cost >= k->deny_cost) {
+        out->verdict = SUP_ADMIT_REFUSED;
+        out->scope = (enum tenant_scope)k->deny_scope;
+        out->retry_after_ms = k->deny_never ? TENANT_RETRY_NEVER : k->deny_until - now.mono_ms;
+        out->limit = k->deny_limit;
+        c->stats.refused++;
+        return;
+    }
+    /* A lease that only waits for its mark needs a write, not another lease. */
+    if (blocked == NULL)
+        sup__child_want_acquire(k, cost);
+    if ((flags & SUP_ADMIT_GIVE_UP) || k->unavail_until > now.mono_ms ||
+        !sup__child_reachable(c, now.mono_ms)) {
+        admit_unavailable(c, k, cost, now, out);
+        return;
+    }
+    out->verdict = SUP_ADMIT_WAIT;
+    out->wait = SUP_WAIT_GRANT;
+    out->give_up_ms = now.mono_ms + c->wait_ms;
+    c->stats.waits++;
 }
 
 int
 sup_child_admit(sup_child *c, const char *link, int64_t cost, struct sup_time now, unsigned flags,
                 struct sup_admit *out)
 {
-    struct child_lease *cl, *blocked;
     struct child_link *k;
     int32_t index;
     int rc;
@@ -268,53 +334,8 @@ sup_child_admit(sup_child *c, const char *link, int64_t cost, struct sup_time no
     k = sup__child_link_get(c, link, &rc, &index);
     if (k == NULL)
         return rc;
-    memset(out, 0, sizeof(*out));
-    sup__child_link_roll(c, k, now.mono_ms);
-    sup__child_rate_update(k, now.mono_ms);
-    if (k->unauth_until > now.mono_ms) {
-        out->verdict = SUP_ADMIT_UNAUTHORIZED;
-        return TALLY_OK;
-    }
-    cl = lease_pick(c, k, cost, now.mono_ms, &blocked);
-    if (cl != NULL) {
-        cl->used += cost;
-        k->acc += cost;
-        k->last_use = now.mono_ms;
-        out->verdict = SUP_ADMIT_OK;
-        out->lease_id = cl->id;
-        c->stats.admits++;
-        after_charge(c, k, cl, now.mono_ms);
-        return TALLY_OK;
-    }
-    if (blocked != NULL && !(flags & SUP_ADMIT_GIVE_UP)) {
-        /* The lease has room but the mark is not durable yet: ask for it and wait. */
-        mark_ahead(c, blocked, blocked->used + cost);
-        out->verdict = SUP_ADMIT_WAIT;
-        out->wait = SUP_WAIT_MARK;
-        out->give_up_ms = now.mono_ms + c->wait_ms;
-        c->stats.waits++;
-        return TALLY_OK;
-    }
-    if (k->deny_until > now.mono_ms && cost >= k->deny_cost) {
-        out->verdict = SUP_ADMIT_REFUSED;
-        out->scope = (enum tenant_scope)k->deny_scope;
-        out->retry_after_ms = k->deny_never ? TENANT_RETRY_NEVER : k->deny_until - now.mono_ms;
-        out->limit = k->deny_limit;
-        c->stats.refused++;
-        return TALLY_OK;
-    }
-    /* A lease that only waits for its mark needs a write, not another lease. */
-    if (blocked == NULL)
-        sup__child_want_acquire(k, cost);
-    if ((flags & SUP_ADMIT_GIVE_UP) || k->unavail_until > now.mono_ms ||
-        !sup__child_reachable(c, now.mono_ms)) {
-        admit_unavailable(c, k, cost, now, out);
-        return TALLY_OK;
-    }
-    out->verdict = SUP_ADMIT_WAIT;
-    out->wait = SUP_WAIT_GRANT;
-    out->give_up_ms = now.mono_ms + c->wait_ms;
-    c->stats.waits++;
+    decide(c, k, cost, now, flags, out);
+    sup__child_touch(c, index, now.mono_ms);
     return TALLY_OK;
 }
 
@@ -331,6 +352,23 @@ sup_child_refund(sup_child *c, const char *link, uint64_t lease_id, int64_t cost
     return TALLY_OK;
 }
 
+/* Retires the live lease of `k` with the fewest tokens left, to make room for a new one. */
+static void
+make_room(sup_child *c, struct child_link *k, int64_t now_mono)
+{
+    struct child_lease *least = NULL;
+    int64_t l_slow = k->l_slow;
+
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        struct child_lease *o = &k->l[j];
+
+        if (lease_live(o, now_mono) && (least == NULL || o->n - o->used < least->n - least->used))
+            least = o;
+    }
+    sup__child_retire(c, k, least);
+    k->l_slow = l_slow; /* displaced, not too big: slow start keeps its size */
+}
+
 struct child_lease *
 sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_lease_grant *g,
                      const struct child_req *r, int64_t now_mono)
@@ -339,6 +377,13 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
     /* The drift bound, plus one tick: clocks are read in whole milliseconds. */
     int64_t margin = (g->ttl_ms * c->epsilon_ppm + 999999) / 1000000 + 1;
 
+    /* At most CHILD_LIVE_MAX live leases per link, the new one included (the bound on stranded
+     * tokens, I4): the one with the fewest tokens left makes room and is reported. Without it, a
+     * link whose requests cost more than any lease it holds would collect leases too small for
+     * them, one per request. */
+    sup__child_link_roll(c, k, now_mono);
+    while (live_count(k, now_mono) >= CHILD_LIVE_MAX)
+        make_room(c, k, now_mono);
     for (int j = 0; j < CHILD_LEASES && cl == NULL; j++) {
         if (k->l[j].state == CL_FREE)
             cl = &k->l[j];

@@ -31,6 +31,7 @@ sup_child_close(sup_child *c)
         tally_free(c->links[i]);
     tally_free(c->links);
     sup__index_release(&c->link_index);
+    sup__child_sched_free(c);
     tally_free(c);
 }
 
@@ -106,7 +107,7 @@ sup_child_open(const struct sup_child_config *cfg, sup_child **out)
         goto out;
     rc = TALLY_ENOMEM;
     c->links = tally_calloc(c->max_links, sizeof(*c->links));
-    if (c->links == NULL)
+    if (c->links == NULL || sup__child_sched_size(c, c->max_links) != TALLY_OK)
         goto out;
     *out = c;
     c = NULL; /* ownership moved to the caller */
@@ -146,6 +147,22 @@ link_in_flight(const sup_child *c, int32_t index)
     return false;
 }
 
+/* Takes link `v` out of the work queues before it is freed (its slot may be reused). */
+static void
+unqueue(sup_child *c, uint32_t v)
+{
+    struct child_queue *qs[2] = {&c->msgq, &c->pq};
+
+    for (int q = 0; q < 2; q++) {
+        for (uint32_t pos = 0; pos < qs[q]->len; pos++) {
+            if (qs[q]->item[pos] == v) {
+                sup__child_queue_drop(c, qs[q], pos);
+                break;
+            }
+        }
+    }
+}
+
 /* Doubles the link table and rebuilds its index; the links keep their slots, so
  * request and heartbeat references by index stay valid. TALLY_OK, TALLY_EFULL at
  * the hard maximum, TALLY_ENOMEM (then nothing changed). */
@@ -158,7 +175,7 @@ links_grow(sup_child *c)
 
     if (c->max_links >= c->links_max)
         return TALLY_EFULL;
-    if (sup__index_init(&ix, cap) != TALLY_OK)
+    if (sup__child_sched_size(c, cap) != TALLY_OK || sup__index_init(&ix, cap) != TALLY_OK)
         return TALLY_ENOMEM;
     links = tally_realloc(c->links, cap * sizeof(*links));
     if (links == NULL) {
@@ -208,6 +225,7 @@ sup__child_link_get(sup_child *c, const char *id, int *rc, int32_t *index)
         sup__index_remove(&c->link_index,
                           sup__index_pos(&c->link_index, c->links[v]->id, link_key, c), link_key,
                           c);
+        unqueue(c, v);
         tally_free(c->links[v]);
         c->links[v] = NULL;
         c->link_count--;
@@ -224,6 +242,7 @@ insert:
     }
     snprintf(k->id, sizeof(k->id), "%s", id);
     k->l_slow = c->l_min;
+    k->timer_at = INT64_MAX;
     c->links[slot] = k;
     c->link_index.slot[sup__index_pos(&c->link_index, id, link_key, c)] = slot + 1;
     c->link_count++;
@@ -292,34 +311,44 @@ lease_rec(const sup_child *c, const struct child_link *k, const struct child_lea
     rec->deadline_wall_ms = cl->deadline_wall;
 }
 
+/* The next write of `k`, if any. */
+static bool
+link_persist(sup_child *c, struct child_link *k, struct sup_child_persist *out)
+{
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        struct child_lease *cl = &k->l[j];
+
+        if (cl->state == CL_LIVE && cl->mark_want > cl->mark_sent) {
+            out->op = SUP_PERSIST_PUT;
+            lease_rec(c, k, cl, &out->rec);
+            cl->mark_sent = cl->mark_want;
+            cl->row = true;
+            c->stats.writes++;
+            return true;
+        }
+        if (cl->state == CL_RETIRED && cl->delete_due) {
+            memset(out, 0, sizeof(*out));
+            out->op = SUP_PERSIST_DELETE;
+            out->rec.lease_id = cl->id;
+            snprintf(out->rec.link, sizeof(out->rec.link), "%s", k->id);
+            cl->delete_due = false;
+            c->stats.writes++;
+            return true;
+        }
+    }
+    return false;
+}
+
 int
 sup_child_next_persist(sup_child *c, struct sup_child_persist *out)
 {
     /* Marks move only in strict mode; rows resumed in either mode are deleted when done. */
-    for (uint32_t i = 0; i < c->link_hw; i++) {
-        struct child_link *k = c->links[i];
+    while (c->pq.len > 0) {
+        struct child_link *k = c->links[c->pq.item[0]];
 
-        for (int j = 0; k != NULL && j < CHILD_LEASES; j++) {
-            struct child_lease *cl = &k->l[j];
-
-            if (cl->state == CL_LIVE && cl->mark_want > cl->mark_sent) {
-                out->op = SUP_PERSIST_PUT;
-                lease_rec(c, k, cl, &out->rec);
-                cl->mark_sent = cl->mark_want;
-                cl->row = true;
-                c->stats.writes++;
-                return TALLY_OK;
-            }
-            if (cl->state == CL_RETIRED && cl->delete_due) {
-                memset(out, 0, sizeof(*out));
-                out->op = SUP_PERSIST_DELETE;
-                out->rec.lease_id = cl->id;
-                snprintf(out->rec.link, sizeof(out->rec.link), "%s", k->id);
-                cl->delete_due = false;
-                c->stats.writes++;
-                return TALLY_OK;
-            }
-        }
+        if (k != NULL && link_persist(c, k, out))
+            return TALLY_OK;
+        sup__child_queue_drop(c, &c->pq, 0);
     }
     return TALLY_ENOTFOUND;
 }
@@ -327,7 +356,8 @@ sup_child_next_persist(sup_child *c, struct sup_child_persist *out)
 void
 sup_child_persisted(sup_child *c, const struct sup_child_persist *p, struct sup_child_event *ev)
 {
-    struct child_link *k = sup__child_link_find(c, p->rec.link, NULL);
+    int32_t index = -1;
+    struct child_link *k = sup__child_link_find(c, p->rec.link, &index);
     struct child_lease *cl = k != NULL ? sup__child_lease_by_id(k, p->rec.lease_id) : NULL;
 
     if (ev != NULL)
@@ -340,6 +370,7 @@ sup_child_persisted(sup_child *c, const struct sup_child_persist *p, struct sup_
     } else if (p->op == SUP_PERSIST_DELETE && cl->state == CL_RETIRED && !cl->delete_due) {
         /* Only now may the lease be reported: it can no longer be resumed. */
         cl->row = false;
+        sup__child_enqueue(c, index);
     } else {
         return;
     }
@@ -390,11 +421,11 @@ sup_child_resume(sup_child *c, const struct sup_child_lease_rec *rec, struct sup
         left = rec->deadline_mono_ms - now.mono_ms;
     cl->deadline_mono = now.mono_ms + (left > 0 ? left : 0);
     cl->deadline_wall = now.wall_ms + (left > 0 ? left : 0);
-    if (left <= 0 || cl->used >= cl->n) {
+    if (left <= 0 || cl->used >= cl->n)
         sup__child_retire(c, k, cl);
-        return TALLY_OK;
-    }
-    c->stats.resumed++;
+    else
+        c->stats.resumed++;
+    sup__child_touch(c, index, now.mono_ms);
     return TALLY_OK;
 }
 
@@ -408,10 +439,11 @@ sup_child_shutdown(sup_child *c, struct sup_time now)
             if (k->l[j].state == CL_LIVE)
                 sup__child_retire(c, k, &k->l[j]);
         }
-        if (k != NULL)
+        if (k != NULL) {
             k->acq_due = false;
+            sup__child_touch(c, (int32_t)i, now.mono_ms);
+        }
     }
-    (void)now;
 }
 
 /* ---- introspection ---- */

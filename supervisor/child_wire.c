@@ -122,6 +122,7 @@ build_acquire(sup_child *c, struct child_link *k, int32_t index, struct sup_time
     }
     a->debt = k->debt_new < PROTO_LEASE_N_MAX ? k->debt_new : PROTO_LEASE_N_MAX;
     k->debt_new -= a->debt;
+    c->debt_total -= a->debt;
     k->debt_sent += a->debt;
     r->debt = a->debt;
     k->acq_seq = r->seq;
@@ -156,13 +157,7 @@ build_return(sup_child *c, struct child_link *k, int32_t index, struct sup_time 
 static bool
 hb_wanted(const sup_child *c, int64_t now_mono)
 {
-    for (uint32_t i = 0; i < c->link_hw; i++) {
-        const struct child_link *k = c->links[i];
-
-        if (k != NULL && (k->debt_new > 0 || now_mono - k->last_use < 2 * c->heartbeat_ms))
-            return true;
-    }
-    return false;
+    return c->debt_total > 0 || now_mono - c->last_use < 2 * c->heartbeat_ms;
 }
 
 static bool
@@ -194,6 +189,7 @@ build_heartbeat(sup_child *c, struct sup_time now, struct proto_lease_msg *out)
             e->rate_milli = k->rate_milli;
             e->debt = k->debt_new < PROTO_LEASE_N_MAX ? k->debt_new : PROTO_LEASE_N_MAX;
             k->debt_new -= e->debt;
+            c->debt_total -= e->debt;
             k->debt_sent += e->debt;
             r->hb_link[h->count] = (int32_t)i;
             r->hb_debt[h->count] = e->debt;
@@ -237,17 +233,19 @@ sup_child_next_message(sup_child *c, struct sup_time now, struct proto_lease_msg
         req_send(c, due, now, out);
         return TALLY_OK;
     }
-    for (uint32_t n = 0; n < c->link_hw; n++) {
-        uint32_t i = (c->scan + n) % c->link_hw;
+    /* Then the links with work, dropping those that have none left. */
+    for (uint32_t pos = 0; pos < c->msgq.len;) {
+        uint32_t i = c->msgq.item[pos];
         struct child_link *k = c->links[i];
 
-        if (k == NULL)
+        if (k == NULL || !sup__child_msg_work(k)) {
+            sup__child_queue_drop(c, &c->msgq, pos);
             continue;
-        if ((k->acq_due && k->acq_seq == 0 && build_acquire(c, k, (int32_t)i, now, out)) ||
-            build_return(c, k, (int32_t)i, now, out)) {
-            c->scan = i + 1;
-            return TALLY_OK;
         }
+        if ((k->acq_due && k->acq_seq == 0 && build_acquire(c, k, (int32_t)i, now, out)) ||
+            build_return(c, k, (int32_t)i, now, out))
+            return TALLY_OK;
+        break; /* work, but no request entry free: nothing else can go out either */
     }
     if (c->hb_seq == 0 && now.mono_ms >= c->hb_next_mono && hb_wanted(c, now.mono_ms) &&
         build_heartbeat(c, now, out))
@@ -374,6 +372,7 @@ sup_child_on_message(sup_child *c, struct sup_time now, const struct proto_lease
 {
     struct child_req *r;
     struct child_link *k;
+    int32_t index;
 
     memset(ev, 0, sizeof(*ev));
     if (m == NULL || !proto_lease_is_reply(m->type))
@@ -384,7 +383,8 @@ sup_child_on_message(sup_child *c, struct sup_time now, const struct proto_lease
     if (r == NULL || !reply_matches(r->msg.type, m->type))
         return TALLY_OK; /* a duplicate, or a reply to something already answered */
     c->last_reply_mono = now.mono_ms;
-    k = r->link >= 0 ? c->links[r->link] : NULL;
+    index = r->link;
+    k = index >= 0 ? c->links[index] : NULL;
     if (k != NULL)
         snprintf(ev->link, sizeof(ev->link), "%s", k->id);
     switch (m->type) {
@@ -440,47 +440,11 @@ sup_child_on_message(sup_child *c, struct sup_time now, const struct proto_lease
         req_complete(c, r, now.mono_ms);
         break;
     }
+    sup__child_touch(c, index, now.mono_ms);
     return TALLY_OK;
 }
 
 /* ---- timers ---- */
-
-void
-sup_child_tick(sup_child *c, struct sup_time now)
-{
-    for (uint32_t i = 0; i < c->link_hw; i++) {
-        struct child_link *k = c->links[i];
-        bool idle, old = true, any = false;
-
-        if (k == NULL)
-            continue;
-        sup__child_link_roll(c, k, now.mono_ms);
-        sup__child_rate_update(k, now.mono_ms);
-        idle = now.mono_ms - k->last_use >= c->idle_ms;
-        for (int j = 0; j < CHILD_LEASES; j++) {
-            struct child_lease *cl = &k->l[j];
-
-            if (cl->state != CL_LIVE)
-                continue;
-            /* Idle for a second: give the tokens back (LEASES.md Q9). */
-            if (idle && !cl->foreign && now.mono_ms - cl->got_mono >= c->idle_ms) {
-                sup__child_retire(c, k, cl);
-                continue;
-            }
-            any = true;
-            /* A lease cut short by a window end cannot be renewed past that end: no age
-             * renewal for it, the next window starts with a fresh ACQUIRE. */
-            old = old && cl->ttl_ms >= c->lease_ttl_ms &&
-                  now.mono_ms - cl->sent_mono >= cl->ttl_ms * 6 / 10;
-        }
-        /* Renew by age: traffic continues but every lease is past 0.6 of its ttl. */
-        if (any && old && !idle && !k->pass && k->acq_seq == 0 && !k->acq_due) {
-            sup__child_want_acquire(k, 0);
-            c->stats.prefetches++;
-        }
-        sup__child_link_roll(c, k, now.mono_ms);
-    }
-}
 
 /* True iff a message or a write can be pulled right now. */
 static bool
@@ -489,22 +453,17 @@ work_due(const sup_child *c)
     /* Messages only when one can go out (a full window would make this a busy loop). */
     bool send = c->welcomed && req_free((sup_child *)c) != NULL;
 
-    for (uint32_t i = 0; i < c->link_hw; i++) {
-        const struct child_link *k = c->links[i];
+    for (uint32_t pos = 0; send && pos < c->msgq.len; pos++) {
+        const struct child_link *k = c->links[c->msgq.item[pos]];
 
-        if (k == NULL)
-            continue;
-        if (send && k->acq_due && k->acq_seq == 0)
+        if (k != NULL && sup__child_msg_work(k))
             return true;
-        for (int j = 0; j < CHILD_LEASES; j++) {
-            const struct child_lease *cl = &k->l[j];
+    }
+    for (uint32_t pos = 0; pos < c->pq.len; pos++) {
+        const struct child_link *k = c->links[c->pq.item[pos]];
 
-            if ((send && cl->state == CL_RETIRED && cl->report_due && cl->report_seq == 0 &&
-                 !cl->quiet && !cl->row) ||
-                (c->persist_marks && cl->state == CL_LIVE && cl->mark_want > cl->mark_sent) ||
-                (cl->state == CL_RETIRED && cl->delete_due))
-                return true;
-        }
+        if (k != NULL && sup__child_persist_work(k))
+            return true;
     }
     return false;
 }
@@ -512,7 +471,7 @@ work_due(const sup_child *c)
 int64_t
 sup_child_next_wake_ms(const sup_child *c)
 {
-    int64_t next = INT64_MAX;
+    int64_t next = sup__child_timer_next(c);
 
     if (work_due(c))
         return 0; /* something to send or write now: a caller that only follows this timer
@@ -527,21 +486,5 @@ sup_child_next_wake_ms(const sup_child *c)
         next = 0; /* a HELLO is due now */
     if (c->welcomed && c->hb_seq == 0 && hb_wanted(c, c->hb_next_mono) && c->hb_next_mono < next)
         next = c->hb_next_mono;
-    for (uint32_t i = 0; i < c->link_hw; i++) {
-        const struct child_link *k = c->links[i];
-
-        for (int j = 0; k != NULL && j < CHILD_LEASES; j++) {
-            const struct child_lease *cl = &k->l[j];
-
-            if (cl->state != CL_LIVE)
-                continue;
-            if (cl->deadline_mono < next)
-                next = cl->deadline_mono;
-            if (k->last_use + c->idle_ms < next)
-                next = k->last_use + c->idle_ms;
-            if (cl->ttl_ms >= c->lease_ttl_ms && cl->sent_mono + cl->ttl_ms * 6 / 10 < next)
-                next = cl->sent_mono + cl->ttl_ms * 6 / 10;
-        }
-    }
     return next;
 }

@@ -13,6 +13,7 @@
 #include "sup_index.h"
 
 #define CHILD_LEASES         4  /* per link: in use, prefetched, and being reported */
+#define CHILD_LIVE_MAX       2  /* live leases per link: in use and prefetched */
 #define CHILD_SEQ_WINDOW     48 /* newest seq - oldest in flight stays below the supervisor's 64 */
 #define CHILD_BACKOFF_MAX_MS 1000
 #define CHILD_NEVER_CACHE_MS 60000 /* a "never" refusal is remembered this long */
@@ -52,6 +53,20 @@ struct child_link {
     int64_t l_slow, rate_milli, acc, rate_since, last_use;
     /* Degraded admissions not yet charged: */
     int64_t debt_new, debt_sent;
+    /* Scheduling (child_sched.c): */
+    bool in_msgq, in_pq; /* in the message / write queue */
+    int64_t timer_at;    /* its entry in the timer heap, INT64_MAX = none */
+};
+
+/* Links that may have a message (msgq) or a write (pq) to hand out; each link at most once. */
+struct child_queue {
+    uint32_t *item;
+    uint32_t len, cap;
+};
+
+struct child_timer {
+    int64_t at;
+    uint32_t link;
 };
 
 struct child_req {
@@ -76,10 +91,15 @@ struct sup_child {
     int64_t epsilon_ppm, mark_chunk_min, l_min, l_max;
 
     struct child_link **links;
-    uint32_t max_links, link_count, scan; /* scan: where the next message search starts */
-    uint32_t links_max;                   /* links_grow stops here: TALLY_EFULL */
-    uint32_t link_hw;                     /* links[link_hw..] are all NULL */
+    uint32_t max_links, link_count;
+    uint32_t links_max; /* links_grow stops here: TALLY_EFULL */
+    uint32_t link_hw;   /* links[link_hw..] are all NULL */
     struct sup_index link_index;
+    struct child_queue msgq, pq;
+    struct child_timer *heap;
+    uint32_t heap_len, heap_cap;
+    int64_t debt_total; /* sum of the links' debt_new */
+    int64_t last_use;   /* latest last_use of any link */
 
     struct child_req req[SUP_CHILD_INFLIGHT];
     uint64_t next_seq;  /* last seq handed out */
@@ -118,6 +138,21 @@ struct child_lease *sup__child_lease_add(sup_child *c, struct child_link *k,
 struct child_lease *sup__child_lease_by_id(struct child_link *k, uint64_t id);
 /** True iff nothing of `k` would be lost by forgetting it. */
 bool sup__child_link_idle(const struct child_link *k);
+
+/* child_sched.c */
+bool sup__child_msg_work(const struct child_link *k);
+bool sup__child_persist_work(const struct child_link *k);
+/** Puts link `index` in the queues it has work for. */
+void sup__child_enqueue(sup_child *c, int32_t index);
+/** Re-files link `index` after a change: in the queues it has work for, and its next timer. */
+void sup__child_touch(sup_child *c, int32_t index, int64_t now_mono);
+/** Removes entry `pos` of queue `q` (the last entry takes its place). */
+void sup__child_queue_drop(sup_child *c, struct child_queue *q, uint32_t pos);
+/** The earliest timer entry (maybe stale, never late), INT64_MAX when none. */
+int64_t sup__child_timer_next(const sup_child *c);
+/** Sizes the queues for a table of `links`. TALLY_OK or TALLY_ENOMEM. */
+int sup__child_sched_size(sup_child *c, uint32_t links);
+void sup__child_sched_free(sup_child *c);
 
 /* child_wire.c */
 /** The request in flight with `seq`, NULL when none. */

@@ -314,6 +314,16 @@ scan_child_lease(void *ctx, const struct sup_child_lease_info *l)
     return 0;
 }
 
+static int
+print_lease(void *ctx, const struct sup_child_lease_info *l)
+{
+    (void)ctx;
+    fprintf(stderr, "  link %s id %llu n %lld used %lld live %d pass %d foreign %d dl %lld\n",
+            l->link, (unsigned long long)l->lease_id, (long long)l->n, (long long)l->used, l->live,
+            l->pass, l->foreign, (long long)l->deadline_mono_ms);
+    return 0;
+}
+
 int
 sim_ledger_leases(struct sim_world *w)
 {
@@ -365,9 +375,16 @@ sim_on_plan_refusal(struct sim_world *w, int i, bool pass)
         w->r->stranded_pass_max = ss.unused;
     /* The documented bound (docs/LEASE-PROTOCOL.md §6): per other lease holder (a child's
      * stream on one link) at most its lease and one prefetched, each at most l_max. */
-    if (ss.unused > 2 * streams * ls.l_max)
+    if (ss.unused > 2 * streams * ls.l_max) {
+        for (int j = 0; j < w->p.children; j++) { /* what each child holds, for the diagnosis */
+            if (j != i && w->ch[j].c != NULL) {
+                fprintf(stderr, "child %d:\n", j);
+                (void)sup_child_each_lease(w->ch[j].c, print_lease, NULL);
+            }
+        }
         sim_fail(w, "I4: stranded %lld > 2 * %lld holders * l_max %lld", (long long)ss.unused,
                  (long long)streams, (long long)ls.l_max);
+    }
 }
 
 /* ---- around a handle ---- */

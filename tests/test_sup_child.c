@@ -236,6 +236,72 @@ test_child_idle_lease_returned(void **state)
     cx_close(&x);
 }
 
+struct live_scan {
+    int live;
+    int64_t unused;
+};
+
+static int
+scan_live(void *ctx, const struct sup_child_lease_info *l)
+{
+    struct live_scan *s = ctx;
+
+    if (l->live) {
+        s->live++;
+        s->unused += l->n - l->used;
+    }
+    return 0;
+}
+
+/* Requests each costlier than what any lease of the link has left: every one needs a lease of
+ * its own, yet the link never holds more than two live leases (its lease and one prefetched, the
+ * stranding bound I4); a displaced lease is reported with what it used. */
+static void
+test_child_live_leases_bounded(void **state)
+{
+    uint64_t granted[16];
+    int grants = 0, reported = 0;
+    struct cx x;
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(&x);
+    for (int64_t cost = 1; cost <= 8; cost++) {
+        struct live_scan ls = {0, 0};
+        struct sup_admit a = cx_admit(&x, LINK_A, cost, 0);
+        struct proto_lease_msg m;
+
+        for (int round = 0; a.verdict == SUP_ADMIT_WAIT && round < 4; round++) {
+            assert_int_equal(sup_child_next_message(x.c, x.now, &m), TALLY_OK);
+            while (m.type == PROTO_LEASE_RETURN) {
+                struct proto_lease_msg r;
+
+                reported++;
+                cx_reply_to(&m, &r, PROTO_LEASE_RETURN_ACK);
+                r.return_ack.lease_id = m.ret.lease_id;
+                (void)cx_deliver(&x, &r);
+                assert_int_equal(sup_child_next_message(x.c, x.now, &m), TALLY_OK);
+            }
+            assert_int_equal(m.type, PROTO_LEASE_ACQUIRE);
+            reported += m.acquire.report_lease != 0;
+            /* One token more than the cost: what is left never fits the next, costlier one. */
+            assert_true(grants < 16);
+            (void)cx_grant(&x, &m, cost + 1, 5000, 0, &granted[grants++]);
+            a = cx_admit(&x, LINK_A, cost, 0);
+        }
+        assert_int_equal(a.verdict, SUP_ADMIT_OK);
+        (void)sup_child_each_lease(x.c, scan_live, &ls);
+        assert_true(ls.live <= 2);
+        assert_true(ls.unused <= 2 * (cost + 1));
+        cx_at(&x, cost * 10);
+    }
+    /* Eight leases granted, at most two still live: the others were reported (a RETURN, or
+     * riding on the next ACQUIRE). */
+    assert_true(grants >= 8);
+    assert_true(reported >= grants - 2 - 2);
+    cx_close(&x);
+}
+
 static void
 test_child_slots(void **state)
 {
@@ -384,6 +450,7 @@ main(void)
         cmocka_unit_test(test_child_watermark_prefetch_never_waits),
         cmocka_unit_test(test_child_deny_cached_by_cost),
         cmocka_unit_test(test_child_idle_lease_returned),
+        cmocka_unit_test(test_child_live_leases_bounded),
         cmocka_unit_test(test_child_slots),
         cmocka_unit_test(test_child_hot_path_allocates_nothing),
         cmocka_unit_test(test_child_link_table_grows),
