@@ -96,6 +96,11 @@ measure() {
     shift 5
     local conns pipe cpu c0 c1 line err other n cpu_per
     read -r conns pipe cpu <<<"$(setting_args "$setting")"
+    # Settle at this very setting first, so the figure is its steady state and
+    # not the way out of the previous setting (leases grown by 50 x 16 still
+    # live at 1 x 1, or cold ones still growing at 50 x 16).
+    taskset -c "$cpu" "$B/bench/tally-bench" "$@" --connections "$conns" --pipeline "$pipe" \
+        --requests "$MAXREQ" --seconds "$SETTLE" >/dev/null 2>&1 || true
     c0=$(cpu_ns "$spid")
     line=$(taskset -c "$cpu" "$B/bench/tally-bench" "$@" --connections "$conns" --pipeline "$pipe" \
         --requests "$MAXREQ" --seconds "$SECS" 2>"$W/err" | tail -1) || true

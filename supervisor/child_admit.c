@@ -409,8 +409,14 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
     cl->sent_mono = r->first_mono;
     cl->deadline_mono = r->first_mono + g->ttl_ms - margin;
     cl->deadline_wall = r->first_wall + g->ttl_ms - margin;
-    if (c->persist_marks)
+    if (c->persist_marks && cl->n > c->mark_chunk_min) {
         mark_ahead(c, cl, 1); /* the first chunk, written before the first admission */
+    } else {
+        /* No row: a small lease (a quiet link's) is not worth an fsync before its first use.
+         * It cannot be resumed, so a crash of this process leaves it to expire as spent: it
+         * strands at most its n, and never admits twice. */
+        cl->mark_durable = cl->mark_want = cl->mark_sent = cl->n;
+    }
     if (cl->deadline_mono <= now_mono)
         sup__child_retire(c, k, cl);
     return cl;

@@ -9,7 +9,8 @@
  *       deadline comes first whatever its drift), which keeps a lease inside its window;
  *   I4  at each plan refusal: tokens leased but unused by the other children, against
  *       (P-1) * l_max (measured; the documented bound is asserted);
- *   I5  per window, admitted <= N + the degraded allowance; debt charged once per admission;
+ *   I5  per window, admitted <= N + the degraded allowance (per incarnation: it lives in the
+ *       child's memory); debt charged once per admission;
  *   I6  slots held per link <= K, in the ledger and in truth (operations holding a granted slot
  *       whose TTL has not run out), restarts included;
  *   I7  a request answered with a record, delivered again, appends nothing, changes nothing

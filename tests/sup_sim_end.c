@@ -27,11 +27,17 @@ degraded_allowance(const struct sim_world *w, int64_t period)
 
     for (int i = 0; i < w->p.children; i++) {
         const struct tenant_limits *d = &w->eps[i].degraded_limits;
+        int64_t incs = 0;
 
         if (w->eps[i].on_unavailable != TENANT_UNAVAIL_OPEN || d->count == 0)
             continue;
-        /* Windows of the degraded limit that overlap one window of `period`. */
-        sum += d->v[0].n * ((period + d->v[0].period_ms - 1) / d->v[0].period_ms + 1);
+        /* Windows of the degraded limit that overlap one window of `period`, for each
+         * incarnation that admitted degraded: the allowance lives in the child's memory, so a
+         * crashed child's successor starts a new one (README, "Failure modes": D per process). */
+        for (uint64_t inc = 1; inc <= w->ch[i].inc; inc++)
+            incs += w->ch[i].degraded_by_inc[inc] > 0;
+        sum += d->v[0].n * ((period + d->v[0].period_ms - 1) / d->v[0].period_ms + 1) *
+               (incs > 1 ? incs : 1);
     }
     return sum;
 }

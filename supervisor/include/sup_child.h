@@ -21,7 +21,10 @@
  *
  * Strict mode (persist_marks): the child admits on a lease only up to a mark `reserved_upto` that
  * is durable; it asks for the next mark ahead of need, in chunks, and a lease it reports back is
- * deleted durably first, so a lease can never be both credited and resumed.
+ * deleted durably first, so a lease can never be both credited and resumed. A lease of at most
+ * mark_chunk_min tokens gets no row: it is used at once and, after a crash, left to expire as
+ * spent (the supervisor's journal, not the child's file, is what keeps a grant from being
+ * handed out twice; the row only lets a restart resume what it held).
  *
  * Header-wide rules: a handle belongs to one thread. Times come in a struct sup_time: mono_ms
  * (the host's monotonic clock, which survives a process restart on the same boot) for deadlines
