@@ -403,6 +403,7 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
     cl->n = g->n;
     cl->ttl_ms = g->ttl_ms;
     cl->pass = (g->flags & PROTO_LEASE_GRANT_PASS) != 0;
+    cl->keep = (g->flags & PROTO_LEASE_GRANT_KEEP) != 0;
     cl->got_mono = now_mono;
     /* Gray & Cheriton: measured from when the request was first sent, shortened by the drift
      * bound, so it ends before the supervisor's grant time + ttl on any clock within epsilon. */

@@ -61,7 +61,7 @@ link_timer(const sup_child *c, const struct child_link *k, int64_t after)
             continue;
         if (cl->deadline_mono < next)
             next = cl->deadline_mono;
-        if (!cl->foreign) {
+        if (!cl->foreign && !cl->keep) {
             t = (k->last_use > cl->got_mono ? k->last_use : cl->got_mono) + c->idle_ms;
             if (t < next)
                 next = t;
@@ -196,8 +196,9 @@ link_tick(sup_child *c, struct child_link *k, int64_t now_mono)
 
         if (cl->state != CL_LIVE)
             continue;
-        /* Idle for a second: give the tokens back (LEASES.md Q9). */
-        if (idle && !cl->foreign && now_mono - cl->got_mono >= c->idle_ms) {
+        /* Idle for a second: give the tokens back (LEASES.md Q9), unless the supervisor said
+         * the few left are worth keeping (KEEP): they go back at the deadline. */
+        if (idle && !cl->foreign && !cl->keep && now_mono - cl->got_mono >= c->idle_ms) {
             sup__child_retire(c, k, cl);
             continue;
         }

@@ -77,6 +77,8 @@ sup__record_reply(const sup_ledger *l, const struct sup_record *rec, struct prot
             reply->grant.n = rec->n;
             reply->grant.ttl_ms = rec->ttl_ms;
             reply->grant.flags = (rec->flags & SUP_RECF_PASS) ? PROTO_LEASE_GRANT_PASS : 0;
+            if (rec->flags & SUP_RECF_KEEP)
+                reply->grant.flags |= PROTO_LEASE_GRANT_KEEP;
             reply->grant.holders = rec->holders;
             reply->grant.epoch = rec->epoch;
         } else {
@@ -243,6 +245,8 @@ apply_acquire(sup_ledger *l, const struct sup_record *rec)
         l->stats.grant_tokens += (uint64_t)rec->n;
         if (rec->flags & SUP_RECF_PASS)
             l->stats.pass_grants++;
+        if (rec->flags & SUP_RECF_KEEP)
+            l->stats.keep_grants++;
     } else if (!granted) {
         l->stats.denies++;
     }

@@ -11,6 +11,8 @@
  *      when a window of the path ends within T_lease / 10 (grant exactly `need`, short TTL; a
  *      prefetch with need 0 is refused with the PASS flag);
  *      otherwise n = max(need, min(want, l_max, l_cap)) with l_cap = min floor(rem / (2 * P));
+ *      keep: when every bound has rem >= keep_factor * P * l_keep and that n is at most l_keep,
+ *      n = max(need, min(l_keep, l_max, l_cap)) flagged KEEP (kept to its deadline when idle);
  *   5. ttl = min(T_lease or T_pass, window end - now) over every window of the path (I3).
  * Steps 2 and 4 go into one ACQUIRE record, applied at once; nothing here writes state.
  */
@@ -63,7 +65,7 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
            int64_t cost, struct sup_record *rec)
 {
     int64_t cap = l->l_max, ttl_cap = INT64_MAX, holders = 1, n, ttl;
-    bool pass = false;
+    bool pass = false, plenty = l->l_keep > 0;
 
     for (uint32_t i = 0; i < count; i++) {
         const struct sup_budget *b = p->b[kinds[i]];
@@ -81,6 +83,8 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
 
             if (rem < 2 * P * l->l_min)
                 pass = true;
+            if (rem / l->keep_factor < P * l->l_keep)
+                plenty = false;
             if (rem / (2 * P) < cap)
                 cap = rem / (2 * P);
             if (v->v[j].reset_ms - eval_ms < ttl_cap)
@@ -106,6 +110,14 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
         n = a->want < l->l_max ? a->want : l->l_max;
         n = n < cap ? n : cap;
         n = n > a->need ? n : a->need;
+        if (plenty && n <= l->l_keep) {
+            /* Giving back a few tokens of a quiet link costs a message and a commit, and its
+             * next request a round trip: while plenty remains, a small lease is worth keeping. */
+            n = l->l_keep < l->l_max ? l->l_keep : l->l_max;
+            n = n < cap ? n : cap;
+            n = n > a->need ? n : a->need;
+            rec->flags |= SUP_RECF_KEEP;
+        }
         ttl = l->lease_ttl_ms;
     }
     /* No lease spans a window boundary (I3); the boundary is after eval_ms, so ttl >= 1. */

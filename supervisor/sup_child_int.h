@@ -27,6 +27,7 @@ struct child_lease {
     int64_t ttl_ms, sent_mono, deadline_mono, deadline_wall, got_mono;
     int64_t mark_durable, mark_want, mark_sent; /* strict mode: reserved_upto */
     bool pass;                                  /* a pass-through grant */
+    bool keep;    /* granted KEEP: not returned when idle, it lives to its deadline */
     bool foreign; /* resumed from an earlier incarnation: never reported */
     /* Retired: */
     bool report_due; /* n - used must be reported (own incarnation, used < n) */

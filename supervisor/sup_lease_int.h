@@ -95,7 +95,8 @@ struct sup_ledger {
     size_t ep_count;
     sup_link_allows_fn link_allows;
     void *link_ctx;
-    int64_t lease_ttl_ms, margin_ms, pass_ttl_ms, slot_ttl_ms, heartbeat_ms, l_min, l_max;
+    int64_t lease_ttl_ms, margin_ms, pass_ttl_ms, slot_ttl_ms, heartbeat_ms, l_min, l_max, l_keep;
+    int64_t keep_factor;
 
     int64_t now_ms; /* high-water mark of recorded times */
     uint64_t epoch;

@@ -162,6 +162,10 @@ configure(struct sim_world *w)
     w->lcfg.max_leases = 256;
     if (w->p.realistic)
         return; /* the defaults */
+    /* Kept leases: none, or small grants raised to 1, 2 or 4 tokens while 1, 4 or 16 times
+     * that for every holder remains (1 keeps leases far closer to exhaustion than the default). */
+    w->lcfg.l_keep = (int64_t[]){-1, 1, 2, 4}[sim_range(w, 0, 3)];
+    w->lcfg.keep_factor = (int64_t[]){1, 4, 16}[sim_range(w, 0, 2)];
     w->lcfg.lease_ttl_ms = 300;
     w->lcfg.margin_ms = 100;
     w->lcfg.pass_ttl_ms = 100;

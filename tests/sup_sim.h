@@ -50,6 +50,7 @@ struct sim_params {
 
 struct sim_result {
     uint64_t admitted, degraded, refused, unavailable, waited, acquires, grants, denies;
+    uint64_t kept_grants; /* grants flagged KEEP */
     uint64_t plan_refusals, sup_crashes, child_crashes, partitions, clock_steps, duplicates;
     uint64_t slot_grants, slot_denies, replays, compactions;
     int64_t stranded_max;       /* leased but unused elsewhere at a plan refusal */

@@ -143,6 +143,8 @@ sim_on_persisted(struct sim_world *w, const struct sup_record *rec, int64_t t_ha
             l->t_send = e->v[0];
         }
         w->r->grants++;
+        if (rec->flags & SUP_RECF_KEEP)
+            w->r->kept_grants++;
     } else if (rec->kind == SUP_REC_ACQUIRE) {
         w->r->denies++;
     }

@@ -231,6 +231,20 @@ test_lease_round_trip_every_type(void **state)
             assert_memory_equal(again, buf, len);
         }
     }
+    {
+        /* A kept grant (the other flag) comes back kept. */
+        struct proto_lease_msg m, back;
+        uint8_t buf[PROTO_LEASE_FRAME_MAX];
+        size_t len;
+
+        assert_int_equal(sample(PROTO_LEASE_GRANT, &m), 0);
+        m.grant.flags = PROTO_LEASE_GRANT_KEEP;
+        encode_ok(&m, buf, &len);
+        assert_int_equal(decode_guarded(PROTO_LEASE_GRANT, 0, buf + PROTO_FRAME_HEADER,
+                                        len - PROTO_FRAME_HEADER, &back),
+                         TALLY_OK);
+        assert_int_equal(back.grant.flags, PROTO_LEASE_GRANT_KEEP);
+    }
 }
 
 static void
@@ -332,7 +346,12 @@ spoil_grant_ttl(struct proto_lease_msg *m)
 static void
 spoil_grant_flags(struct proto_lease_msg *m)
 {
-    m->grant.flags = 2;
+    m->grant.flags = 4;
+}
+static void
+spoil_grant_pass_keep(struct proto_lease_msg *m)
+{
+    m->grant.flags = PROTO_LEASE_GRANT_PASS | PROTO_LEASE_GRANT_KEEP;
 }
 static void
 spoil_deny_scope(struct proto_lease_msg *m)
@@ -389,6 +408,7 @@ static const struct bad_case bad_cases[] = {
     {"grant of 0", PROTO_LEASE_GRANT, spoil_grant_n},
     {"grant ttl 0", PROTO_LEASE_GRANT, spoil_grant_ttl},
     {"grant unknown flag", PROTO_LEASE_GRANT, spoil_grant_flags},
+    {"grant both pass and keep", PROTO_LEASE_GRANT, spoil_grant_pass_keep},
     {"deny unknown scope", PROTO_LEASE_DENY, spoil_deny_scope},
     {"deny never without flag", PROTO_LEASE_DENY, spoil_deny_never},
     {"return negative used", PROTO_LEASE_RETURN, spoil_return_used},

@@ -297,6 +297,41 @@ test_metrics_page_is_valid_and_counts(void **state)
     serve_stop(&e->s);
 }
 
+/* A quiet link keeps its small lease while the budget is plentiful (KEEP): its next request,
+ * 1.5 s later (past the 1 s idle return), is decided with no lease round trip. On a scarce
+ * budget (search: 3 per link) the lease goes back after 1 s and the next request waits. */
+static void
+test_quiet_link_keeps_its_lease_while_plenty(void **state)
+{
+    struct env *e = *state;
+    struct serve_http r, m;
+    double w0, w1;
+
+    serve_start(&e->s, NULL, NULL);
+    serve_check(&e->s, e->token, "open", &r);
+    assert_int_equal(r.status, 200);
+    get_metrics(e, &m);
+    w0 = serve_metric(m.body, "tally_waits_total");
+    assert_true(w0 >= 1); /* the first request waited for the first grant */
+    serve_sleep_ms(1500);
+    serve_check(&e->s, e->token, "open", &r);
+    assert_int_equal(r.status, 200);
+    get_metrics(e, &m);
+    assert_true(serve_metric(m.body, "tally_waits_total") == w0);
+
+    serve_check(&e->s, e->token, "search", &r);
+    assert_int_equal(r.status, 200);
+    get_metrics(e, &m);
+    w1 = serve_metric(m.body, "tally_waits_total");
+    assert_true(w1 > w0);
+    serve_sleep_ms(1500);
+    serve_check(&e->s, e->token, "search", &r);
+    assert_int_equal(r.status, 200);
+    get_metrics(e, &m);
+    assert_true(serve_metric(m.body, "tally_waits_total") > w1);
+    serve_stop(&e->s);
+}
+
 /* Every line tallyd itself writes is one JSON object with ts, level, event. */
 static void
 check_log_lines(const struct env *e)
@@ -486,6 +521,8 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_metrics_page_is_valid_and_counts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_quiet_link_keeps_its_lease_while_plenty, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_log_lines_for_supervisor_lifecycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_degraded_transitions_are_one_line_each, setup,
                                         teardown),

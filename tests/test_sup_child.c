@@ -4,8 +4,9 @@
  * GRANT, the deadline is measured from the first send and shortened by epsilon, the watermark
  * prefetch keeps a steady stream from ever waiting, DENYs are cached (by cost) until their
  * Retry-After, retransmissions keep their seq and duplicated replies are ignored, idle leases go
- * back, slots (grant, cancel, release), zero allocations over 10,000 admissions on the hot path,
- * bad arguments and failed allocations. Durability and degraded mode: test_sup_child_durable.c.
+ * back (a kept one at its deadline), slots (grant, cancel, release), zero allocations over 10,000
+ * admissions on the hot path, bad arguments and failed allocations. Durability and degraded mode:
+ * test_sup_child_durable.c.
  */
 /* cmocka.h needs these first, in this order (STYLE.md §9). */
 /* clang-format off */
@@ -199,32 +200,48 @@ test_child_deny_cached_by_cost(void **state)
     cx_close(&x);
 }
 
+/* A child whose link LINK_A holds one lease of n tokens (flags as granted) with one used. */
+static uint64_t
+one_lease_used_once(struct cx *x, int64_t n, uint32_t flags)
+{
+    struct proto_lease_msg acq;
+    uint64_t id;
+
+    cx_open(x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(x);
+    (void)cx_admit(x, LINK_A, 1, 0);
+    acq = cx_expect(x, PROTO_LEASE_ACQUIRE);
+    (void)cx_grant(x, &acq, n, 5000, flags, &id);
+    assert_int_equal(cx_admit(x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    return id;
+}
+
+/* The next RETURN due now (a heartbeat may go first: traffic was recent). */
+static struct proto_lease_msg
+next_return(struct cx *x)
+{
+    struct proto_lease_msg m;
+
+    do
+        assert_int_equal(sup_child_next_message(x->c, x->now, &m), TALLY_OK);
+    while (m.type != PROTO_LEASE_RETURN);
+    return m;
+}
+
 static void
 test_child_idle_lease_returned(void **state)
 {
-    struct proto_lease_msg acq, ret, r;
+    struct proto_lease_msg ret, r;
     uint64_t id;
     struct cx x;
 
     (void)state;
-    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
-    cx_welcome(&x);
-    (void)cx_admit(&x, LINK_A, 1, 0);
-    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
-    (void)cx_grant(&x, &acq, 10, 5000, 0, &id);
-    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    id = one_lease_used_once(&x, 10, 0);
     assert_int_equal(sup_child_next_wake_ms(x.c) <= x.now.mono_ms + SUP_CHILD_IDLE_MS_DEFAULT,
                      true);
     cx_at(&x, SUP_CHILD_IDLE_MS_DEFAULT + 1);
     sup_child_tick(x.c, x.now);
-    for (;;) {
-        struct proto_lease_msg m = cx_expect(&x, PROTO_LEASE_RETURN);
-
-        if (m.type == PROTO_LEASE_RETURN) {
-            ret = m;
-            break;
-        }
-    }
+    ret = next_return(&x);
     assert_int_equal(ret.ret.lease_id, id);
     assert_int_equal(ret.ret.used, 1);
     cx_reply_to(&ret, &r, PROTO_LEASE_RETURN_ACK);
@@ -233,6 +250,46 @@ test_child_idle_lease_returned(void **state)
     (void)cx_deliver(&x, &r);
     /* Returned means no longer used. */
     assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+    cx_close(&x);
+}
+
+/* Messages due now, none of them a RETURN (a heartbeat may go out: traffic was recent). */
+static void
+expect_no_return(struct cx *x)
+{
+    struct proto_lease_msg m;
+
+    while (sup_child_next_message(x->c, x->now, &m) == TALLY_OK)
+        assert_int_not_equal(m.type, PROTO_LEASE_RETURN);
+}
+
+/* A grant flagged KEEP (small, while the budget is plentiful) is not returned after 1 s idle:
+ * the link's next request, seconds later, is decided from it with no message; it goes back at
+ * its deadline with what it used. */
+static void
+test_child_kept_lease_lives_to_deadline(void **state)
+{
+    struct proto_lease_msg ret;
+    uint64_t id;
+    struct cx x;
+
+    (void)state;
+    id = one_lease_used_once(&x, 4, PROTO_LEASE_GRANT_KEEP);
+    cx_at(&x, SUP_CHILD_IDLE_MS_DEFAULT + 1);
+    sup_child_tick(x.c, x.now);
+    expect_no_return(&x);
+    cx_at(&x, 3000);
+    sup_child_tick(x.c, x.now);
+    expect_no_return(&x);
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    expect_no_return(&x);
+    /* The deadline: 5000 - 2 % - 1 ms after the first send. */
+    assert_true(sup_child_next_wake_ms(x.c) <= 5000 - 100 - 1 + 5000);
+    cx_at(&x, 5000 - 100 - 1);
+    sup_child_tick(x.c, x.now);
+    ret = next_return(&x);
+    assert_int_equal(ret.ret.lease_id, id);
+    assert_int_equal(ret.ret.used, 2);
     cx_close(&x);
 }
 
@@ -450,6 +507,7 @@ main(void)
         cmocka_unit_test(test_child_watermark_prefetch_never_waits),
         cmocka_unit_test(test_child_deny_cached_by_cost),
         cmocka_unit_test(test_child_idle_lease_returned),
+        cmocka_unit_test(test_child_kept_lease_lives_to_deadline),
         cmocka_unit_test(test_child_live_leases_bounded),
         cmocka_unit_test(test_child_slots),
         cmocka_unit_test(test_child_hot_path_allocates_nothing),

@@ -1,10 +1,11 @@
 /*
  * The supervisor's grant rule (sup_lease.h), one behaviour at a time: grant sizing under the
- * scarcity cap, pass-through near exhaustion, refusals naming their scope with the exact
- * Retry-After or "never", no lease across a window boundary, swap reports crediting once, expiry
- * as spent, a new incarnation closing the old one's leases, degraded debt charged and blocking,
- * GCRA endpoints in pass-through, refused links, a wall clock stepping back, reconfiguration by
- * period. The journal side (duplicates, slots, replay, allocation) is test_sup_journal.c.
+ * scarcity cap, small grants kept while plenty remains, pass-through near exhaustion, refusals
+ * naming their scope with the exact Retry-After or "never", no lease across a window boundary, swap
+ * reports crediting once, expiry as spent, a new incarnation closing the old one's leases, degraded
+ * debt charged and blocking, GCRA endpoints in pass-through, refused links, a wall clock stepping
+ * back, reconfiguration by period. The journal side (duplicates, slots, replay, allocation) is
+ * test_sup_journal.c.
  */
 /* cmocka.h needs these first, in this order (STYLE.md §9). */
 /* clang-format off */
@@ -22,6 +23,9 @@
 #include "sup_lease.h"
 #include "sup_sim_fx.h"
 #include "test_support.h"
+
+#define LINK_C "lnk_000000000000000c"
+#define LINK_D "lnk_000000000000000d"
 
 static uint64_t seed;
 
@@ -61,6 +65,65 @@ test_ledger_grant_sizing_and_scarcity_cap(void **state)
     assert_int_equal(fx_plan_cell(&f, 60 * MINUTE).granted, 225);
     /* Lease ids grow. */
     assert_true(r.grant.lease_id > 1);
+    fx_close(&f);
+}
+
+static void
+test_ledger_small_grants_kept_while_plenty(void **state)
+{
+    struct proto_lease_msg r;
+    struct fx f;
+
+    (void)state;
+    fx_open(&f);
+    fx_hello(&f, 0, 1, T0);
+    /* Plenty (600 a minute, one holder): a small ask is raised to l_keep and flagged KEEP. */
+    r = fx_acquire(&f, 0, 1, LINK_A, 1, 1, T0);
+    assert_int_equal(r.type, PROTO_LEASE_GRANT);
+    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT);
+    assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP);
+    assert_int_equal(r.grant.ttl_ms, SUP_LEASE_TTL_MS_DEFAULT);
+    /* A prefetch too (need 0). */
+    r = fx_acquire(&f, 0, 1, LINK_B, 2, 0, T0 + 1);
+    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT);
+    assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP);
+    /* A larger ask (or need) is not small: granted as asked, not kept. */
+    r = fx_acquire(&f, 0, 1, LINK_C, SUP_L_KEEP_DEFAULT + 1, 1, T0 + 2);
+    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT + 1);
+    assert_int_equal(r.grant.flags, 0);
+    r = fx_acquire(&f, 0, 1, LINK_D, SUP_L_KEEP_DEFAULT + 2, SUP_L_KEEP_DEFAULT + 2, T0 + 3);
+    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT + 2);
+    assert_int_equal(r.grant.flags, 0);
+    /* 4 holders now: plenty means at least 16 * 5 * 4 = 320 left of the minute. Take it down
+     * to 330 with one large lease, then below 320. */
+    r = fx_acquire(&f, 0, 1, LINK_A, 600 - 19 - 330, 600 - 19 - 330, T0 + 4);
+    assert_int_equal(r.type, PROTO_LEASE_GRANT);
+    assert_int_equal(600 - fx_plan_cell(&f, MINUTE).granted, 330);
+    r = fx_acquire(&f, 0, 1, LINK_B, 1, 1, T0 + 5); /* 6 holders: needs 384 */
+    assert_int_equal(r.grant.n, 1);
+    assert_int_equal(r.grant.flags, 0);
+    fx_close(&f);
+
+    /* Scarce from the start (a link's own 50 a minute is under 16 * 1 * 4 = 64): as asked. */
+    fx_open(&f);
+    fx_limit(&f.cfg.plan.link_limits, 50, MINUTE);
+    assert_int_equal(sup_ledger_configure(f.l, &f.cfg.plan, f.eps, 3), TALLY_OK);
+    fx_hello(&f, 0, 1, T0);
+    r = fx_acquire(&f, 0, 1, LINK_A, 1, 1, T0);
+    assert_int_equal(r.grant.n, 1);
+    assert_int_equal(r.grant.flags, 0);
+    fx_close(&f);
+
+    /* l_keep < 0: never kept. */
+    fx_config(&f);
+    f.cfg.l_keep = -1;
+    f.journal = calloc(FX_JOURNAL, sizeof(*f.journal));
+    assert_non_null(f.journal);
+    assert_int_equal(sup_ledger_open(&f.cfg, &f.l), TALLY_OK);
+    fx_hello(&f, 0, 1, T0);
+    r = fx_acquire(&f, 0, 1, LINK_A, 1, 1, T0);
+    assert_int_equal(r.grant.n, 1);
+    assert_int_equal(r.grant.flags, 0);
     fx_close(&f);
 }
 
@@ -455,6 +518,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ledger_grant_sizing_and_scarcity_cap),
+        cmocka_unit_test(test_ledger_small_grants_kept_while_plenty),
         cmocka_unit_test(test_ledger_pass_through_near_exhaustion),
         cmocka_unit_test(test_ledger_deny_scope_retry_and_never),
         cmocka_unit_test(test_ledger_no_lease_spans_a_boundary),

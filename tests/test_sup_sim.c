@@ -112,6 +112,7 @@ test_sim_random_schedules(void **state)
         total.unavailable += r.unavailable;
         total.acquires += r.acquires;
         total.grants += r.grants;
+        total.kept_grants += r.kept_grants;
         total.plan_refusals += r.plan_refusals;
         total.sup_crashes += r.sup_crashes;
         total.child_crashes += r.child_crashes;
@@ -136,10 +137,11 @@ test_sim_random_schedules(void **state)
             total.over_degraded_max = r.over_degraded_max;
     }
     printf("sim: %d schedules: %llu admitted (%llu degraded), %llu refused, %llu unavailable, "
-           "%llu ACQUIREs, %llu grants\n",
+           "%llu ACQUIREs, %llu grants (%llu kept)\n",
            n, (unsigned long long)total.admitted, (unsigned long long)total.degraded,
            (unsigned long long)total.refused, (unsigned long long)total.unavailable,
-           (unsigned long long)total.acquires, (unsigned long long)total.grants);
+           (unsigned long long)total.acquires, (unsigned long long)total.grants,
+           (unsigned long long)total.kept_grants);
     printf("sim: faults: %llu supervisor crashes, %llu child crashes, %llu partitions, %llu clock "
            "steps back, %llu duplicate requests re-answered, %llu slots granted, %llu journal "
            "compactions\n",
@@ -158,6 +160,7 @@ test_sim_random_schedules(void **state)
            (long long)total.over_degraded_max);
     assert_true(total.admitted > 0);
     assert_true(only != NULL || total.plan_refusals > 0); /* scarcity was exercised */
+    assert_true(only != NULL || total.kept_grants > 0);   /* and kept leases */
 }
 
 /* Steady load without faults: how many lease round trips per 1,000 admissions. */

@@ -80,6 +80,7 @@ enum proto_lease_type {
 /* GRANT flags. */
 enum proto_lease_grant_flags {
     PROTO_LEASE_GRANT_PASS = 1 << 0, /* pass-through: near exhaustion, do not prefetch */
+    PROTO_LEASE_GRANT_KEEP = 1 << 1, /* plentiful and small: keep it to its deadline when idle */
 };
 /* DENY flags. */
 enum proto_lease_deny_flags {

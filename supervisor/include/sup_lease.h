@@ -47,9 +47,14 @@ typedef struct sup_ledger sup_ledger;
 #define SUP_HEARTBEAT_MS_DEFAULT 1000
 #define SUP_L_MIN_DEFAULT        1
 #define SUP_L_MAX_DEFAULT        ((int64_t)1 << 20)
-#define SUP_DEDUPE               64 /* replies kept per child (and window of live seqs) */
-#define SUP_MAX_ENDPOINTS        256
-#define SUP_MAX_CHILDREN         64
+/* Keep leases: while every bound of a path has at least SUP_KEEP_FACTOR * P * l_keep left, a
+ * small grant is raised to l_keep tokens and flagged KEEP: its holder keeps it to its deadline
+ * when idle instead of returning it after 1 s (a quiet link's next request is then local). */
+#define SUP_L_KEEP_DEFAULT 4
+#define SUP_KEEP_FACTOR    16
+#define SUP_DEDUPE         64 /* replies kept per child (and window of live seqs) */
+#define SUP_MAX_ENDPOINTS  256
+#define SUP_MAX_CHILDREN   64
 
 /** Tells whether link `link_id` is live at now_ms and may call `endpoint` (both borrowed). Called
  *  for ACQUIRE and SLOT_ACQUIRE only, never during replay. May read a cache the caller refreshes
@@ -74,6 +79,8 @@ struct sup_ledger_config {
     int64_t heartbeat_ms;
     int64_t l_min;
     int64_t l_max;
+    int64_t l_keep;      /* 0 = SUP_L_KEEP_DEFAULT, negative = no kept leases */
+    int64_t keep_factor; /* 0 = SUP_KEEP_FACTOR */
 };
 
 /* Journal records: fixed-size plain old data, zero-filled (padding included) so a record can be
@@ -107,6 +114,7 @@ enum sup_record_flags {
     SUP_RECF_REPORT_CREDIT = 1 << 2, /* ACQUIRE/RETURN: the report credited n - used */
     SUP_RECF_REPORT_SPENT = 1 << 3,  /* ACQUIRE/RETURN: the lease was past its deadline: spent */
     SUP_RECF_CACHED = 1 << 4,        /* snapshot: a copy of a record kept only for its reply */
+    SUP_RECF_KEEP = 1 << 5,          /* ACQUIRE: a small grant while plentiful, kept when idle */
 };
 
 struct sup_record {
@@ -151,7 +159,8 @@ struct sup_records {
 
 /* Counters for metrics and tests (monotone since open or replay start). */
 struct sup_ledger_stats {
-    uint64_t grants, grant_tokens, pass_grants, denies, credits, credit_tokens, spent, expired;
+    uint64_t grants, grant_tokens, pass_grants, keep_grants, denies, credits, credit_tokens, spent,
+        expired;
     uint64_t debt_tokens, slot_grants, slot_denies, slot_releases, duplicates, stale, errors;
     uint64_t records;
     uint32_t leases, links, children;
