@@ -35,10 +35,7 @@ print_endpoint(void *ctx, const struct tenant_endpoint *e)
 static int
 write_one(store_db *db, int rc, const char *what)
 {
-    if (rc == TALLY_OK)
-        rc = store_db_commit(db);
-    else
-        store_db_rollback(db);
+    rc = store_db_end(db, rc);
     if (rc != TALLY_OK)
         return cli_store_fail(rc, what);
     return EXIT_OK;

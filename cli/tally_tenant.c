@@ -107,10 +107,7 @@ cli_tenant(struct cli *c)
         } else {
             rc = store_tenant_remove(db, c->argv[1]);
         }
-        if (rc == TALLY_OK)
-            rc = store_db_commit(db);
-        else
-            store_db_rollback(db);
+        rc = store_db_end(db, rc);
         code = rc != TALLY_OK ? cli_store_fail(rc, c->argv[1]) : EXIT_OK;
     }
     store_db_close(db);
@@ -261,10 +258,7 @@ link_create(struct cli *c)
     }
     if (rc == TALLY_OK)
         rc = store_link_insert(db, &l);
-    if (rc == TALLY_OK)
-        rc = store_db_commit(db);
-    else
-        store_db_rollback(db);
+    rc = store_db_end(db, rc);
     if (rc != TALLY_OK) {
         code = cli_store_fail(rc, "link create");
         goto out;
@@ -321,10 +315,7 @@ link_revoke(struct cli *c)
         rc = store_db_begin(db);
         if (rc == TALLY_OK)
             rc = store_link_revoke(db, l.id, cli_now_ms());
-        if (rc == TALLY_OK)
-            rc = store_db_commit(db);
-        else
-            store_db_rollback(db);
+        rc = store_db_end(db, rc);
         code = rc != TALLY_OK ? cli_store_fail(rc, "link revoke") : EXIT_OK;
         if (code == EXIT_OK)
             fprintf(stderr, "tally: revoked %s\n", l.id);

@@ -133,6 +133,15 @@ store_db_rollback(store_db *db)
         (void)sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
 }
 
+int
+store_db_end(store_db *db, int rc)
+{
+    if (rc == TALLY_OK)
+        return store_db_commit(db);
+    store_db_rollback(db);
+    return rc;
+}
+
 /* xSync on the WAL file makes every frame written so far durable: all commits
  * up to now survive an OS crash (with synchronous=NORMAL SQLite syncs the WAL
  * only at checkpoints). SQLITE_FCNTL_JOURNAL_POINTER hands out the WAL's
@@ -254,10 +263,7 @@ migrate(store_db *db)
         snprintf(bump, sizeof(bump), "PRAGMA user_version=%lld", (long long)version + 1);
         if (rc == TALLY_OK)
             rc = store_db_exec(db, bump);
-        if (rc == TALLY_OK)
-            rc = store_db_commit(db);
-        else
-            store_db_rollback(db);
+        rc = store_db_end(db, rc);
         if (rc != TALLY_OK)
             return rc;
     }

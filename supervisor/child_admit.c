@@ -63,24 +63,31 @@ mark_ahead(const sup_child *c, struct child_lease *cl, int64_t upto)
         cl->mark_want = cl->n;
 }
 
-void
-sup__child_retire(sup_child *c, struct child_link *k, struct child_lease *cl)
+/* Ends the use of a live lease: it is reported (its own incarnation's) and its row deleted. */
+static void
+retire(sup_child *c, struct child_lease *cl)
 {
-    if (cl->state != CL_LIVE)
-        return;
     cl->state = CL_RETIRED;
     cl->report_due = !cl->foreign;
     cl->quiet = cl->used >= cl->n;
     cl->report_seq = 0;
     cl->delete_due = cl->row;
+    if (cl->foreign && cl->used < cl->n)
+        c->stats.leases_spent++; /* left over and never reported: spent */
+}
+
+void
+sup__child_retire(sup_child *c, struct child_link *k, struct child_lease *cl)
+{
+    if (cl->state != CL_LIVE)
+        return;
     /* Slow start: a lease that ends mostly unused was too big. */
     if (!cl->foreign && !cl->pass && cl->used * 2 < cl->n) {
         k->l_slow /= 2;
         if (k->l_slow < c->l_min)
             k->l_slow = c->l_min;
     }
-    if (cl->foreign && cl->used < cl->n)
-        c->stats.leases_spent++; /* left over and never reported: spent */
+    retire(c, cl);
 }
 
 void
@@ -148,28 +155,22 @@ sup__child_want_acquire(struct child_link *k, int64_t need)
     k->acq_due = true;
 }
 
-/* How many leases of `k` are live at `now_mono`. */
+/* How many leases of `k` are live at `now_mono`; *left (when not NULL) gets their tokens left. */
 static int
-live_count(const struct child_link *k, int64_t now_mono)
+live_count(const struct child_link *k, int64_t now_mono, int64_t *left)
 {
     int live = 0;
-
-    for (int j = 0; j < CHILD_LEASES; j++)
-        live += lease_live(&k->l[j], now_mono);
-    return live;
-}
-
-/* Tokens left on the live leases of `k`, and whether one is still waiting to be used. */
-static int64_t
-left_live(const struct child_link *k, int64_t now_mono)
-{
-    int64_t left = 0;
+    int64_t sum = 0;
 
     for (int j = 0; j < CHILD_LEASES; j++) {
-        if (lease_live(&k->l[j], now_mono))
-            left += k->l[j].n - k->l[j].used;
+        if (lease_live(&k->l[j], now_mono)) {
+            live++;
+            sum += k->l[j].n - k->l[j].used;
+        }
     }
-    return left;
+    if (left != NULL)
+        *left = sum;
+    return live;
 }
 
 /* After a charge: the next mark, the watermark prefetch, and a used-up lease. */
@@ -193,12 +194,13 @@ after_charge(sup_child *c, struct child_link *k, struct child_lease *cl, int64_t
      * T_renew (or whose leases already grew by slow start). A lone request on a
      * quiet link would otherwise leave a second lease idle until its RETURN,
      * doubling the messages of links that are hit now and then. */
-    if (!k->pass && k->acq_seq == 0 && !k->acq_due && live_count(k, now_mono) < CHILD_LIVE_MAX &&
+    if (!k->pass && k->acq_seq == 0 && !k->acq_due &&
         (n > c->l_min || k->rate_milli * c->renew_ms >= 1000000)) {
         int64_t by_rate = (k->rate_milli * c->lead_ms + 999999) / 1000000;
-        int64_t mark = (n + 3) / 4 > by_rate ? (n + 3) / 4 : by_rate;
+        int64_t mark = (n + 3) / 4 > by_rate ? (n + 3) / 4 : by_rate, left;
 
-        if (left_live(k, now_mono) <= mark) {
+        /* No prefetch while two are live (I4). */
+        if (live_count(k, now_mono, &left) < CHILD_LIVE_MAX && left <= mark) {
             sup__child_want_acquire(k, 0);
             c->stats.prefetches++;
         }
@@ -352,12 +354,12 @@ sup_child_refund(sup_child *c, const char *link, uint64_t lease_id, int64_t cost
     return TALLY_OK;
 }
 
-/* Retires the live lease of `k` with the fewest tokens left, to make room for a new one. */
+/* Retires the live lease of `k` with the fewest tokens left, to make room for a new one. It was
+ * displaced, not too big: slow start keeps its size. */
 static void
 make_room(sup_child *c, struct child_link *k, int64_t now_mono)
 {
     struct child_lease *least = NULL;
-    int64_t l_slow = k->l_slow;
 
     for (int j = 0; j < CHILD_LEASES; j++) {
         struct child_lease *o = &k->l[j];
@@ -365,8 +367,7 @@ make_room(sup_child *c, struct child_link *k, int64_t now_mono)
         if (lease_live(o, now_mono) && (least == NULL || o->n - o->used < least->n - least->used))
             least = o;
     }
-    sup__child_retire(c, k, least);
-    k->l_slow = l_slow; /* displaced, not too big: slow start keeps its size */
+    retire(c, least);
 }
 
 struct child_lease *
@@ -382,7 +383,7 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
      * link whose requests cost more than any lease it holds would collect leases too small for
      * them, one per request. */
     sup__child_link_roll(c, k, now_mono);
-    while (live_count(k, now_mono) >= CHILD_LIVE_MAX)
+    while (live_count(k, now_mono, NULL) >= CHILD_LIVE_MAX)
         make_room(c, k, now_mono);
     for (int j = 0; j < CHILD_LEASES && cl == NULL; j++) {
         if (k->l[j].state == CL_FREE)

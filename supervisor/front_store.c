@@ -50,10 +50,7 @@ next_incarnation(store_db *db, uint64_t *out)
     sqlite3_bind_int64(st, 2, v + 1);
     rc = store_db_rc(db, sqlite3_step(st));
     sqlite3_reset(st);
-    if (rc == TALLY_OK)
-        rc = store_db_commit(db);
-    else
-        store_db_rollback(db);
+    rc = store_db_end(db, rc);
     *out = (uint64_t)(v + 1);
     return rc;
 }
@@ -125,10 +122,7 @@ write_batch(uv_work_t *w)
         rc = store_db_rc(s->db, sqlite3_step(st));
         sqlite3_reset(st);
     }
-    if (rc == TALLY_OK)
-        rc = store_db_commit(s->db);
-    else
-        store_db_rollback(s->db);
+    rc = store_db_end(s->db, rc);
     s->rc = rc;
 }
 

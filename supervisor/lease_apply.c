@@ -245,8 +245,6 @@ apply_acquire(sup_ledger *l, const struct sup_record *rec)
         l->stats.grant_tokens += (uint64_t)rec->n;
         if (rec->flags & SUP_RECF_PASS)
             l->stats.pass_grants++;
-        if (rec->flags & SUP_RECF_KEEP)
-            l->stats.keep_grants++;
     } else if (!granted) {
         l->stats.denies++;
     }

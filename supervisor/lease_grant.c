@@ -58,6 +58,16 @@ deny_from(struct sup_record *rec, const struct tenant_decision *d)
     rec->limit = d->limit > 0 && d->limit <= PROTO_LEASE_N_MAX ? d->limit : 0;
 }
 
+/* max(need, min(ask, l_max, cap)): what an ask becomes (step 4). */
+static int64_t
+grant_size(const sup_ledger *l, int64_t ask, int64_t cap, int64_t need)
+{
+    int64_t n = ask < l->l_max ? ask : l->l_max;
+
+    n = n < cap ? n : cap;
+    return n > need ? n : need;
+}
+
 /* Steps 4 and 5 for an admitted path: fills the grant (or the pass-through refusal) of rec. */
 static void
 size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint32_t count,
@@ -107,15 +117,11 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
         ttl = l->pass_ttl_ms;
         rec->flags |= SUP_RECF_PASS;
     } else {
-        n = a->want < l->l_max ? a->want : l->l_max;
-        n = n < cap ? n : cap;
-        n = n > a->need ? n : a->need;
+        n = grant_size(l, a->want, cap, a->need);
         if (plenty && n <= l->l_keep) {
             /* Giving back a few tokens of a quiet link costs a message and a commit, and its
              * next request a round trip: while plenty remains, a small lease is worth keeping. */
-            n = l->l_keep < l->l_max ? l->l_keep : l->l_max;
-            n = n < cap ? n : cap;
-            n = n > a->need ? n : a->need;
+            n = grant_size(l, l->l_keep, cap, a->need);
             rec->flags |= SUP_RECF_KEEP;
         }
         ttl = l->lease_ttl_ms;

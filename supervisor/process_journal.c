@@ -71,10 +71,7 @@ journal_replace(struct sp *s, const struct sup_records *snap)
         rc = store_db_rc(s->journal, sqlite3_step(st));
         sqlite3_reset(st);
     }
-    if (rc == TALLY_OK)
-        return store_db_commit(s->journal);
-    store_db_rollback(s->journal);
-    return rc;
+    return store_db_end(s->journal, rc);
 }
 
 /* Replaces the journal by a snapshot of the ledger, in one transaction, once it
@@ -137,10 +134,7 @@ sp_flush(struct sp *s)
             rc = store_db_rc(s->journal, sqlite3_step(st));
             sqlite3_reset(st);
         }
-        if (rc == TALLY_OK)
-            rc = store_db_commit(s->journal);
-        else
-            store_db_rollback(s->journal);
+        rc = store_db_end(s->journal, rc);
         if (rc != TALLY_OK) {
             sp_log_error(s, TALLY_LOG_ERROR, "journal_commit_failed", rc,
                          store_db_errmsg(s->journal));

@@ -62,12 +62,18 @@ fx_config(struct fx *f)
 }
 
 void
-fx_open(struct fx *f)
+fx_start(struct fx *f)
 {
-    fx_config(f);
     f->journal = calloc(FX_JOURNAL, sizeof(*f->journal));
     assert_non_null(f->journal);
     assert_int_equal(sup_ledger_open(&f->cfg, &f->l), TALLY_OK);
+}
+
+void
+fx_open(struct fx *f)
+{
+    fx_config(f);
+    fx_start(f);
 }
 
 void

@@ -32,6 +32,9 @@ struct fx {
 void fx_limit(struct tenant_limits *ls, int64_t n, int64_t period_ms);
 /** Fills the configuration only (no ledger, no journal). */
 void fx_config(struct fx *f);
+/** Opens the ledger of the configuration in f->cfg, with an empty journal. */
+void fx_start(struct fx *f);
+/** fx_config, then fx_start. */
 void fx_open(struct fx *f);
 void fx_close(struct fx *f);
 /** Handles `m` at `now`; the reply is checked and returned, records appended (count in *records,

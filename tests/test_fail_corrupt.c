@@ -120,16 +120,6 @@ still_garbage(struct env *e, const char *rel)
     free(got);
 }
 
-static void
-print(const char *what, const struct fail_counts *c)
-{
-    printf("# %-10s admitted %lld degraded %lld refused %lld unavailable %lld other %lld "
-           "errors %lld max %lld ms\n",
-           what, (long long)c->admitted, (long long)c->degraded, (long long)c->refused,
-           (long long)c->unavailable, (long long)c->other, (long long)c->errors,
-           (long long)c->max_ms);
-}
-
 /* Steady load on both tenants for `ms`; the first second of `bad` is its cold
  * start (the first supervisor is given up to 5 s until it crashes). */
 static void
@@ -144,14 +134,14 @@ run_both(struct env *e, int ms, struct fail_counts *bad, struct fail_counts *goo
     fail_load_start(&e->good, e->s.d.socket, e->token_good, "closed", 10);
     serve_sleep_ms(1500);
     first = fail_load_take(&e->bad);
-    print("bad start", &first);
+    fail_counts_print("bad start", &first);
     serve_sleep_ms(ms - 1500);
     *bad = fail_load_take(&e->bad);
     *good = fail_load_take(&e->good);
     fail_load_stop(&e->bad);
     fail_load_stop(&e->good);
-    print("bad", bad);
-    print("good", good);
+    fail_counts_print("bad", bad);
+    fail_counts_print("good", good);
     /* the first answers too: 503, never admitted, never an internal error */
     assert_int_equal(first.admitted + first.degraded + first.other + first.errors, 0);
     assert_true(first.max_ms <= 5000 + MARGIN_MS);

@@ -217,6 +217,50 @@ take3(struct env *e, struct fail_counts *ao, struct fail_counts *ac, struct fail
     fail_counts_add(b, &c);
 }
 
+/* While a's files are read-only: drives the loads until it shows in a's answers (at least 4 s,
+ * 10 degraded and 10 unavailable), then checks the phase (every answer within the deadline;
+ * open never 503 and at most DEGRADED_N degraded; closed never degraded; b untouched and
+ * served). `what` names the phase in the output; returns its length in ms. */
+static int64_t
+ro_phase(struct env *e, const char *what, struct fail_counts *ao, struct fail_counts *ac,
+         struct fail_counts *b)
+{
+    char l_ao[64], l_ac[64], l_b[64], c_ao[64], c_ac[64];
+    int64_t t0 = serve_now_ms(), ms;
+
+    snprintf(l_ao, sizeof(l_ao), "a open %s", what);
+    snprintf(l_ac, sizeof(l_ac), "a closed %s", what);
+    snprintf(l_b, sizeof(l_b), "b while a %s", what);
+    snprintf(c_ao, sizeof(c_ao), "a open while %s", what);
+    snprintf(c_ac, sizeof(c_ac), "a closed while %s", what);
+    memset(ao, 0, sizeof(*ao));
+    memset(ac, 0, sizeof(*ac));
+    memset(b, 0, sizeof(*b));
+    while (serve_now_ms() - t0 < 4000 || ao->degraded < 10 || ac->unavailable < 10) {
+        take3(e, ao, ac, b);
+        assert_int_equal(kill(e->s.d.pid, 0), 0); /* tallyd alive */
+        if (serve_now_ms() - t0 > 30000) {
+            fail_counts_print(l_ao, ao);
+            fail_counts_print(l_ac, ac);
+            fail_msg("%s: not in a's answers within 30 s", what);
+        }
+        serve_sleep_ms(PHASE_MS);
+    }
+    ms = serve_now_ms() - t0;
+    fail_counts_print(l_ao, ao);
+    fail_counts_print(l_ac, ac);
+    fail_counts_print(l_b, b);
+    fail_counts_clean(c_ao, ao, WAIT_MS + MARGIN_MS);
+    fail_counts_clean(c_ac, ac, WAIT_MS + MARGIN_MS);
+    fail_counts_clean(l_b, b, WAIT_MS + MARGIN_MS);
+    assert_int_equal(ao->unavailable, 0); /* open: never 503 */
+    assert_true(ao->degraded <= DEGRADED_N);
+    assert_int_equal(ac->degraded, 0);                              /* closed: never degraded */
+    assert_int_equal(b->degraded + b->unavailable + b->refused, 0); /* b untouched */
+    assert_true(b->admitted > 100);
+    return ms;
+}
+
 /* Until one phase where every load was admitted from leases only (a cold
  * start on a loaded machine may degrade a first answer or two). */
 static void
@@ -272,33 +316,8 @@ test_readonly_tenant_follows_policy_and_heals(void **state)
     n = test_supervisor_pids(e->s.data, "a", sup, 16);
     assert_int_equal(n, 1);
     assert_int_equal(kill(sup[0], SIGKILL), 0);
-    memset(&ao, 0, sizeof(ao));
-    memset(&ac, 0, sizeof(ac));
-    memset(&b, 0, sizeof(b));
-    t0 = serve_now_ms();
-    while (serve_now_ms() - t0 < 4000 || ao.degraded < 10 || ac.unavailable < 10) {
-        take3(e, &ao, &ac, &b);
-        assert_int_equal(kill(e->s.d.pid, 0), 0); /* tallyd alive */
-        if (serve_now_ms() - t0 > 30000) {
-            fail_counts_print("a open ro", &ao);
-            fail_counts_print("a closed ro", &ac);
-            fail_msg("the read-only folder did not show in a's answers within 30 s");
-        }
-        serve_sleep_ms(PHASE_MS);
-    }
-    ro_ms = serve_now_ms() - t0;
+    ro_ms = ro_phase(e, "ro", &ao, &ac, &b);
     lines = log_lines(e) - lines0;
-    fail_counts_print("a open ro", &ao);
-    fail_counts_print("a closed ro", &ac);
-    fail_counts_print("b while a ro", &b);
-    fail_counts_clean("a open while ro", &ao, WAIT_MS + MARGIN_MS);
-    fail_counts_clean("a closed while ro", &ac, WAIT_MS + MARGIN_MS);
-    fail_counts_clean("b while a ro", &b, WAIT_MS + MARGIN_MS);
-    assert_int_equal(ao.unavailable, 0); /* open: never 503 */
-    assert_true(ao.degraded <= DEGRADED_N);
-    assert_int_equal(ac.degraded, 0);                            /* closed: never degraded */
-    assert_int_equal(b.degraded + b.unavailable + b.refused, 0); /* b untouched */
-    assert_true(b.admitted > 100);
     printf("# read-only for %lld ms: %lld requests of a, %d log lines (supervisor_refused %d, "
            "supervisor_restart %d, endpoint_degraded %d, endpoint_unavailable %d)\n",
            (long long)ro_ms, (long long)(total(&ao) + total(&ac)), lines,
@@ -399,32 +418,8 @@ test_fs_turned_readonly_follows_policy(void **state)
         fclose(f);
     }
     lines0 = log_lines(e);
-    memset(&ao, 0, sizeof(ao));
-    memset(&ac, 0, sizeof(ac));
-    memset(&b, 0, sizeof(b));
-    t0 = serve_now_ms();
-    while (serve_now_ms() - t0 < 4000 || ao.degraded < 10 || ac.unavailable < 10) {
-        take3(e, &ao, &ac, &b);
-        assert_int_equal(kill(e->s.d.pid, 0), 0); /* tallyd alive */
-        if (serve_now_ms() - t0 > 30000) {
-            fail_counts_print("a open ro fs", &ao);
-            fail_counts_print("a closed ro fs", &ac);
-            fail_msg("the read-only file system did not show in a's answers within 30 s");
-        }
-        serve_sleep_ms(PHASE_MS);
-    }
+    (void)ro_phase(e, "ro fs", &ao, &ac, &b);
     lines = log_lines(e) - lines0;
-    fail_counts_print("a open ro fs", &ao);
-    fail_counts_print("a closed ro fs", &ac);
-    fail_counts_print("b while a ro fs", &b);
-    fail_counts_clean("a open while ro fs", &ao, WAIT_MS + MARGIN_MS);
-    fail_counts_clean("a closed while ro fs", &ac, WAIT_MS + MARGIN_MS);
-    fail_counts_clean("b while a ro fs", &b, WAIT_MS + MARGIN_MS);
-    assert_int_equal(ao.unavailable, 0);
-    assert_true(ao.degraded <= DEGRADED_N);
-    assert_int_equal(ac.degraded, 0);
-    assert_int_equal(b.degraded + b.unavailable + b.refused, 0);
-    assert_true(b.admitted > 100);
     printf("# %d log lines for %lld requests of a (journal_commit_failed %d, child_write_failed "
            "%d, supervisor_refused %d, endpoint_degraded %d)\n",
            lines, (long long)(total(&ao) + total(&ac)),

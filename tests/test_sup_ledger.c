@@ -117,9 +117,7 @@ test_ledger_small_grants_kept_while_plenty(void **state)
     /* l_keep < 0: never kept. */
     fx_config(&f);
     f.cfg.l_keep = -1;
-    f.journal = calloc(FX_JOURNAL, sizeof(*f.journal));
-    assert_non_null(f.journal);
-    assert_int_equal(sup_ledger_open(&f.cfg, &f.l), TALLY_OK);
+    fx_start(&f);
     fx_hello(&f, 0, 1, T0);
     r = fx_acquire(&f, 0, 1, LINK_A, 1, 1, T0);
     assert_int_equal(r.grant.n, 1);
@@ -485,9 +483,7 @@ test_ledger_tables_grow(void **state)
     fx_config(&f);
     f.cfg.max_leases = 2;
     f.cfg.max_links = 2;
-    f.journal = calloc(FX_JOURNAL, sizeof(*f.journal));
-    assert_non_null(f.journal);
-    assert_int_equal(sup_ledger_open(&f.cfg, &f.l), TALLY_OK);
+    fx_start(&f);
     fx_hello(&f, 0, 1, T0);
     for (int i = 0; i < 40; i++) {
         struct proto_lease_msg r;

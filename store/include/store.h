@@ -53,6 +53,9 @@ int store_db_rc(store_db *db, int sqlite_rc);
 TALLY_MUST_CHECK int store_db_begin(store_db *db);
 TALLY_MUST_CHECK int store_db_commit(store_db *db);
 void store_db_rollback(store_db *db);
+/** Ends a transaction: commits when rc is TALLY_OK (and returns the commit's result), rolls
+ *  back otherwise (and returns rc). */
+TALLY_MUST_CHECK int store_db_end(store_db *db, int rc);
 /** Makes every commit so far durable (fsync of the WAL file): what a commit
  *  under synchronous=FULL does, for a file opened with NORMAL. */
 TALLY_MUST_CHECK int store_db_sync(store_db *db);

@@ -159,8 +159,7 @@ struct sup_records {
 
 /* Counters for metrics and tests (monotone since open or replay start). */
 struct sup_ledger_stats {
-    uint64_t grants, grant_tokens, pass_grants, keep_grants, denies, credits, credit_tokens, spent,
-        expired;
+    uint64_t grants, grant_tokens, pass_grants, denies, credits, credit_tokens, spent, expired;
     uint64_t debt_tokens, slot_grants, slot_denies, slot_releases, duplicates, stale, errors;
     uint64_t records;
     uint32_t leases, links, children;
