@@ -1,5 +1,6 @@
 /*
- * The HTTP server's sockets and connection lifecycle, on the caller's loop.
+ * The HTTP server's connections and their lifecycle, on the caller's loop
+ * (the listener and accepting are http_listen.c).
  * A connection is one allocation made at accept (its handles, parser, read
  * and write buffers) and freed in the last close callback. Requests are read
  * into a capped buffer and parsed as they arrive; each complete one is
@@ -28,91 +29,7 @@
 #include <string.h>
 
 static void conn_process(struct http_conn *c);
-static void accept_one(proto_http_server *srv);
 static void on_conn_timer(uv_timer_t *t);
-
-static int
-uv_rc(int err)
-{
-    switch (err) {
-    case 0:
-        return TALLY_OK;
-    case UV_EADDRINUSE:
-        return TALLY_EINUSE;
-    case UV_EACCES:
-    case UV_EPERM:
-        return TALLY_EPERM;
-    case UV_EINVAL:
-    case UV_EADDRNOTAVAIL:
-    case UV_EAFNOSUPPORT:
-        return TALLY_EINVAL;
-    case UV_ENOMEM:
-    case UV_ENOBUFS:
-        return TALLY_ENOMEM;
-    default:
-        return TALLY_EIO;
-    }
-}
-
-/* --- the server ------------------------------------------------------------ */
-
-/* A handle of the server (listener, connection, reject) is gone for good. */
-static void
-handle_gone(proto_http_server *srv)
-{
-    assert(srv->pending > 0);
-    srv->pending--;
-    if (srv->closing) {
-        if (srv->pending == 0) {
-            if (srv->close_cb != NULL)
-                srv->close_cb(srv);
-            tally_free(srv);
-        }
-        return;
-    }
-    if (srv->accept_waiting)
-        accept_one(srv);
-}
-
-static void
-on_listener_closed(uv_handle_t *h)
-{
-    handle_gone(h->data);
-}
-
-static void
-on_reject_closed(uv_handle_t *h)
-{
-    proto_http_server *srv = h->data;
-
-    srv->reject_busy[(uv_tcp_t *)h - srv->reject] = false;
-    handle_gone(srv);
-}
-
-/* Accepts the waiting connection into a pooled handle and closes it at once. */
-static void
-reject_one(proto_http_server *srv, enum proto_http_reject reason)
-{
-    uv_tcp_t *h = NULL;
-    size_t i;
-
-    for (i = 0; i < HTTP_REJECT_POOL && h == NULL; i++) {
-        if (!srv->reject_busy[i])
-            h = &srv->reject[i];
-    }
-    if (h == NULL) {
-        srv->accept_waiting = true; /* libuv holds the socket; retried when a handle is free */
-        return;
-    }
-    srv->stats.rejected[reason]++;
-    if (uv_tcp_init(srv->loop, h) != 0)
-        return; /* cannot happen on Unix: AF_UNSPEC creates no socket */
-    srv->reject_busy[h - srv->reject] = true;
-    srv->pending++;
-    h->data = srv;
-    (void)uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)h);
-    uv_close((uv_handle_t *)h, on_reject_closed);
-}
 
 /* --- connection lifecycle ----------------------------------------------- */
 
@@ -141,7 +58,7 @@ on_conn_handle_closed(uv_handle_t *h)
         srv->over_cap--;
     sodium_memzero(c, srv->conn_size); /* requests held tokens */
     tally_free(c);
-    handle_gone(srv);
+    proto__http_handle_gone(srv);
 }
 
 static void
@@ -540,25 +457,15 @@ conn_new(proto_http_server *srv)
     return c;
 }
 
-/* At max_connections, a few more connections are read and their request is
- * answered 503 too_many_connections with Retry-After: 1, then closed (counted
- * when answered); beyond those, accepted and closed at once (counted here). */
-static void
-accept_one(proto_http_server *srv)
+/* Accepts the connection waiting on srv's listener into a new one (`over`: beyond
+ * max_connections, read to be answered 503); false when there is no memory for it. */
+bool
+proto__http_conn_accept(proto_http_server *srv, bool over)
 {
-    struct http_conn *c = NULL;
-    bool over = srv->stats.connections_active - srv->over_cap >= srv->lim.max_connections;
+    struct http_conn *c = conn_new(srv);
 
-    srv->accept_waiting = false;
-    if (over && srv->over_cap >= HTTP_OVER_CAP_MAX) {
-        reject_one(srv, PROTO_HTTP_REJECT_CONN_LIMIT);
-        return;
-    }
-    c = conn_new(srv);
-    if (c == NULL) {
-        reject_one(srv, PROTO_HTTP_REJECT_NO_MEMORY);
-        return;
-    }
+    if (c == NULL)
+        return false;
     if (over) {
         c->flags |= CONN_OVER_CAP;
         srv->over_cap++;
@@ -566,7 +473,7 @@ accept_one(proto_http_server *srv)
     if (uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&c->tcp) != 0) {
         srv->stats.rejected[PROTO_HTTP_REJECT_ACCEPT_ERROR]++;
         conn_close(c);
-        return;
+        return true;
     }
     if (!over)
         srv->stats.connections_accepted++;
@@ -574,74 +481,13 @@ accept_one(proto_http_server *srv)
     c->progress_ms = uv_now(srv->loop);
     conn_arm(c, c->progress_ms + srv->lim.idle_timeout_ms);
     conn_update_reading(c);
-}
-
-static void
-on_connection(uv_stream_t *listener, int status)
-{
-    proto_http_server *srv = listener->data;
-
-    if (status < 0) {
-        srv->stats.rejected[PROTO_HTTP_REJECT_ACCEPT_ERROR]++;
-        return;
-    }
-    accept_one(srv);
-}
-
-/* --- public ------------------------------------------------------------------ */
-
-int
-proto_http_listen(proto_http_server *srv, const char *host, int port)
-{
-    struct sockaddr_storage ss;
-    int err;
-
-    if (srv == NULL || host == NULL || srv->listening || srv->closing || port < 0 || port > 65535)
-        return TALLY_EINVAL;
-    if (strchr(host, ':') != NULL)
-        err = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss);
-    else
-        err = uv_ip4_addr(host, port, (struct sockaddr_in *)&ss);
-    if (err != 0)
-        return TALLY_EINVAL;
-    err = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&ss, 0);
-    if (err == 0)
-        err = uv_listen((uv_stream_t *)&srv->listener, srv->lim.backlog, on_connection);
-    if (err != 0)
-        return uv_rc(err);
-    srv->listening = true;
-    return TALLY_OK;
-}
-
-int
-proto_http_port(const proto_http_server *srv, int *port)
-{
-    struct sockaddr_storage ss;
-    int len = (int)sizeof(ss);
-
-    *port = 0;
-    if (srv == NULL || !srv->listening ||
-        uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&ss, &len) != 0)
-        return TALLY_EINVAL;
-    if (ss.ss_family == AF_INET6)
-        *port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-    else
-        *port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    return TALLY_OK;
+    return true;
 }
 
 void
-proto_http_close(proto_http_server *srv, proto_http_close_cb cb)
+proto__http_conns_close(proto_http_server *srv)
 {
-    struct http_conn *c;
-
-    if (srv == NULL || srv->closing)
-        return;
-    srv->closing = true;
-    srv->close_cb = cb;
-    srv->accept_waiting = false; /* closing the listener closes the socket libuv held */
-    uv_close((uv_handle_t *)&srv->listener, on_listener_closed);
-    for (c = srv->conns; c != NULL; c = c->next)
+    for (struct http_conn *c = srv->conns; c != NULL; c = c->next)
         conn_close(c); /* unlinked only in its close callback */
 }
 
@@ -682,16 +528,4 @@ proto_http_deferred_finish(proto_http_deferred *d)
     /* Parse on from the timer, so the next handler does not run inside the app's call. */
     c->flags |= CONN_RESUME;
     conn_arm(c, c->progress_ms);
-}
-
-void
-proto_http_stats(const proto_http_server *srv, struct proto_http_stats *out)
-{
-    *out = srv->stats;
-}
-
-void *
-proto_http_app_data(const proto_http_server *srv)
-{
-    return srv->app_data;
 }

@@ -1,7 +1,8 @@
 /*
  * Layouts shared by the HTTP server's files: the server, the connection and
- * the module-internal functions (proto__http_*). http_server.c owns sockets,
- * timers and the connection lifecycle; http_request.c feeds http_parser and
+ * the module-internal functions (proto__http_*). http_listen.c owns the
+ * listener and accepting; http_server.c the connections, their timers and
+ * lifecycle; http_request.c feeds http_parser and
  * enforces the request limits; http_response.c builds and serialises answers.
  */
 #ifndef PROTO_HTTP_INT_H
@@ -160,6 +161,16 @@ struct proto_http_server {
 /** Starts a request at its first byte: resets the request state and arms the
  *  request deadline. */
 void proto__http_request_begin(struct http_conn *c);
+/** Accepts the connection waiting on the listener (over: beyond max_connections, to be
+ *  answered 503); false when there is no memory for it (the caller rejects it). */
+bool proto__http_conn_accept(proto_http_server *srv, bool over);
+/** Closes every connection (each unlinks itself in its close callback). */
+void proto__http_conns_close(proto_http_server *srv);
+
+/* http_listen.c */
+/** A handle of the server (listener, connection, reject) is gone for good: the last one
+ *  frees a closing server, else a waiting accept goes on. */
+void proto__http_handle_gone(proto_http_server *srv);
 
 /* http_request.c */
 enum http_feed {

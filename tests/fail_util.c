@@ -334,3 +334,33 @@ fail_two_tenants(const struct serve_env *s, int degraded_n, char *token_a, size_
     serve_tally_ok(s, token_a, cap_a, "link", "create", "a", NULL);
     serve_tally_ok(s, token_b, cap_b, "link", "create", "b", NULL);
 }
+
+int
+fail_caps_setup(void **state)
+{
+    struct fail_caps_env *e = calloc(1, sizeof(*e));
+    char name[16];
+
+    assert_non_null(e);
+    *state = e;
+    serve_env_init(&e->s);
+    serve_tally_ok(&e->s, NULL, 0, "plan", "set", "p", "--limit", "10/365d", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "api", "--limit", "1000/365d", NULL);
+    for (int i = 0; i < FAIL_CAPS_TENANTS; i++) {
+        snprintf(name, sizeof(name), "t%d", i);
+        serve_tally_ok(&e->s, NULL, 0, "tenant", "add", name, "--plan", "p", NULL);
+        serve_tally_ok(&e->s, e->tokens[i], sizeof(e->tokens[i]), "link", "create", name, NULL);
+    }
+    return 0;
+}
+
+int
+fail_caps_teardown(void **state)
+{
+    struct fail_caps_env *e = *state;
+
+    fail_keep_log(e->s.d.log);
+    serve_env_release(&e->s);
+    free(e);
+    return 0;
+}

@@ -64,6 +64,17 @@ void fail_load_stop(struct fail_load *l);
 void fail_two_tenants(const struct serve_env *s, int degraded_n, char *token_a, size_t cap_a,
                       char *token_b, size_t cap_b);
 
+/* The set-up of the bounded-resources suites (test_fail_caps, test_fail_conns): plan p (10 a
+ * year), endpoint api (1,000 a year), tenants t0..t4 with one link each. */
+#define FAIL_CAPS_TENANTS 5
+struct fail_caps_env {
+    struct serve_env s;
+    char tokens[FAIL_CAPS_TENANTS][64];
+};
+/** cmocka setup and teardown (the log of a failed test is kept). */
+int fail_caps_setup(void **state);
+int fail_caps_teardown(void **state);
+
 /** Mounts a tmpfs of `size` ("16m") on the existing directory `dir`; fails the
  *  test with a clear message when it cannot (the suites need root). */
 void fail_tmpfs_mount(const char *dir, const char *size);

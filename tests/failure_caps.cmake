@@ -3,7 +3,7 @@
 # counts survive), --max-connections (binary and HTTP answers at the cap), and
 # the per-tenant link and endpoint caps of `tally`.
 find_package(Threads REQUIRED)
-foreach(t test_fail_caps)
+foreach(t test_fail_caps test_fail_conns)
     tally_add_test(${t} ${t}.c fail_util.c serve_util.c)
     target_link_libraries(${t} PRIVATE tally_supervisor tally_proto PkgConfig::SQLITE3 Threads::Threads)
     add_dependencies(${t} tallyd tally_cli)

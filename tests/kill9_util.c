@@ -1,7 +1,8 @@
 /*
  * Helpers of test_fail_kill9 (kill9_util.h): timed libtally askers that count
- * admissions per budget window, and /proc probes for supervisors, their
- * open files and their flocks.
+ * admissions per budget window, /proc probes for supervisors, their open
+ * files and their flocks, and a check that tokens made during kills still
+ * authenticate.
  */
 #define _GNU_SOURCE /* readlink's and /proc's companions */
 /* clang-format off */
@@ -453,4 +454,30 @@ k9_watch_stop(struct k9_watch *w)
     atomic_store(&w->stop, true);
     pthread_join(w->th, NULL);
     w->running = false;
+}
+
+void
+k9_check_tokens(const char *socket, const char *file, int timeout_ms)
+{
+    char line[128];
+    int n = 0, unknown = 0;
+    FILE *f = fopen(file, "r");
+    tally_client *c = NULL;
+
+    assert_non_null(f);
+    assert_int_equal(tally_client_open(socket, timeout_ms, &c), TALLY_OK);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        struct tally_result r;
+        line[strcspn(line, "\n")] = '\0';
+        if (tally_check(c, line, "closed", 0, &r) != TALLY_OK || r.status == TALLY_UNAUTHORIZED) {
+            fprintf(stderr, "# token %d of the link-create burst: unknown\n", n);
+            unknown++;
+        }
+        n++;
+    }
+    fclose(f);
+    tally_client_close(c);
+    printf("# %d links created during the kills, %d unknown after the restarts\n", n, unknown);
+    assert_true(n > 0);
+    assert_int_equal(unknown, 0);
 }

@@ -89,4 +89,8 @@ struct k9_watch {
 void k9_watch_start(struct k9_watch *w, const char *data, const char *tenant);
 void k9_watch_stop(struct k9_watch *w);
 
+/** Every token in `file` (one per line, made by a `tally link create` burst during kills)
+ *  still authenticates at tallyd's `socket` ("closed" endpoint); prints the count. */
+void k9_check_tokens(const char *socket, const char *file, int timeout_ms);
+
 #endif /* KILL9_UTIL_H */

@@ -1,7 +1,7 @@
 # The lease protocol core: codec, supervisor ledger, child counter, and the deterministic
 # simulation of LEASES.md §3 (I1-I8). Seeded: TALLY_SEED=N replays a run;
 # TALLY_SIM_SCHEDULES=N raises the number of simulated schedules.
-tally_add_test(test_proto_lease test_proto_lease.c)
+tally_add_test(test_proto_lease test_proto_lease.c proto_lease_sample.c)
 target_link_libraries(test_proto_lease PRIVATE tally_proto)
 
 tally_add_test(test_sup_ledger test_sup_ledger.c sup_sim_fx.c)
@@ -17,5 +17,5 @@ tally_add_test(test_sup_child_durable test_sup_child_durable.c sup_sim_cx.c)
 target_link_libraries(test_sup_child_durable PRIVATE tally_supervisor)
 
 tally_add_test(test_sup_sim test_sup_sim.c sup_sim.c sup_sim_child.c sup_sim_check.c
-               sup_sim_end.c)
+               sup_sim_end.c sup_sim_strand.c)
 target_link_libraries(test_sup_sim PRIVATE tally_supervisor)

@@ -391,32 +391,6 @@ orphans_gone(const struct env *e, const pid_t *old, int n_old)
 }
 
 static void
-check_tokens(const struct env *e, const char *file)
-{
-    char line[128];
-    int n = 0, unknown = 0;
-    FILE *f = fopen(file, "r");
-    tally_client *c = NULL;
-
-    assert_non_null(f);
-    assert_int_equal(tally_client_open(e->s.d.socket, CLIENT_MS, &c), TALLY_OK);
-    while (fgets(line, sizeof(line), f) != NULL) {
-        struct tally_result r;
-        line[strcspn(line, "\n")] = '\0';
-        if (tally_check(c, line, "closed", 0, &r) != TALLY_OK || r.status == TALLY_UNAUTHORIZED) {
-            fprintf(stderr, "# token %d of the link-create burst: unknown\n", n);
-            unknown++;
-        }
-        n++;
-    }
-    fclose(f);
-    tally_client_close(c);
-    printf("# %d links created during the kills, %d unknown after the restarts\n", n, unknown);
-    assert_true(n > 0);
-    assert_int_equal(unknown, 0);
-}
-
-static void
 test_kill9_tallyd_loop_under_load(void **state)
 {
     struct env *e = *state;
@@ -486,7 +460,7 @@ test_kill9_tallyd_loop_under_load(void **state)
         assert_true(SUM(e, refused_plan, -1) > 0);
         assert_true(SUM(e, refused_link, -1) > 0);
     }
-    check_tokens(e, tokens);
+    k9_check_tokens(e->s.d.socket, tokens, CLIENT_MS);
     serve_stop(&e->s);
     printf("# SQLite files ok: %d\n", fail_integrity_check(e->s.data));
 }

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "proto_lease.h"
+#include "proto_lease_sample.h"
 #include "tenant_count.h"
 #include "test_support.h"
 
@@ -29,9 +30,6 @@
 static uint64_t seed;
 static uint8_t *guard_base;
 static size_t page;
-
-static const char link_a[] = "lnk_0123456789abcdef";
-static const char link_b[] = "lnk_fedcba9876543210";
 
 static uint64_t
 rng_next(uint64_t *s)
@@ -83,113 +81,6 @@ decode_guarded(uint8_t type, uint16_t flags, const uint8_t *payload, size_t len,
 }
 
 static void
-origin(struct proto_lease_msg *m, uint8_t type, uint64_t seq)
-{
-    memset(m, 0, sizeof(*m));
-    m->type = type;
-    strcpy(m->origin.child, "search");
-    m->origin.incarnation = 3;
-    m->origin.seq = seq;
-}
-
-/* One valid message of every type, with fields away from zero. */
-static int
-sample(uint8_t type, struct proto_lease_msg *m)
-{
-    origin(m, type, 1000 + type);
-    switch (type) {
-    case PROTO_LEASE_HELLO:
-        strcpy(m->hello.tenant, "acme");
-        break;
-    case PROTO_LEASE_WELCOME:
-        m->welcome.epoch = 9;
-        m->welcome.children = 4;
-        m->welcome.concurrency = 10;
-        m->welcome.lease_ttl_ms = 5000;
-        m->welcome.heartbeat_ms = 1000;
-        break;
-    case PROTO_LEASE_ACQUIRE:
-        strcpy(m->acquire.endpoint, "search");
-        strcpy(m->acquire.link, link_a);
-        m->acquire.want = 40;
-        m->acquire.need = 3;
-        m->acquire.rate_milli = 12345;
-        m->acquire.report_lease = 77;
-        m->acquire.report_used = 5;
-        m->acquire.debt = 2;
-        break;
-    case PROTO_LEASE_GRANT:
-        strcpy(m->grant.endpoint, "search");
-        strcpy(m->grant.link, link_a);
-        m->grant.lease_id = 78;
-        m->grant.n = 40;
-        m->grant.ttl_ms = 4999;
-        m->grant.flags = PROTO_LEASE_GRANT_PASS;
-        m->grant.holders = 3;
-        m->grant.epoch = 9;
-        break;
-    case PROTO_LEASE_DENY:
-        strcpy(m->deny.endpoint, "search");
-        strcpy(m->deny.link, link_b);
-        m->deny.scope = TENANT_SCOPE_PLAN;
-        m->deny.retry_after_ms = 31000;
-        m->deny.limit = 600;
-        break;
-    case PROTO_LEASE_RETURN:
-        m->ret.lease_id = 78;
-        m->ret.used = 12;
-        break;
-    case PROTO_LEASE_RETURN_ACK:
-        m->return_ack.lease_id = 78;
-        m->return_ack.credited = 28;
-        break;
-    case PROTO_LEASE_HEARTBEAT:
-        strcpy(m->heartbeat.endpoint, "search");
-        m->heartbeat.count = 2;
-        strcpy(m->heartbeat.e[0].link, link_a);
-        m->heartbeat.e[0].rate_milli = 5000;
-        m->heartbeat.e[0].debt = 4;
-        strcpy(m->heartbeat.e[1].link, link_b);
-        m->heartbeat.e[1].rate_milli = 1;
-        break;
-    case PROTO_LEASE_HB_ACK:
-        m->hb_ack.epoch = 9;
-        m->hb_ack.children = 4;
-        break;
-    case PROTO_LEASE_SLOT_ACQUIRE:
-        strcpy(m->slot_acquire.endpoint, "export");
-        strcpy(m->slot_acquire.link, link_a);
-        break;
-    case PROTO_LEASE_SLOT_GRANT:
-        strcpy(m->slot_grant.link, link_a);
-        m->slot_grant.slot_id = 17;
-        m->slot_grant.ttl_ms = 30000;
-        break;
-    case PROTO_LEASE_SLOT_DENY:
-        strcpy(m->slot_deny.link, link_a);
-        m->slot_deny.retry_after_ms = 2500;
-        m->slot_deny.limit = 2;
-        break;
-    case PROTO_LEASE_SLOT_RELEASE:
-        strcpy(m->slot_release.link, link_a);
-        m->slot_release.slot_id = 17;
-        break;
-    case PROTO_LEASE_SLOT_RELEASE_ACK:
-        strcpy(m->slot_release_ack.link, link_a);
-        m->slot_release_ack.slot_id = 17;
-        m->slot_release_ack.released = true;
-        break;
-    case PROTO_LEASE_ERROR:
-        m->error.code = PROTO_LEASE_E_BUSY;
-        m->error.retry_after_ms = 100;
-        break;
-    default:
-        return -1;
-    }
-    return 0;
-}
-
-static void
 encode_ok(const struct proto_lease_msg *m, uint8_t *buf, size_t *len)
 {
     assert_int_equal(proto_lease_encode(m, 42, buf, PROTO_LEASE_FRAME_MAX, len), TALLY_OK);
@@ -207,7 +98,7 @@ test_lease_round_trip_every_type(void **state)
         uint8_t buf[PROTO_LEASE_FRAME_MAX], rbuf[PROTO_FRAME_MAX];
         size_t len;
 
-        assert_int_equal(sample(type, &m), 0);
+        assert_int_equal(lease_sample(type, &m), 0);
         assert_string_not_equal(proto_lease_type_name(type), "UNKNOWN");
         encode_ok(&m, buf, &len);
         /* Through the real frame reader, as a stream would deliver it. */
@@ -237,7 +128,7 @@ test_lease_round_trip_every_type(void **state)
         uint8_t buf[PROTO_LEASE_FRAME_MAX];
         size_t len;
 
-        assert_int_equal(sample(PROTO_LEASE_GRANT, &m), 0);
+        assert_int_equal(lease_sample(PROTO_LEASE_GRANT, &m), 0);
         m.grant.flags = PROTO_LEASE_GRANT_KEEP;
         encode_ok(&m, buf, &len);
         assert_int_equal(decode_guarded(PROTO_LEASE_GRANT, 0, buf + PROTO_FRAME_HEADER,
@@ -256,7 +147,7 @@ test_lease_truncations_and_extensions_rejected(void **state)
         uint8_t buf[PROTO_LEASE_FRAME_MAX + 1];
         size_t len, plen;
 
-        assert_int_equal(sample(type, &m), 0);
+        assert_int_equal(lease_sample(type, &m), 0);
         encode_ok(&m, buf, &len);
         plen = len - PROTO_FRAME_HEADER;
         for (size_t cut = 0; cut < plen; cut++)
@@ -507,7 +398,7 @@ test_lease_malformed_fields_rejected(void **state)
         uint8_t buf[PROTO_LEASE_FRAME_MAX];
         size_t len;
 
-        assert_int_equal(sample(bc->type, &m), 0);
+        assert_int_equal(lease_sample(bc->type, &m), 0);
         /* The raw writer agrees with the encoder on the valid message... */
         len = raw_payload(&m, buf, sizeof(buf));
         assert_int_equal(decode_guarded(bc->type, 0, buf, len, &back), TALLY_OK);
@@ -530,7 +421,7 @@ test_lease_encode_short_buffer(void **state)
     size_t len, need;
 
     (void)state;
-    assert_int_equal(sample(PROTO_LEASE_HEARTBEAT, &m), 0);
+    assert_int_equal(lease_sample(PROTO_LEASE_HEARTBEAT, &m), 0);
     encode_ok(&m, buf, &need);
     for (size_t cap = 0; cap < need; cap++)
         assert_int_equal(proto_lease_encode(&m, 1, buf, cap, &len), TALLY_ETOOBIG);
@@ -570,7 +461,7 @@ test_lease_random_bytes_never_crash(void **state)
             uint8_t buf[PROTO_LEASE_FRAME_MAX];
             int flips = 1 + (int)(rng_next(&s) % 4);
 
-            assert_int_equal(sample(type, &m), 0);
+            assert_int_equal(lease_sample(type, &m), 0);
             encode_ok(&m, buf, &len);
             len -= PROTO_FRAME_HEADER;
             memcpy(payload, buf + PROTO_FRAME_HEADER, len);

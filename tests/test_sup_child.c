@@ -468,6 +468,52 @@ test_child_link_table_grows(void **state)
     cx_close(&x);
 }
 
+/* A child counter whose link table reached its hard maximum (set tiny here) with every link
+ * busy answers a new link TALLY_EFULL (tallyd's 503), never an admission, even fail-open, and
+ * goes on serving the links it has (README "Bounded resources"). */
+static void
+test_child_link_table_full_refuses(void **state)
+{
+    struct sup_child_config cfg;
+    struct sup_time now = {1000, 1700000000000};
+    char links[9][TENANT_LINK_ID_LEN + 1];
+    struct proto_lease_msg m;
+    struct sup_admit a;
+    sup_child *c = NULL;
+    int rc;
+
+    (void)state;
+    memset(&cfg, 0, sizeof(cfg));
+    strcpy(cfg.tenant, "acme");
+    strcpy(cfg.policy.name, "api");
+    cfg.policy.cost = 1;
+    cfg.policy.on_unavailable = TENANT_UNAVAIL_OPEN; /* even fail-open: no admission */
+    cfg.policy.degraded_limits.count = 1;
+    cfg.policy.degraded_limits.v[0] = (struct tenant_limit){100, 60000};
+    cfg.incarnation = 1;
+    cfg.max_links = 4;
+    cfg.links_max = 8; /* grows 4 -> 8, then full */
+    assert_int_equal(sup_child_open(&cfg, &c), TALLY_OK);
+    /* Eight links, each waiting for its first lease: none is idle, none evictable. */
+    for (int i = 0; i < 9; i++)
+        tenant_link_id_new(links[i]);
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(sup_child_admit(c, links[i], 1, now, 0, &a), TALLY_OK);
+        assert_int_equal(a.verdict, SUP_ADMIT_WAIT);
+    }
+    rc = sup_child_admit(c, links[8], 1, now, 0, &a);
+    assert_int_equal(rc, TALLY_EFULL); /* front_child_run answers PROTO_UNAVAILABLE (503) */
+    /* ... also when asked to decide without the supervisor (the give-up path) */
+    rc = sup_child_admit(c, links[8], 1, now, SUP_ADMIT_GIVE_UP, &a);
+    assert_int_equal(rc, TALLY_EFULL);
+    /* The links it has are served as before: their asks go out, they wait. */
+    assert_int_equal(sup_child_next_message(c, now, &m), TALLY_OK);
+    assert_int_equal(m.type, PROTO_LEASE_HELLO);
+    assert_int_equal(sup_child_admit(c, links[0], 1, now, 0, &a), TALLY_OK);
+    assert_int_equal(a.verdict, SUP_ADMIT_WAIT);
+    sup_child_close(c);
+}
+
 static void
 test_child_bad_arguments_and_oom(void **state)
 {
@@ -512,6 +558,7 @@ main(void)
         cmocka_unit_test(test_child_slots),
         cmocka_unit_test(test_child_hot_path_allocates_nothing),
         cmocka_unit_test(test_child_link_table_grows),
+        cmocka_unit_test(test_child_link_table_full_refuses),
         cmocka_unit_test(test_child_bad_arguments_and_oom),
     };
 

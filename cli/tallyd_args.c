@@ -1,0 +1,223 @@
+/*
+ * tallyd's command line (tallyd_args.h): every option as --name VALUE or
+ * --name=VALUE, checked here so that a bad value is one plain line on stderr
+ * and exit 64 before anything starts.
+ */
+#include "tallyd_args.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/un.h>
+
+#include "proto_http.h"
+#include "tally_log.h"
+#include "tenant.h"
+
+static const char usage_text[] =
+    "usage: tallyd [--data DIR] [--http ADDR:PORT] [--socket PATH]\n"
+    "              [--durability strict|batched] [--wait-ms MS] [--idle-exit-ms MS]\n"
+    "              [--tcp ADDR:PORT] [--log-level debug|info|warn|error]\n"
+    "              [--max-supervisors N] [--max-connections N]\n"
+    "              [--help] [--version]\n"
+    "\n"
+    "Runs the tally daemon in the foreground until SIGINT or SIGTERM.\n"
+    "\n"
+    "  --data DIR         data dir, initialised by 'tally init' (else $TALLY_DATA,\n"
+    "                     else " TALLY_DEFAULT_DATA_DIR ")\n"
+    "  --http ADDR:PORT   HTTP listener, default 127.0.0.1:8080; IPv6 as [::1]:8080;\n"
+    "                     port 0 picks a free port, reported in the start line\n"
+    "  --socket PATH      binary protocol socket (mode 0660), default DATA/tally.sock\n"
+    "  --tcp ADDR:PORT    also serve the binary protocol on TCP (off by default; no\n"
+    "                     auth beyond the token: bind to loopback or a private net)\n"
+    "  --durability MODE  strict (default): every grant and lease mark is fsynced\n"
+    "                     before use; batched: grants fsynced every 100 ms, no lease\n"
+    "                     marks (safe from kill -9; an OS crash or power loss may\n"
+    "                     forget the grants of the last 100 ms: see README)\n"
+    "  --wait-ms MS       longest wait of a request for its tenant's supervisor\n"
+    "                     (default 50)\n"
+    "  --idle-exit-ms MS  a supervisor with no message for this long exits; the\n"
+    "                     next request brings it back (default 60000)\n"
+    "  --max-supervisors N  supervisor processes running at once (default 1024,\n"
+    "                     1 to 100000); at the ceiling the least recently used\n"
+    "                     hibernates and the tenant that needs one waits for it\n"
+    "  --max-connections N  open connections per protocol (default 10000, 1 to\n"
+    "                     1000000): HTTP, and the binary protocol (Unix + TCP); one\n"
+    "                     more gets 503 too_many_connections (HTTP) or ERROR -18\n"
+    "                     \"too many connections\" (binary), then is closed\n"
+    "\n"
+    "  --log-level LEVEL  lowest level logged: debug, info (default), warn, error\n"
+    "\n"
+    "HTTP: /v1/check, /v1/release, /healthz, /metrics (Prometheus text).\n"
+    "Binary protocol: proto/PROTOCOL.md. Every HTTP answer carries Cache-Control: no-store.\n"
+    "Logs: one JSON line on stderr per event (start, reload, supervisor start/exit,\n"
+    "endpoint degraded/recovered, stop), none per request, never a token.\n"
+    "\n"
+    "exit codes:\n"
+    "  0 stopped by SIGINT or SIGTERM    1 runtime failure (address in use, another\n"
+    "                                    tallyd on this data dir, ...)\n"
+    "  64 usage error                    78 data dir not initialised\n";
+
+int
+tallyd_fail(int code, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "tallyd: %s\n", line);
+    return code;
+}
+
+/* "1.2.3.4:80" or "[::1]:80" into host (64 bytes), *port, *ipv6. */
+static bool
+parse_addr(const char *s, char *out_host, int *out_port, bool *out_ipv6)
+{
+    const char *port_s, *host_end;
+    const char *host = s;
+    unsigned char probe[16];
+    size_t len, i;
+    long port = 0;
+
+    if (s[0] == '[') {
+        host = s + 1;
+        host_end = strchr(host, ']');
+        if (host_end == NULL || host_end[1] != ':')
+            return false;
+        port_s = host_end + 2;
+        *out_ipv6 = true;
+    } else {
+        host_end = strrchr(s, ':');
+        if (host_end == NULL)
+            return false;
+        port_s = host_end + 1;
+        *out_ipv6 = false;
+    }
+    len = (size_t)(host_end - host);
+    if (len == 0 || len >= 64)
+        return false;
+    memcpy(out_host, host, len);
+    out_host[len] = '\0';
+    if (uv_inet_pton(*out_ipv6 ? AF_INET6 : AF_INET, out_host, probe) != 0)
+        return false;
+    len = strlen(port_s);
+    if (len == 0 || len > 5)
+        return false;
+    for (i = 0; i < len; i++) {
+        if (port_s[i] < '0' || port_s[i] > '9')
+            return false;
+        port = port * 10 + (port_s[i] - '0');
+    }
+    if (port > 65535)
+        return false;
+    *out_port = (int)port;
+    return true;
+}
+
+/* A whole number (milliseconds, or a count) in [min, max]; absent gives dflt. */
+static bool
+parse_ms(const char *s, int64_t min, int64_t max, int64_t dflt, int64_t *out)
+{
+    int64_t v = 0;
+    const char *p;
+
+    if (s == NULL) {
+        *out = dflt;
+        return true;
+    }
+    for (p = s; *p >= '0' && *p <= '9' && v <= max; p++)
+        v = v * 10 + (*p - '0');
+    if (p == s || *p != '\0' || v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+int
+tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
+{
+    static const char *const names[] = {
+        "--data",           "--http",      "--socket", "--durability", "--wait-ms",
+        "--idle-exit-ms",   "--supervise", "--tcp",    "--log-level",  "--max-supervisors",
+        "--max-connections"};
+    const char **slots[] = {
+        &o->data,           &o->http,      &o->socket, &o->durability, &o->wait_ms,
+        &o->idle_exit_ms,   &o->supervise, &o->tcp,    &o->log_level,  &o->max_supervisors,
+        &o->max_connections};
+    enum tally_log_level level;
+    struct sockaddr_un sun;
+    int i;
+
+    for (i = 1; i < argc; i++) {
+        const char *arg = argv[i], *value = NULL, *eq;
+        size_t k, name_len;
+
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            fputs(usage_text, stdout);
+            return TALLYD_EXIT_OK;
+        }
+        if (strcmp(arg, "--version") == 0) {
+            printf("tallyd %s\n", TALLY_VERSION);
+            return TALLYD_EXIT_OK;
+        }
+        eq = strchr(arg, '=');
+        name_len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+        for (k = 0; k < sizeof(names) / sizeof(names[0]); k++) {
+            if (strlen(names[k]) == name_len && strncmp(arg, names[k], name_len) == 0)
+                break;
+        }
+        if (k == sizeof(names) / sizeof(names[0]))
+            return tallyd_fail(TALLYD_EXIT_USAGE, "%s '%s'; see 'tallyd --help'",
+                               arg[0] == '-' ? "unknown option" : "unexpected argument", arg);
+        if (eq != NULL)
+            value = eq + 1;
+        else if (i + 1 < argc)
+            value = argv[++i];
+        if (value == NULL || value[0] == '\0')
+            return tallyd_fail(TALLYD_EXIT_USAGE, "option %s needs a value; see 'tallyd --help'",
+                               names[k]);
+        *slots[k] = value;
+    }
+    if (o->http == NULL)
+        o->http = "127.0.0.1:8080";
+    if (!parse_addr(o->http, o->host, &o->port, &o->ipv6))
+        return tallyd_fail(TALLYD_EXIT_USAGE,
+                           "invalid --http '%s': use IPV4:PORT or [IPV6]:PORT, port 0-65535",
+                           o->http);
+    if (o->tcp != NULL && !parse_addr(o->tcp, o->tcp_host, &o->tcp_port, &o->tcp_ipv6))
+        return tallyd_fail(TALLYD_EXIT_USAGE,
+                           "invalid --tcp '%s': use IPV4:PORT or [IPV6]:PORT, port 0-65535",
+                           o->tcp);
+    if (o->log_level != NULL) {
+        if (tally_log_level_parse(o->log_level, &level) != TALLY_OK)
+            return tallyd_fail(TALLYD_EXIT_USAGE,
+                               "invalid --log-level '%s': use debug, info, warn or error",
+                               o->log_level);
+        tally_log_set_level(level);
+    }
+    if (o->durability == NULL)
+        o->durability = "strict";
+    if (strcmp(o->durability, "strict") != 0 && strcmp(o->durability, "batched") != 0)
+        return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --durability '%s': use strict or batched",
+                           o->durability);
+    if (!parse_ms(o->wait_ms, 1, 60000, 50, &o->wait))
+        return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --wait-ms '%s': 1 to 60000", o->wait_ms);
+    if (!parse_ms(o->idle_exit_ms, 1, 86400000, 60000, &o->idle_exit))
+        return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --idle-exit-ms '%s': 1 to 86400000",
+                           o->idle_exit_ms);
+    if (!parse_ms(o->max_supervisors, 1, 100000, 1024, &o->max_sups))
+        return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --max-supervisors '%s': 1 to 100000",
+                           o->max_supervisors);
+    if (!parse_ms(o->max_connections, 1, PROTO_HTTP_LIMIT_CONNECTIONS,
+                  PROTO_HTTP_DEFAULT_MAX_CONNECTIONS, &o->max_conns))
+        return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --max-connections '%s': 1 to %d",
+                           o->max_connections, PROTO_HTTP_LIMIT_CONNECTIONS);
+    if (o->supervise != NULL && !tenant_name_valid(o->supervise))
+        return tallyd_fail(TALLYD_EXIT_USAGE, "invalid tenant name for --supervise");
+    if (o->socket != NULL && strlen(o->socket) >= sizeof(sun.sun_path))
+        return tallyd_fail(TALLYD_EXIT_USAGE, "--socket path is longer than %zu bytes",
+                           sizeof(sun.sun_path) - 1);
+    return -1;
+}

@@ -1,0 +1,48 @@
+/*
+ * tallyd's command line (DESIGN.md §5): the options, their checks and the
+ * usage text (cli/tallyd_args.c).
+ */
+#ifndef TALLYD_ARGS_H
+#define TALLYD_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum tallyd_exit {
+    TALLYD_EXIT_OK = 0,
+    TALLYD_EXIT_FAIL = 1,
+    TALLYD_EXIT_USAGE = 64,
+    TALLYD_EXIT_CONFIG = 78
+};
+
+struct tallyd_opts {
+    const char *data;
+    const char *http;
+    const char *socket;
+    const char *durability;
+    const char *wait_ms;
+    const char *idle_exit_ms;
+    const char *supervise; /* internal: run as the supervisor of this tenant */
+    const char *tcp;
+    const char *log_level;
+    const char *max_supervisors;
+    const char *max_connections;
+    int64_t wait;
+    int64_t idle_exit;
+    int64_t max_sups;
+    int64_t max_conns;
+    char host[64]; /* from --http, without brackets */
+    int port;
+    bool ipv6;
+    char tcp_host[64]; /* from --tcp */
+    int tcp_port;
+    bool tcp_ipv6;
+};
+
+/** Parses argv into *o (zeroed by the caller), checking every value. Returns -1 to go on, else
+ *  the exit code (after --help, --version or a usage error, which it prints). */
+int tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o);
+/** Prints "tallyd: MESSAGE" on stderr; returns code. */
+int tallyd_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif /* TALLYD_ARGS_H */
