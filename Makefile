@@ -18,8 +18,10 @@ FUZZ_TEST_SECONDS ?= 8
 # Static analysis (`make analyze`): cppcheck over every source folder with the
 # project's include dirs; reasons for each suppression in cppcheck.suppressions.
 ANALYZE_DIRS := tenant store proto supervisor cli fuzz bench tests examples
-ANALYZE_INCLUDES := $(addprefix -I,tenant/include store/include proto/include supervisor/include \
-                    supervisor proto cli tests/support fuzz)
+ANALYZE_INCLUDES := $(addprefix -I,tenant/include store/include proto/include \
+                    supervisor/child/include supervisor/child supervisor/ledger/include \
+                    supervisor/ledger supervisor/front/include supervisor/front proto cli \
+                    tests/support fuzz)
 SOURCES = $(shell git ls-files '*.c' '*.h' 2>/dev/null || find . -name '*.[ch]' -not -path './build/*')
 
 .PHONY: all deps build run install test fuzz fuzz-build analyze bench format format-check clean

@@ -1,7 +1,7 @@
 /*
  * libFuzzer target: tallyd's HTTP request handling end to end in one process:
  * the real server (proto/http_*.c over http_parser) with tallyd's routes and
- * handler (cli/tallyd_http.c) over the real decision service (sup_front) on
+ * handler (cli/http_routes.c) over the real decision service (sup_front) on
  * a data dir made by store_datadir_init() with a plan, endpoints, a tenant
  * and one link whose token is FUZZ_TOKEN (in the dictionary and the seeds),
  * so inputs reach the child counters, the leases and real supervisor
@@ -21,7 +21,7 @@
 
 #include "fuzz_util.h"
 #include "store_config.h"
-#include "tallyd_http.h"
+#include "front_http.h"
 
 struct client {
     uv_tcp_t tcp;
@@ -43,20 +43,20 @@ struct client {
 static uv_loop_t loop;
 static proto_http_server *srv;
 static sup_front *front;
-static struct tallyd_http *routes;
+static struct sup_http *routes;
 static int port;
 static char data_dir[64];
 
 static void
 on_request(void *app_data, const struct proto_http_request *req, struct proto_http_response *resp)
 {
-    tallyd_http_handle(app_data, req, resp);
+    sup_http_handle(app_data, req, resp);
 }
 
 static void
 on_cancel(void *app_data, proto_http_deferred *d)
 {
-    tallyd_http_cancel(app_data, d);
+    sup_http_cancel(app_data, d);
 }
 
 /* The one live token (a fixed string, so the dictionary and seeds know it). */
@@ -140,13 +140,13 @@ LLVMFuzzerInitialize(int *argc, char ***argv)
     FUZZ_CHECK(uv_loop_init(&loop) == 0);
     fc.data = data_dir;
     FUZZ_CHECK(sup_front_open(&loop, &fc, &front) == TALLY_OK);
-    routes = tallyd_http_new(front, 64);
+    routes = sup_http_new(front, 64);
     FUZZ_CHECK(routes != NULL);
     cfg.app_data = routes;
     FUZZ_CHECK(proto_http_open(&loop, &cfg, &srv) == TALLY_OK);
     FUZZ_CHECK(proto_http_listen(srv, "127.0.0.1", 0) == TALLY_OK);
     FUZZ_CHECK(proto_http_port(srv, &port) == TALLY_OK);
-    tallyd_http_set_sources(routes, srv, NULL);
+    sup_http_set_sources(routes, srv, NULL);
     return 0;
 }
 

@@ -5,7 +5,7 @@
 find_package(Threads REQUIRED)
 foreach(t test_fail_caps test_fail_conns)
     tally_add_test(${t} ${t}.c fail_util.c serve_util.c)
-    target_link_libraries(${t} PRIVATE tally_supervisor tally_proto PkgConfig::SQLITE3 Threads::Threads)
+    target_link_libraries(${t} PRIVATE tally_front_internal tally_proto PkgConfig::SQLITE3 Threads::Threads)
     add_dependencies(${t} tallyd tally_cli)
     set_tests_properties(${t} PROPERTIES TIMEOUT 600)
 endforeach()

@@ -1,10 +1,10 @@
 /*
- * Tenant paths and process locks (sup_paths.h). flock() locks belong to the
+ * Tenant paths and process locks (store_paths.h). flock() locks belong to the
  * open file description and vanish when the process dies, which is exactly
  * the "one authority per tenant, survives kill -9" property we want; the
  * descriptors are close-on-exec so a spawned child never inherits a lock.
  */
-#include "sup_paths.h"
+#include "store_paths.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,7 +16,7 @@
 #include "tenant.h"
 
 int
-sup_path_tenant(const char *data, const char *tenant, const char *suffix, char *buf, size_t len)
+store_path_tenant(const char *data, const char *tenant, const char *suffix, char *buf, size_t len)
 {
     int n;
 
@@ -30,8 +30,8 @@ sup_path_tenant(const char *data, const char *tenant, const char *suffix, char *
 }
 
 int
-sup_path_endpoint_db(const char *data, const char *tenant, const char *endpoint, char *buf,
-                     size_t len)
+store_path_endpoint_db(const char *data, const char *tenant, const char *endpoint, char *buf,
+                       size_t len)
 {
     int n;
 
@@ -50,27 +50,27 @@ mkdir_private(const char *path)
 }
 
 int
-sup_tenant_dirs(const char *data, const char *tenant)
+store_tenant_dirs(const char *data, const char *tenant)
 {
-    char path[SUP_PATH_MAX];
+    char path[STORE_PATH_MAX];
     int rc;
 
     if ((size_t)snprintf(path, sizeof(path), "%s/tenants", data) >= sizeof(path))
         return TALLY_ETOOBIG;
     rc = mkdir_private(path);
     if (rc == TALLY_OK)
-        rc = sup_path_tenant(data, tenant, NULL, path, sizeof(path));
+        rc = store_path_tenant(data, tenant, NULL, path, sizeof(path));
     if (rc == TALLY_OK)
         rc = mkdir_private(path);
     if (rc == TALLY_OK)
-        rc = sup_path_tenant(data, tenant, "endpoints", path, sizeof(path));
+        rc = store_path_tenant(data, tenant, "endpoints", path, sizeof(path));
     if (rc == TALLY_OK)
         rc = mkdir_private(path);
     return rc;
 }
 
 int
-sup_lock_take(const char *path, int *fd_out)
+store_lock_take(const char *path, int *fd_out)
 {
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "sup_child.h"
-#include "sup_index.h"
+#include "tenant_index.h"
 
 #define CHILD_LEASES         4  /* per link: in use, prefetched, and being reported */
 #define CHILD_LIVE_MAX       2  /* live leases per link: in use and prefetched */
@@ -95,7 +95,7 @@ struct sup_child {
     uint32_t max_links, link_count;
     uint32_t links_max; /* links_grow stops here: TALLY_EFULL */
     uint32_t link_hw;   /* links[link_hw..] are all NULL */
-    struct sup_index link_index;
+    struct tenant_index link_index;
     struct child_queue msgq, pq;
     struct child_timer *heap;
     uint32_t heap_len, heap_cap;

@@ -30,7 +30,7 @@ front_child_find(sup_front *f, const char *tenant, const char *endpoint)
     if (f->child_index.slot == NULL)
         return NULL;
     snprintf(key, sizeof(key), "%s/%s", tenant, endpoint);
-    i = sup__index_find(&f->child_index, key, child_key, f);
+    i = tenant_index_find(&f->child_index, key, child_key, f);
     return i >= 0 ? f->children[i] : NULL;
 }
 
@@ -38,14 +38,14 @@ front_child_find(sup_front *f, const char *tenant, const char *endpoint)
 static int
 index_children(sup_front *f, uint32_t cap)
 {
-    struct sup_index ix = {NULL, 0};
+    struct tenant_index ix = {NULL, 0};
 
-    if (sup__index_init(&ix, cap) != TALLY_OK)
+    if (tenant_index_init(&ix, cap) != TALLY_OK)
         return TALLY_ENOMEM;
-    sup__index_release(&f->child_index);
+    tenant_index_release(&f->child_index);
     f->child_index = ix;
     for (uint32_t i = 0; i < f->n_children; i++)
-        ix.slot[sup__index_pos(&ix, f->children[i]->key, child_key, f)] = i + 1;
+        ix.slot[tenant_index_pos(&ix, f->children[i]->key, child_key, f)] = i + 1;
     return TALLY_OK;
 }
 
@@ -118,7 +118,7 @@ front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *
             return TALLY_ENOMEM;
         f->children = n;
         f->cap_children = cap;
-        sup__index_release(&f->child_index);
+        tenant_index_release(&f->child_index);
     }
     if (f->child_index.slot == NULL && index_children(f, f->cap_children) != TALLY_OK)
         return TALLY_ENOMEM;
@@ -151,7 +151,7 @@ front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *
     fc->timer.data = fc;
     fc->timer_live = true;
     f->children[f->n_children] = fc;
-    f->child_index.slot[sup__index_pos(&f->child_index, fc->key, child_key, f)] = ++f->n_children;
+    f->child_index.slot[tenant_index_pos(&f->child_index, fc->key, child_key, f)] = ++f->n_children;
     *out = fc;
     return TALLY_OK;
 }
@@ -202,5 +202,5 @@ front_children_close(sup_front *f, void (*done)(sup_front *f))
         uv_close((uv_handle_t *)&fc->timer, on_child_timer_closed);
     }
     f->n_children = 0;
-    sup__index_release(&f->child_index);
+    tenant_index_release(&f->child_index);
 }

@@ -9,9 +9,10 @@
 #include "store_snapshot.h"
 #include "sup_child.h"
 #include "sup_front.h"
-#include "sup_index.h"
+#include "tenant_index.h"
 
 #include "front_obs.h"
+#include "sup_manager.h"
 
 #define FRONT_STORE_BATCH 64
 
@@ -59,7 +60,7 @@ struct sup_front {
     struct front_child **children;
     uint32_t n_children;
     uint32_t cap_children;
-    struct sup_index child_index; /* key -> index into children */
+    struct tenant_index child_index; /* key -> index into children */
     uv_timer_t reload_timer;
     struct sup_front_stats stats;
     struct front_obs obs;
@@ -76,6 +77,8 @@ struct sup_front {
 };
 
 struct sup_time front_now(void);
+/** The manager, for metrics. */
+sup_manager *sup_front_manager(sup_front *f);
 /** The child of (tenant, endpoint), created (file, incarnation, resumed leases) on
  *  first use. TALLY_OK or an error (nothing created). */
 /** The child of (tenant, endpoint), NULL when none is open. */

@@ -9,8 +9,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sup_index.h"
 #include "sup_lease.h"
+#include "tenant_index.h"
 
 /* The budgets on a path, in order (widest first), and the number of them. */
 enum sup_budget_kind { SUP_B_PLAN = 0, SUP_B_LINK = 1, SUP_B_EP = 2, SUP_B_EPLINK = 3 };
@@ -106,8 +106,8 @@ struct sup_ledger {
     struct sup_budget plan_b;
     struct sup_link **links; /* max_links entries, NULL = free */
     uint32_t max_links, link_count;
-    struct sup_index link_index; /* link id -> index into links */
-    struct sup_lease *leases;    /* max_leases entries */
+    struct tenant_index link_index; /* link id -> index into links */
+    struct sup_lease *leases;       /* max_leases entries */
     uint32_t max_leases, lease_count;
     uint32_t lease_hw; /* leases[lease_hw..] are all free */
     /* lease_ids.c: id -> entry + 1 (open addressing), free entries, expiry heap */

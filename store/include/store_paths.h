@@ -9,28 +9,28 @@
  *   DATA/tenants/T/ledger.db               T's supervisor ledger
  *   DATA/tenants/T/endpoints/E.db          the child counter of (T, E)
  */
-#ifndef SUP_PATHS_H
-#define SUP_PATHS_H
+#ifndef STORE_PATHS_H
+#define STORE_PATHS_H
 
 #include <stddef.h>
 
 #include "tally_common.h"
 
-#define SUP_PATH_MAX 4096
+#define STORE_PATH_MAX 4096
 
 /** Writes DATA/tenants/T[/SUFFIX] into buf; TALLY_ENAME for a bad tenant name,
  *  TALLY_ETOOBIG when it does not fit. `suffix` may be NULL. */
-TALLY_MUST_CHECK int sup_path_tenant(const char *data, const char *tenant, const char *suffix,
-                                     char *buf, size_t len);
+TALLY_MUST_CHECK int store_path_tenant(const char *data, const char *tenant, const char *suffix,
+                                       char *buf, size_t len);
 /** DATA/tenants/T/endpoints/E.db, names validated. */
-TALLY_MUST_CHECK int sup_path_endpoint_db(const char *data, const char *tenant,
-                                          const char *endpoint, char *buf, size_t len);
+TALLY_MUST_CHECK int store_path_endpoint_db(const char *data, const char *tenant,
+                                            const char *endpoint, char *buf, size_t len);
 /** Creates DATA/tenants/T and DATA/tenants/T/endpoints (0700) if missing. */
-TALLY_MUST_CHECK int sup_tenant_dirs(const char *data, const char *tenant);
+TALLY_MUST_CHECK int store_tenant_dirs(const char *data, const char *tenant);
 /** Takes an exclusive, non-blocking lock on `path` (created 0600) and keeps it
  *  for the life of the process (the descriptor is returned in *fd, close-on-exec).
  *  TALLY_ELOCKED when another process holds it. The lock dies with the process,
  *  kill -9 included, so a stale lock file never blocks a restart. */
-TALLY_MUST_CHECK int sup_lock_take(const char *path, int *fd /* OUT */);
+TALLY_MUST_CHECK int store_lock_take(const char *path, int *fd /* OUT */);
 
-#endif /* SUP_PATHS_H */
+#endif /* STORE_PATHS_H */

@@ -1,5 +1,5 @@
 /*
- * The supervisor process (sup_process.h). One libuv loop: the lease channel
+ * The supervisor process (sup_ledger.h). One libuv loop: the lease channel
  * on fd 3, a uv_check that commits the turn's journal records and only then
  * writes the turn's replies (Redis flushes the AOF before replying; Durable
  * Objects hold output until storage confirms), a timer for lease expiry, a
@@ -14,7 +14,7 @@
  * or power loss loses at most the grants of that last stretch (README
  * "Failure modes", durability).
  */
-#include "sup_process.h"
+#include "sup_ledger.h"
 
 #include <signal.h>
 #include <sqlite3.h>
@@ -27,9 +27,9 @@
 
 #include "proto_lease.h"
 #include "proto_stream.h"
+#include "store_paths.h"
 #include "store_snapshot.h"
 #include "sup_lease.h"
-#include "sup_paths.h"
 #include "tally_log.h"
 
 #include "sup_process_int.h"
@@ -288,7 +288,7 @@ on_reload(uv_timer_t *h)
 static int
 open_all(struct sp *s)
 {
-    char path[SUP_PATH_MAX];
+    char path[STORE_PATH_MAX];
     const struct store_snap_tenant *t = NULL;
     struct sup_ledger_config cfg;
     int rc;
@@ -298,7 +298,7 @@ open_all(struct sp *s)
         rc = load_config(s, &t);
     if (rc != TALLY_OK)
         return rc == TALLY_ENOTFOUND ? TALLY_ENODATA : rc;
-    rc = sup_path_tenant(s->o->data, s->o->tenant, "ledger.db", path, sizeof(path));
+    rc = store_path_tenant(s->o->data, s->o->tenant, "ledger.db", path, sizeof(path));
     if (rc == TALLY_OK)
         rc = store_db_open(path, &sp_journal_schema,
                            STORE_OPEN_CREATE | STORE_OPEN_PRIVATE |
@@ -355,7 +355,7 @@ sup_process_run(const struct sup_process_opts *o)
 {
     static struct sp s; /* one supervisor per process */
     static const struct proto_conn_cbs cbs = {on_frame, on_close};
-    char path[SUP_PATH_MAX];
+    char path[STORE_PATH_MAX];
     struct tally_log l;
     int64_t started = sp_wall_ms();
     int lock_fd = -1;
@@ -374,11 +374,11 @@ sup_process_run(const struct sup_process_opts *o)
     if (getenv("TALLY_BATCH_SYNC_MS") != NULL)
         s.sync_ms = strtoull(getenv("TALLY_BATCH_SYNC_MS"), NULL, 10);
     signal(SIGPIPE, SIG_IGN);
-    rc = sup_tenant_dirs(o->data, o->tenant);
+    rc = store_tenant_dirs(o->data, o->tenant);
     if (rc == TALLY_OK)
-        rc = sup_path_tenant(o->data, o->tenant, "supervisor.lock", path, sizeof(path));
+        rc = store_path_tenant(o->data, o->tenant, "supervisor.lock", path, sizeof(path));
     if (rc == TALLY_OK)
-        rc = sup_lock_take(path, &lock_fd);
+        rc = store_lock_take(path, &lock_fd);
     if (rc != TALLY_OK) {
         sp_log_error(&s, rc == TALLY_ELOCKED ? TALLY_LOG_WARN : TALLY_LOG_ERROR,
                      "supervisor_refused", rc, NULL);

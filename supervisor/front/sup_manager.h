@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "proto_frame.h"
+#include "sup_front.h" /* struct sup_manager_stats */
 
 typedef struct sup_manager sup_manager;
 
@@ -44,14 +45,6 @@ struct sup_manager_cbs {
      *  requests to it get no answer and should be retried. `status` is the exit
      *  status, or 128 + signal. */
     void (*on_down)(void *data, const char *tenant, int status);
-};
-
-struct sup_manager_stats {
-    uint64_t starts;   /* processes spawned */
-    uint64_t restarts; /* spawns after a crash or lock refusal */
-    uint64_t exits;    /* idle exits */
-    uint64_t crashes;  /* non-zero exits and signals */
-    uint32_t live;     /* running now */
 };
 
 /** *out is owned by the caller, release with sup_manager_close(). */

@@ -25,9 +25,17 @@
 
 #include "proto_client.h"
 #include "proto_stats.h"
-#include "sup_manager.h"
 
 typedef struct sup_front sup_front;
+
+/* The supervisor processes, as counted by the manager (sup_manager.h). */
+struct sup_manager_stats {
+    uint64_t starts;   /* processes spawned */
+    uint64_t restarts; /* spawns after a crash or lock refusal */
+    uint64_t exits;    /* idle exits */
+    uint64_t crashes;  /* non-zero exits and signals */
+    uint32_t live;     /* running now */
+};
 struct front_child;
 
 struct sup_front_config {
@@ -121,10 +129,40 @@ void sup_front_stats(const sup_front *f, struct sup_front_stats *out /* OUT */);
  *  `tenant` is not "", each endpoint of that tenant with a child counter. */
 void sup_front_stats_reply(sup_front *f, const char *tenant,
                            struct proto_stats_reply *out /* OUT */);
-/** The manager, for metrics and tests. */
-sup_manager *sup_front_manager(sup_front *f);
 /** Returns leases (RETURN to the supervisors), flushes the child files, closes
  *  every child and the manager, then calls cb. */
 void sup_front_close(sup_front *f, void (*cb)(void *data), void *data);
+
+/* ---- tallyd's server: the front over HTTP and the binary protocol (server.c) ---- */
+
+enum sup_server_exit {
+    SUP_SERVER_OK = 0,
+    SUP_SERVER_FAIL = 1,
+    SUP_SERVER_USAGE = 64,
+    SUP_SERVER_CONFIG = 78 /* bad key, schema or socket directory */
+};
+
+struct sup_server_opts {
+    const char *data; /* initialised data dir, locked by the caller */
+    const char *http; /* --http as given, for messages */
+    const char *host; /* HTTP address, without brackets */
+    int port;         /* 0 picks one (logged at start) */
+    bool ipv6;
+    const char *socket; /* NULL = DATA/tally.sock */
+    const char *tcp;    /* --tcp as given, or NULL: no TCP listener */
+    const char *tcp_host;
+    int tcp_port;
+    bool tcp_ipv6;
+    bool strict; /* durability */
+    int64_t wait_ms;
+    int64_t idle_exit_ms;
+    uint32_t max_supervisors;
+    uint32_t max_connections;
+};
+
+/** Serves `o` (borrowed) until SIGINT or SIGTERM, then shuts down in order (HTTP, the
+ *  socket, the front with its leases returned) and returns an enum sup_server_exit.
+ *  Failures are one "tallyd: ..." line on stderr. Owns the calling thread. */
+int sup_server_run(const struct sup_server_opts *o);
 
 #endif /* SUP_FRONT_H */

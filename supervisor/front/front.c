@@ -356,7 +356,7 @@ front_free(sup_front *f)
     store_snapshot_free(f->snap);
     store_db_close(f->config);
     tally_free(f->children);
-    sup__index_release(&f->child_index);
+    tenant_index_release(&f->child_index);
     tally_free(f);
     if (cb != NULL)
         cb(data);

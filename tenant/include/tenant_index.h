@@ -5,33 +5,33 @@
  * backward-shift deletion (no tombstones, so lookups stay short however long it runs). The keys
  * live in the owner's items; the index asks for them through key_of. Internal, not installed.
  */
-#ifndef SUP_INDEX_H
-#define SUP_INDEX_H
+#ifndef TENANT_INDEX_H
+#define TENANT_INDEX_H
 
 #include <stdint.h>
 
 #include "tally_common.h"
 
-struct sup_index {
+struct tenant_index {
     uint32_t *slot;
     uint32_t cap; /* power of two */
 };
 
 /* The key of item `item` (0-based) of the owner `ctx`. */
-typedef const char *(*sup_index_key_fn)(const void *ctx, uint32_t item);
+typedef const char *(*tenant_index_key_fn)(const void *ctx, uint32_t item);
 
 /** Allocates an index for up to `items` items. TALLY_OK, TALLY_EINVAL or TALLY_ENOMEM. */
-TALLY_MUST_CHECK int sup__index_init(struct sup_index *ix, uint32_t items);
+TALLY_MUST_CHECK int tenant_index_init(struct tenant_index *ix, uint32_t items);
 /** Frees the slots; safe on a zeroed index. */
-void sup__index_release(struct sup_index *ix);
+void tenant_index_release(struct tenant_index *ix);
 /** Position holding `key`, or the empty position where it would go. */
-uint32_t sup__index_pos(const struct sup_index *ix, const char *key, sup_index_key_fn key_of,
-                        const void *ctx);
+uint32_t tenant_index_pos(const struct tenant_index *ix, const char *key,
+                          tenant_index_key_fn key_of, const void *ctx);
 /** The item at `key`, or -1. */
-int64_t sup__index_find(const struct sup_index *ix, const char *key, sup_index_key_fn key_of,
-                        const void *ctx);
+int64_t tenant_index_find(const struct tenant_index *ix, const char *key,
+                          tenant_index_key_fn key_of, const void *ctx);
 /** Empties position `pos`, moving later entries of its probe run back. */
-void sup__index_remove(struct sup_index *ix, uint32_t pos, sup_index_key_fn key_of,
-                       const void *ctx);
+void tenant_index_remove(struct tenant_index *ix, uint32_t pos, tenant_index_key_fn key_of,
+                         const void *ctx);
 
-#endif /* SUP_INDEX_H */
+#endif /* TENANT_INDEX_H */

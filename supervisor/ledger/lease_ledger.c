@@ -1,10 +1,10 @@
 /*
  * The ledger's tables (sup_lease.h): opening and configuring a ledger, and the bounded tables it
- * keeps for one tenant. Links are found through a string index (sup_index.h) and created when they
- * first appear; when the table is full, a link whose every window has ended, with no lease and no
- * held slot, is evicted (its state is then indistinguishable from a fresh one). Endpoint budgets of
- * a link ("ep:E:L") hang off the link, created by their first lease or debt. Children (peers) are
- * created by their first HELLO. All allocation of the ledger happens here.
+ * keeps for one tenant. Links are found through a string index (tenant_index.h) and created when
+ * they first appear; when the table is full, a link whose every window has ended, with no lease and
+ * no held slot, is evicted (its state is then indistinguishable from a fresh one). Endpoint budgets
+ * of a link ("ep:E:L") hang off the link, created by their first lease or debt. Children (peers)
+ * are created by their first HELLO. All allocation of the ledger happens here.
  */
 #include "sup_lease_int.h"
 
@@ -139,7 +139,7 @@ sup_ledger_close(sup_ledger *l)
     for (uint32_t i = 0; l->peers != NULL && i < l->max_peers; i++)
         tally_free(l->peers[i]);
     tally_free(l->links);
-    sup__index_release(&l->link_index);
+    tenant_index_release(&l->link_index);
     tally_free(l->leases);
     sup__lease_tables_free(l);
     tally_free(l->peers);
@@ -181,7 +181,7 @@ sup_ledger_open(const struct sup_ledger_config *cfg, sup_ledger **out)
         l->margin_ms > PROTO_LEASE_MS_MAX || l->l_min > l->l_max || l->l_max > PROTO_LEASE_N_MAX ||
         l->l_keep > PROTO_LEASE_N_MAX || l->keep_factor > 1024 || l->max_links > (UINT32_MAX >> 2))
         goto out;
-    rc = sup__index_init(&l->link_index, l->max_links);
+    rc = tenant_index_init(&l->link_index, l->max_links);
     if (rc != TALLY_OK)
         goto out;
     rc = TALLY_ENOMEM;
@@ -236,7 +236,7 @@ link_key(const void *ctx, uint32_t item)
 struct sup_link *
 sup__link_find(const sup_ledger *l, const char *id)
 {
-    int64_t i = sup__index_find(&l->link_index, id, link_key, l);
+    int64_t i = tenant_index_find(&l->link_index, id, link_key, l);
 
     return i >= 0 ? l->links[i] : NULL;
 }
@@ -264,25 +264,25 @@ static int
 links_grow(sup_ledger *l)
 {
     uint32_t cap = l->max_links * 2;
-    struct sup_index ix = {NULL, 0};
+    struct tenant_index ix = {NULL, 0};
     struct sup_link **links;
 
     if (l->max_links >= LINKS_HARD_MAX)
         return TALLY_EFULL;
-    if (sup__index_init(&ix, cap) != TALLY_OK)
+    if (tenant_index_init(&ix, cap) != TALLY_OK)
         return TALLY_ENOMEM;
     links = tally_realloc(l->links, cap * sizeof(*links));
     if (links == NULL) {
-        sup__index_release(&ix);
+        tenant_index_release(&ix);
         return TALLY_ENOMEM;
     }
     memset(links + l->max_links, 0, (cap - l->max_links) * sizeof(*links));
     l->links = links;
-    sup__index_release(&l->link_index);
+    tenant_index_release(&l->link_index);
     l->link_index = ix;
     for (uint32_t i = 0; i < l->max_links; i++) {
         if (l->links[i] != NULL)
-            l->link_index.slot[sup__index_pos(&l->link_index, l->links[i]->id, link_key, l)] =
+            l->link_index.slot[tenant_index_pos(&l->link_index, l->links[i]->id, link_key, l)] =
                 i + 1;
     }
     l->max_links = cap;
@@ -307,9 +307,9 @@ sup__link_get(sup_ledger *l, const char *id, int *rc)
                 return NULL;
             goto insert;
         }
-        sup__index_remove(&l->link_index,
-                          sup__index_pos(&l->link_index, l->links[victim]->id, link_key, l),
-                          link_key, l);
+        tenant_index_remove(&l->link_index,
+                            tenant_index_pos(&l->link_index, l->links[victim]->id, link_key, l),
+                            link_key, l);
         link_free(l->links[victim]);
         l->links[victim] = NULL;
         l->link_count--;
@@ -325,7 +325,7 @@ insert:
     snprintf(k->id, sizeof(k->id), "%s", id);
     sup__cells_match(&k->b, &l->plan.link_limits);
     l->links[slot] = k;
-    l->link_index.slot[sup__index_pos(&l->link_index, id, link_key, l)] = slot + 1;
+    l->link_index.slot[tenant_index_pos(&l->link_index, id, link_key, l)] = slot + 1;
     l->link_count++;
     return k;
 }

@@ -5,7 +5,7 @@
  * tenants, so the page has the same lines whatever the traffic. Histograms
  * come from fixed bucket arrays (sup_front_hist) made cumulative here.
  */
-#include "tallyd_http.h"
+#include "front_http.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -172,8 +172,8 @@ transports(struct proto_http_response *resp, proto_http_server *srv, sup_sock *s
 }
 
 void
-tallyd_metrics_write(sup_front *front, proto_http_server *srv, sup_sock *sock,
-                     struct proto_http_response *resp)
+sup_metrics_write(sup_front *front, proto_http_server *srv, sup_sock *sock,
+                  struct proto_http_response *resp)
 {
     struct sup_front_stats fs;
 

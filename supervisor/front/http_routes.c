@@ -1,5 +1,5 @@
 /*
- * The HTTP face of tallyd (tallyd_http.h). /v1/check reads the bearer token,
+ * The HTTP face of tallyd (front_http.h). /v1/check reads the bearer token,
  * the endpoint (X-Tally-Endpoint or ?endpoint=) and the cost, asks the front,
  * and writes the answer of §6: 200 with RateLimit-Policy and RateLimit (IETF
  * httpapi-ratelimit-headers draft), 429 (or 403 on X-Tally-Deny-Status: 403)
@@ -8,7 +8,7 @@
  * come from a pool sized with the connection cap, so nothing is allocated per
  * request; the token is never copied out of the parser's buffer.
  */
-#include "tallyd_http.h"
+#include "front_http.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +19,7 @@
 
 struct http_req {
     struct sup_front_req r; /* first: the front hands it back */
-    struct tallyd_http *h;
+    struct sup_http *h;
     struct proto_http_response *sync_resp; /* set while the handler runs */
     proto_http_deferred *d;
     bool head;
@@ -30,7 +30,7 @@ struct http_req {
     struct http_req *prev;
 };
 
-struct tallyd_http {
+struct sup_http {
     sup_front *front;
     proto_http_server *srv;
     sup_sock *sock;
@@ -40,10 +40,10 @@ struct tallyd_http {
     uint64_t status_count[6]; /* 200, 429/403, 401, 400, 503, 500 */
 };
 
-struct tallyd_http *
-tallyd_http_new(sup_front *front, uint32_t max_connections)
+struct sup_http *
+sup_http_new(sup_front *front, uint32_t max_connections)
 {
-    struct tallyd_http *h = tally_calloc(1, sizeof(*h));
+    struct sup_http *h = tally_calloc(1, sizeof(*h));
     uint32_t i;
 
     if (h == NULL)
@@ -63,7 +63,7 @@ tallyd_http_new(sup_front *front, uint32_t max_connections)
 }
 
 void
-tallyd_http_free(struct tallyd_http *h)
+sup_http_free(struct sup_http *h)
 {
     if (h == NULL)
         return;
@@ -72,14 +72,14 @@ tallyd_http_free(struct tallyd_http *h)
 }
 
 void
-tallyd_http_set_sources(struct tallyd_http *h, proto_http_server *srv, sup_sock *sock)
+sup_http_set_sources(struct sup_http *h, proto_http_server *srv, sup_sock *sock)
 {
     h->srv = srv;
     h->sock = sock;
 }
 
 static struct http_req *
-slot_take(struct tallyd_http *h)
+slot_take(struct sup_http *h)
 {
     struct http_req *q = h->free;
 
@@ -97,7 +97,7 @@ slot_take(struct tallyd_http *h)
 }
 
 static void
-slot_put(struct tallyd_http *h, struct http_req *q)
+slot_put(struct sup_http *h, struct http_req *q)
 {
     if (q->prev != NULL)
         q->prev->next = q->next;
@@ -120,7 +120,7 @@ scope_name(uint8_t scope)
 
 /* Writes the answer of a check into resp. */
 static void
-write_check(struct tallyd_http *h, struct http_req *q, struct proto_http_response *resp,
+write_check(struct sup_http *h, struct http_req *q, struct proto_http_response *resp,
             const struct proto_check_reply *r)
 {
     char v[160];
@@ -195,7 +195,7 @@ static void
 on_done(struct sup_front_req *r, const struct proto_check_reply *reply)
 {
     struct http_req *q = (struct http_req *)r;
-    struct tallyd_http *h = q->h;
+    struct sup_http *h = q->h;
 
     if (q->sync_resp != NULL) {
         write_check(h, q, q->sync_resp, reply);
@@ -243,7 +243,7 @@ endpoint_of(const struct proto_http_request *req, char *out, size_t cap)
 }
 
 static void
-handle_check(struct tallyd_http *h, const struct proto_http_request *req,
+handle_check(struct sup_http *h, const struct proto_http_request *req,
              struct proto_http_response *resp)
 {
     const struct proto_http_str *cost_h = &req->headers[PROTO_HTTP_H_COST];
@@ -298,7 +298,7 @@ handle_check(struct tallyd_http *h, const struct proto_http_request *req,
 }
 
 static void
-handle_release(struct tallyd_http *h, const struct proto_http_request *req,
+handle_release(struct sup_http *h, const struct proto_http_request *req,
                struct proto_http_response *resp)
 {
     const struct proto_http_str *lease = &req->headers[PROTO_HTTP_H_LEASE];
@@ -324,8 +324,8 @@ handle_release(struct tallyd_http *h, const struct proto_http_request *req,
 }
 
 void
-tallyd_http_handle(struct tallyd_http *h, const struct proto_http_request *req,
-                   struct proto_http_response *resp)
+sup_http_handle(struct sup_http *h, const struct proto_http_request *req,
+                struct proto_http_response *resp)
 {
     static const char ok[] = "{\"status\":\"ok\"}";
 
@@ -341,7 +341,7 @@ tallyd_http_handle(struct tallyd_http *h, const struct proto_http_request *req,
         handle_release(h, req, resp);
         return;
     case ROUTE_METRICS:
-        tallyd_metrics_write(h->front, h->srv, h->sock, resp);
+        sup_metrics_write(h->front, h->srv, h->sock, resp);
         return;
     default:
         proto_http_response_error(resp, 404, "not_found", NULL);
@@ -350,7 +350,7 @@ tallyd_http_handle(struct tallyd_http *h, const struct proto_http_request *req,
 }
 
 void
-tallyd_http_cancel(struct tallyd_http *h, proto_http_deferred *d)
+sup_http_cancel(struct sup_http *h, proto_http_deferred *d)
 {
     struct http_req *q;
 

@@ -30,7 +30,7 @@ sup_child_close(sup_child *c)
     for (uint32_t i = 0; c->links != NULL && i < c->max_links; i++)
         tally_free(c->links[i]);
     tally_free(c->links);
-    sup__index_release(&c->link_index);
+    tenant_index_release(&c->link_index);
     sup__child_sched_free(c);
     tally_free(c);
 }
@@ -102,7 +102,7 @@ sup_child_open(const struct sup_child_config *cfg, sup_child **out)
     rc = TALLY_EINVAL;
     if (c->epsilon_ppm >= 1000000 || c->l_min > c->l_max || c->l_max > PROTO_LEASE_N_MAX)
         goto out;
-    rc = sup__index_init(&c->link_index, c->max_links);
+    rc = tenant_index_init(&c->link_index, c->max_links);
     if (rc != TALLY_OK)
         goto out;
     rc = TALLY_ENOMEM;
@@ -130,7 +130,7 @@ link_key(const void *ctx, uint32_t item)
 struct child_link *
 sup__child_link_find(const sup_child *c, const char *id, int32_t *index)
 {
-    int64_t i = sup__index_find(&c->link_index, id, link_key, c);
+    int64_t i = tenant_index_find(&c->link_index, id, link_key, c);
 
     if (index != NULL)
         *index = (int32_t)i;
@@ -170,26 +170,26 @@ static int
 links_grow(sup_child *c)
 {
     uint32_t cap = c->max_links * 2;
-    struct sup_index ix = {NULL, 0};
+    struct tenant_index ix = {NULL, 0};
     struct child_link **links;
 
     if (c->max_links >= c->links_max)
         return TALLY_EFULL;
-    if (sup__child_sched_size(c, cap) != TALLY_OK || sup__index_init(&ix, cap) != TALLY_OK)
+    if (sup__child_sched_size(c, cap) != TALLY_OK || tenant_index_init(&ix, cap) != TALLY_OK)
         return TALLY_ENOMEM;
     links = tally_realloc(c->links, cap * sizeof(*links));
     if (links == NULL) {
-        sup__index_release(&ix);
+        tenant_index_release(&ix);
         return TALLY_ENOMEM;
     }
     memset(links + c->max_links, 0, (cap - c->max_links) * sizeof(*links));
     c->links = links;
-    sup__index_release(&c->link_index);
+    tenant_index_release(&c->link_index);
     c->link_index = ix;
     c->max_links = cap;
     for (uint32_t i = 0; i < c->link_hw; i++) {
         if (c->links[i] != NULL)
-            c->link_index.slot[sup__index_pos(&c->link_index, c->links[i]->id, link_key, c)] =
+            c->link_index.slot[tenant_index_pos(&c->link_index, c->links[i]->id, link_key, c)] =
                 i + 1;
     }
     return TALLY_OK;
@@ -222,9 +222,9 @@ sup__child_link_get(sup_child *c, const char *id, int *rc, int32_t *index)
                 return NULL;
             goto insert;
         }
-        sup__index_remove(&c->link_index,
-                          sup__index_pos(&c->link_index, c->links[v]->id, link_key, c), link_key,
-                          c);
+        tenant_index_remove(&c->link_index,
+                            tenant_index_pos(&c->link_index, c->links[v]->id, link_key, c),
+                            link_key, c);
         unqueue(c, v);
         tally_free(c->links[v]);
         c->links[v] = NULL;
@@ -244,7 +244,7 @@ insert:
     k->l_slow = c->l_min;
     k->timer_at = INT64_MAX;
     c->links[slot] = k;
-    c->link_index.slot[sup__index_pos(&c->link_index, id, link_key, c)] = slot + 1;
+    c->link_index.slot[tenant_index_pos(&c->link_index, id, link_key, c)] = slot + 1;
     c->link_count++;
     if (slot + 1 > c->link_hw)
         c->link_hw = slot + 1;

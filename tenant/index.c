@@ -1,9 +1,9 @@
 /*
- * The string index of sup_index.h: FNV-1a hashes, linear probing, and backward-shift deletion
+ * The string index of tenant_index.h: FNV-1a hashes, linear probing, and backward-shift deletion
  * (an entry moves back into the hole unless its home slot lies cyclically between the hole and
  * itself), so no tombstones accumulate. With at most half the slots used, probes stay short.
  */
-#include "sup_index.h"
+#include "tenant_index.h"
 
 #include <string.h>
 
@@ -18,7 +18,7 @@ hash(const char *key)
 }
 
 int
-sup__index_init(struct sup_index *ix, uint32_t items)
+tenant_index_init(struct tenant_index *ix, uint32_t items)
 {
     ix->slot = NULL;
     if (items == 0 || items > (UINT32_MAX >> 2))
@@ -30,7 +30,7 @@ sup__index_init(struct sup_index *ix, uint32_t items)
 }
 
 void
-sup__index_release(struct sup_index *ix)
+tenant_index_release(struct tenant_index *ix)
 {
     tally_free(ix->slot);
     ix->slot = NULL;
@@ -38,8 +38,8 @@ sup__index_release(struct sup_index *ix)
 }
 
 uint32_t
-sup__index_pos(const struct sup_index *ix, const char *key, sup_index_key_fn key_of,
-               const void *ctx)
+tenant_index_pos(const struct tenant_index *ix, const char *key, tenant_index_key_fn key_of,
+                 const void *ctx)
 {
     uint32_t mask = ix->cap - 1, i = hash(key) & mask;
 
@@ -49,16 +49,17 @@ sup__index_pos(const struct sup_index *ix, const char *key, sup_index_key_fn key
 }
 
 int64_t
-sup__index_find(const struct sup_index *ix, const char *key, sup_index_key_fn key_of,
-                const void *ctx)
+tenant_index_find(const struct tenant_index *ix, const char *key, tenant_index_key_fn key_of,
+                  const void *ctx)
 {
-    uint32_t i = sup__index_pos(ix, key, key_of, ctx);
+    uint32_t i = tenant_index_pos(ix, key, key_of, ctx);
 
     return ix->slot[i] != 0 ? (int64_t)ix->slot[i] - 1 : -1;
 }
 
 void
-sup__index_remove(struct sup_index *ix, uint32_t pos, sup_index_key_fn key_of, const void *ctx)
+tenant_index_remove(struct tenant_index *ix, uint32_t pos, tenant_index_key_fn key_of,
+                    const void *ctx)
 {
     uint32_t mask = ix->cap - 1, i = pos, j = pos;
 

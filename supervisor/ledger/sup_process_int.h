@@ -14,7 +14,7 @@
 #include "store.h"
 #include "store_snapshot.h"
 #include "sup_lease.h"
-#include "sup_process.h"
+#include "sup_ledger.h"
 #include "tally_log.h"
 
 #define BATCH_RECORDS   256

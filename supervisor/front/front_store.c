@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sup_paths.h"
+#include "store_paths.h"
 #include "tally_log.h"
 
 static const char *const child_migrations[] = {
@@ -59,11 +59,11 @@ int
 front_store_open(struct front_child *fc, uint64_t *incarnation)
 {
     sup_front *f = fc->f;
-    char path[SUP_PATH_MAX];
-    int rc = sup_tenant_dirs(f->data, fc->tenant);
+    char path[STORE_PATH_MAX];
+    int rc = store_tenant_dirs(f->data, fc->tenant);
 
     if (rc == TALLY_OK)
-        rc = sup_path_endpoint_db(f->data, fc->tenant, fc->endpoint, path, sizeof(path));
+        rc = store_path_endpoint_db(f->data, fc->tenant, fc->endpoint, path, sizeof(path));
     if (rc == TALLY_OK)
         rc = store_db_open(path, &child_schema,
                            STORE_OPEN_CREATE | STORE_OPEN_PRIVATE |

@@ -1,0 +1,342 @@
+/*
+ * tallyd's server: on one libuv loop, the decision service (sup_front) over HTTP
+ * (http_routes.c), the binary protocol on its Unix socket and, with --tcp, on TCP
+ * (sup_sock). It stops cleanly on SIGINT or SIGTERM: HTTP, then the socket, then the
+ * front (leases returned), then whatever is left; the loop runs dry and
+ * uv_loop_close() must return 0. It logs one JSON line at start (with the ports
+ * actually bound, so --http 127.0.0.1:0 can be discovered) and one at stop
+ * (tally_log.h), never one per request. Errors are one plain line on stderr.
+ */
+#include "front_http.h"
+#include "proto_http.h"
+#include "store.h"
+#include "store_paths.h"
+#include "sup_front.h"
+#include "sup_sock.h"
+#include "tally_log.h"
+#include "tenant.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+struct server {
+    uv_loop_t loop;
+    uv_signal_t sig_int, sig_term;
+    proto_http_server *http;
+    sup_front *front;
+    sup_sock *sock;
+    struct sup_http *routes;
+    char socket_path[STORE_PATH_MAX];
+    const struct sup_server_opts *o;
+    int stop_signal;
+    struct proto_http_stats stats; /* final, copied while the server closes */
+};
+
+/* One plain line on stderr, "tallyd: MESSAGE"; returns code. */
+static int
+fail(int code, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "tallyd: %s\n", line);
+    return code;
+}
+
+static void
+log_start(const struct server *d, int port)
+{
+    struct tally_log l;
+    char addr[96];
+
+    if (!tally_log_begin(&l, TALLY_LOG_INFO, "start"))
+        return;
+    snprintf(addr, sizeof(addr), "%s%s%s:%d", d->o->ipv6 ? "[" : "", d->o->host,
+             d->o->ipv6 ? "]" : "", port);
+    tally_log_str(&l, "http", addr);
+    tally_log_str(&l, "socket", d->socket_path);
+    if (d->o->tcp != NULL) {
+        snprintf(addr, sizeof(addr), "%s%s%s:%d", d->o->tcp_ipv6 ? "[" : "", d->o->tcp_host,
+                 d->o->tcp_ipv6 ? "]" : "", sup_sock_tcp_port(d->sock));
+        tally_log_str(&l, "tcp", addr);
+    }
+    tally_log_str(&l, "data", d->o->data);
+    tally_log_str(&l, "durability", (d->o->strict ? "strict" : "batched"));
+    tally_log_int(&l, "wait_ms", d->o->wait_ms);
+    tally_log_int(&l, "idle_exit_ms", d->o->idle_exit_ms);
+    tally_log_int(&l, "max_supervisors", d->o->max_supervisors);
+    tally_log_int(&l, "max_connections", d->o->max_connections);
+    tally_log_str(&l, "version", TALLY_VERSION);
+    tally_log_int(&l, "pid", (int64_t)getpid());
+    tally_log_end(&l);
+}
+
+static void
+log_stop(const struct server *d)
+{
+    struct tally_log l;
+
+    if (!tally_log_begin(&l, TALLY_LOG_INFO, "stop"))
+        return;
+    tally_log_str(&l, "signal", d->stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
+    tally_log_int(&l, "requests", (int64_t)d->stats.requests);
+    tally_log_int(&l, "connections", (int64_t)d->stats.connections_accepted);
+    tally_log_end(&l);
+}
+
+static void
+on_request(void *app_data, const struct proto_http_request *req, struct proto_http_response *resp)
+{
+    struct server *d = app_data;
+
+    if (d->routes == NULL) { /* starting or stopping */
+        proto_http_response_header(resp, "Retry-After", "1");
+        proto_http_response_error(resp, 503, "unavailable", "starting");
+        return;
+    }
+    sup_http_handle(d->routes, req, resp);
+}
+
+static void
+on_cancel(void *app_data, proto_http_deferred *def)
+{
+    struct server *d = app_data;
+
+    if (d->routes != NULL)
+        sup_http_cancel(d->routes, def);
+}
+
+static void
+close_walk(uv_handle_t *h, void *arg)
+{
+    (void)arg;
+    if (!uv_is_closing(h))
+        uv_close(h, NULL);
+}
+
+/* Shutdown runs as a chain: HTTP, then the socket, then the front (leases are
+ * returned to the supervisors, which commit and exit), then whatever is left. */
+static void
+stop_rest(struct server *d)
+{
+    uv_walk(&d->loop, close_walk, NULL);
+}
+
+static void
+on_front_closed(void *data)
+{
+    struct server *d = data;
+
+    d->front = NULL;
+    stop_rest(d);
+}
+
+static void
+stop_front(struct server *d)
+{
+    if (d->front != NULL)
+        sup_front_close(d->front, on_front_closed, d);
+    else
+        stop_rest(d);
+}
+
+static void
+on_sock_closed(void *data)
+{
+    struct server *d = data;
+
+    d->sock = NULL;
+    if (d->routes != NULL)
+        sup_http_set_sources(d->routes, NULL, NULL);
+    stop_front(d);
+}
+
+static void
+stop_sock(struct server *d)
+{
+    if (d->sock != NULL)
+        sup_sock_close(d->sock, on_sock_closed, d);
+    else
+        stop_front(d);
+}
+
+static void
+on_http_closed(proto_http_server *srv)
+{
+    struct server *d = proto_http_app_data(srv);
+
+    proto_http_stats(srv, &d->stats);
+    d->http = NULL;
+    if (d->routes != NULL)
+        sup_http_set_sources(d->routes, NULL, d->sock);
+    stop_sock(d);
+}
+
+/* Closes everything; the loop then runs dry. */
+static void
+stop(struct server *d)
+{
+    if (!uv_is_closing((uv_handle_t *)&d->sig_int))
+        uv_close((uv_handle_t *)&d->sig_int, NULL);
+    if (!uv_is_closing((uv_handle_t *)&d->sig_term))
+        uv_close((uv_handle_t *)&d->sig_term, NULL);
+    if (d->http != NULL)
+        proto_http_close(d->http, on_http_closed);
+    else
+        stop_sock(d);
+}
+
+static const char *
+listen_error(int rc)
+{
+    switch (rc) {
+    case TALLY_EINUSE:
+        return "address already in use";
+    case TALLY_EPERM:
+        return "permission denied";
+    case TALLY_EINVAL:
+        return "address not available";
+    default:
+        return tally_strerror(rc);
+    }
+}
+
+/* The decision service and its binary protocol socket. */
+static int
+start_front(struct server *d)
+{
+    struct sup_front_config fc;
+    char exe[STORE_PATH_MAX];
+    size_t exe_len = sizeof(exe);
+    int rc;
+
+    if (uv_exepath(exe, &exe_len) != 0)
+        return fail(SUP_SERVER_FAIL, "cannot find the tallyd executable");
+    memset(&fc, 0, sizeof(fc));
+    fc.data = d->o->data;
+    fc.exe = exe;
+    fc.strict = d->o->strict;
+    fc.wait_ms = d->o->wait_ms;
+    fc.idle_exit_ms = d->o->idle_exit_ms;
+    fc.max_supervisors = d->o->max_supervisors;
+    rc = sup_front_open(&d->loop, &fc, &d->front);
+    if (rc != TALLY_OK)
+        return fail(rc == TALLY_ENOKEY || rc == TALLY_EKEYMODE || rc == TALLY_ESCHEMA
+                        ? SUP_SERVER_CONFIG
+                        : SUP_SERVER_FAIL,
+                    "cannot load %s: %s", d->o->data, tally_strerror(rc));
+    if (d->o->socket != NULL)
+        snprintf(d->socket_path, sizeof(d->socket_path), "%s", d->o->socket);
+    else if ((size_t)snprintf(d->socket_path, sizeof(d->socket_path), "%s/tally.sock",
+                              d->o->data) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+        return fail(SUP_SERVER_USAGE, "socket path %s/tally.sock is too long: use --socket",
+                    d->o->data);
+    if (store_socket_dir_check(d->socket_path) == TALLY_EPERM)
+        return fail(SUP_SERVER_CONFIG,
+                    "the directory of %s is writable by others: put the socket in a private one",
+                    d->socket_path);
+    rc = sup_sock_open(&d->loop, d->front, d->socket_path, 0660, NULL, 0, &d->sock);
+    if (rc != TALLY_OK)
+        return fail(SUP_SERVER_FAIL, "cannot listen on %s: %s", d->socket_path,
+                    rc == TALLY_EINUSE ? "another process listens there" : tally_strerror(rc));
+    if (d->o->tcp != NULL &&
+        (rc = sup_sock_listen_tcp(d->sock, d->o->tcp_host, d->o->tcp_port)) != TALLY_OK)
+        return fail(SUP_SERVER_FAIL, "cannot listen on --tcp %s: %s", d->o->tcp, listen_error(rc));
+    sup_sock_set_max_connections(d->sock, d->o->max_connections);
+    d->routes = sup_http_new(d->front, d->o->max_connections);
+    if (d->routes == NULL)
+        return fail(SUP_SERVER_FAIL, "out of memory");
+    sup_http_set_sources(d->routes, d->http, d->sock);
+    return SUP_SERVER_OK;
+}
+
+static void
+on_signal(uv_signal_t *s, int signum)
+{
+    struct server *d = s->data;
+
+    if (d->stop_signal != 0)
+        return;
+    d->stop_signal = signum;
+    stop(d);
+}
+
+int
+sup_server_run(const struct sup_server_opts *o)
+{
+    struct server server;
+    struct server *d = &server;
+    static const struct proto_http_route routes[] = {
+        {"/healthz", PROTO_HTTP_GET, ROUTE_HEALTHZ},
+        {"/v1/check", PROTO_HTTP_GET | PROTO_HTTP_POST, ROUTE_CHECK},
+        {"/v1/release", PROTO_HTTP_POST, ROUTE_RELEASE},
+        {"/metrics", PROTO_HTTP_GET, ROUTE_METRICS},
+    };
+    struct proto_http_config cfg = {
+        .handler = on_request,
+        .app_data = d,
+        .on_cancel = on_cancel,
+        .routes = routes,
+        .routes_count = sizeof(routes) / sizeof(routes[0]),
+        .max_connections = o->max_connections,
+    };
+    int code = SUP_SERVER_FAIL;
+    int rc, port = 0;
+
+    memset(d, 0, sizeof(*d));
+    d->o = o;
+
+    if (uv_loop_init(&d->loop) != 0)
+        return fail(SUP_SERVER_FAIL, "cannot create the event loop");
+    uv_signal_init(&d->loop, &d->sig_int);
+    uv_signal_init(&d->loop, &d->sig_term);
+    d->sig_int.data = d;
+    d->sig_term.data = d;
+    rc = proto_http_open(&d->loop, &cfg, &d->http);
+    if (rc != TALLY_OK) {
+        fail(SUP_SERVER_FAIL, "cannot start the HTTP server: %s", tally_strerror(rc));
+        goto out;
+    }
+    rc = proto_http_listen(d->http, d->o->host, d->o->port);
+    if (rc == TALLY_OK)
+        rc = proto_http_port(d->http, &port);
+    if (rc != TALLY_OK) {
+        fail(SUP_SERVER_FAIL, "cannot listen on %s: %s", d->o->http, listen_error(rc));
+        goto out;
+    }
+    /* Signals first: once the socket answers, a SIGTERM must find its handler. */
+    if (uv_signal_start(&d->sig_int, on_signal, SIGINT) != 0 ||
+        uv_signal_start(&d->sig_term, on_signal, SIGTERM) != 0) {
+        fail(SUP_SERVER_FAIL, "cannot watch SIGINT and SIGTERM");
+        goto out;
+    }
+    code = start_front(d); /* its exit code: 78 for a bad key or socket directory */
+    if (code != SUP_SERVER_OK)
+        goto out;
+    log_start(d, port);
+    code = SUP_SERVER_OK;
+out:
+    if (code != SUP_SERVER_OK)
+        stop(d);
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+    sup_http_free(d->routes);
+    d->routes = NULL;
+    if (uv_loop_close(&d->loop) != 0)
+        return fail(SUP_SERVER_FAIL, "event loop still busy at exit");
+    if (code == SUP_SERVER_OK)
+        log_stop(d);
+    return code;
+}
