@@ -84,7 +84,7 @@ front_reply(sup_front *f, struct sup_front_req *r, const struct proto_check_repl
         break;
     }
     r->child = NULL;
-    r->stage = 0;
+    r->stage = SUP_FRONT_IDLE;
     r->owner = NULL;
     r->done(r, reply);
 }
@@ -260,7 +260,7 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
     r->shadow = false;
     r->outage = false;
     r->child = NULL;
-    r->stage = 0;
+    r->stage = SUP_FRONT_IDLE;
     r->give_up_ms = 0;
     r->next = r->prev = NULL;
     if (f->closing) {
@@ -329,7 +329,7 @@ sup_front_cancel(sup_front *f, struct sup_front_req *r)
     if (r->child != NULL)
         front_child_unpark(r->child, r);
     r->child = NULL;
-    r->stage = 0;
+    r->stage = SUP_FRONT_IDLE;
 }
 
 void

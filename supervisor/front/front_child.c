@@ -14,7 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void park(struct front_child *fc, struct sup_front_req *r, int stage, int64_t give_up_ms);
+static void park(struct front_child *fc, struct sup_front_req *r, enum sup_front_stage stage,
+                 int64_t give_up_ms);
 
 /* Re-runs the requests of `link` waiting for a lease, in arrival order. They are
  * taken off the list first: one that parks again goes to the back of the list
@@ -28,7 +29,7 @@ front_child_rerun_link(struct front_child *fc, const char *link)
 
     while (r != NULL) {
         struct sup_front_req *next = r->next;
-        if (r->stage == 1 && strcmp(r->link, link) == 0) {
+        if (r->stage == SUP_FRONT_LEASE && strcmp(r->link, link) == 0) {
             front_child_unpark(fc, r);
             *tail = r;
             tail = &r->next;
@@ -46,7 +47,8 @@ front_child_rerun_link(struct front_child *fc, const char *link)
 /* ---- parked requests ---- */
 
 static void
-park(struct front_child *fc, struct sup_front_req *r, int stage, int64_t give_up_ms)
+park(struct front_child *fc, struct sup_front_req *r, enum sup_front_stage stage,
+     int64_t give_up_ms)
 {
     r->child = fc;
     r->stage = stage;
@@ -83,7 +85,7 @@ front_child_unpark(struct front_child *fc, struct sup_front_req *r)
         else
             fc->parked->prev = r->prev;
     }
-    if (r->stage == 2)
+    if (r->stage == SUP_FRONT_SLOT)
         sup_child_slot_cancel(fc->child, r->slot_op);
     r->next = r->prev = NULL;
     r->child = NULL;
@@ -222,7 +224,7 @@ front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
             return;
         }
         r->give_up_ms = 0; /* a new wait, for another process's answer */
-        park(fc, r, 2, now.mono_ms + fc->f->cfg.wait_ms);
+        park(fc, r, SUP_FRONT_SLOT, now.mono_ms + fc->f->cfg.wait_ms);
         return;
     case SUP_ADMIT_REFUSED:
         answer_refused(fc, r, a.scope, a.retry_after_ms, a.limit);
@@ -233,7 +235,7 @@ front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
         if (!(flags & SUP_ADMIT_GIVE_UP) && cold(fc) &&
             a.give_up_ms < now.mono_ms + fc->f->cfg.cold_start_ms)
             a.give_up_ms = now.mono_ms + fc->f->cfg.cold_start_ms;
-        park(fc, r, 1, a.give_up_ms);
+        park(fc, r, SUP_FRONT_LEASE, a.give_up_ms);
         return;
     case SUP_ADMIT_UNAVAILABLE:
         r->outage = true; /* front_obs_reply: the endpoint is unavailable */
@@ -252,12 +254,12 @@ on_slot_event(struct front_child *fc, const struct sup_child_event *ev)
     struct sup_front_req *r;
 
     for (r = fc->parked; r != NULL; r = r->next) {
-        if (r->stage == 2 && r->slot_op == ev->op)
+        if (r->stage == SUP_FRONT_SLOT && r->slot_op == ev->op)
             break;
     }
     if (r == NULL)
         return;
-    r->stage = 3; /* answered: unpark must not cancel the slot */
+    r->stage = SUP_FRONT_SLOT_ANSWERED; /* unpark must not cancel the slot */
     front_child_unpark(fc, r);
     if (ev->kind == SUP_EV_SLOT_GRANTED) {
         answer_admit(fc, r, NULL, ev->slot_id, front_now().wall_ms);
@@ -388,7 +390,7 @@ on_timer(uv_timer_t *t)
         next = r->next;
         if (r->give_up_ms > now.mono_ms)
             continue;
-        if (r->stage == 1) {
+        if (r->stage == SUP_FRONT_LEASE) {
             front_child_unpark(fc, r);
             front_child_run(fc, r, SUP_ADMIT_GIVE_UP);
         } else {
@@ -440,7 +442,7 @@ front_child_on_down(sup_front *f, const char *tenant)
         if (strcmp(fc->tenant, tenant) != 0)
             continue;
         for (struct sup_front_req *r = fc->parked; crashed && r != NULL; r = r->next) {
-            if (r->stage == 1 && r->give_up_ms > until)
+            if (r->stage == SUP_FRONT_LEASE && r->give_up_ms > until)
                 r->give_up_ms = until;
         }
         front_child_pump(fc);

@@ -49,6 +49,20 @@ struct sup_front_config {
 };
 
 struct sup_front_req;
+
+/* Where a request is on its way from sup_front_check() to its answer. The path reads
+ * top to bottom: auth and policy (front.c), then the child decides (front_child.c
+ * front_child_run); a request it cannot decide yet waits for a lease (LEASE) and is
+ * re-run when its link changes or its deadline passes; an admitted expensive request
+ * then waits for a concurrency slot (SLOT); once the slot's answer has come it is
+ * SLOT_ANSWERED until the reply is written. */
+enum sup_front_stage {
+    SUP_FRONT_IDLE = 0,      /* not parked: being decided, or answered */
+    SUP_FRONT_LEASE,         /* parked until a grant or its deadline */
+    SUP_FRONT_SLOT,          /* admitted, parked until the slot's answer or its deadline */
+    SUP_FRONT_SLOT_ANSWERED, /* the slot's answer came: unparking must not cancel it */
+};
+
 typedef void (*sup_front_done_fn)(struct sup_front_req *r, const struct proto_check_reply *reply);
 
 /* One request in flight: embed it in the connection; the fields below the line
@@ -64,7 +78,7 @@ struct sup_front_req {
     int64_t give_up_ms;
     uint64_t lease_id;
     uint64_t slot_op;
-    int stage; /* 0 idle, 1 waiting for a lease, 2 waiting for a slot */
+    enum sup_front_stage stage;
     bool degraded;
     bool outage;               /* 503 by the endpoint's policy: the authority did not answer */
     bool shadow;               /* the endpoint is in shadow mode: a refusal is admitted */
