@@ -1,4 +1,4 @@
-# The two commands of the quick start (DESIGN.md §9):
+# The two commands of the quick start (docs/TESTING.md):
 #   make run   installs what is missing, builds, creates a demo tenant and link
 #              in ./.tally and starts tallyd in the foreground on 127.0.0.1:8080
 #   make test  installs what is missing, builds with ASan+UBSan and -Werror and

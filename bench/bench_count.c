@@ -111,7 +111,7 @@ bench_slots(int64_t step_ms, long iterations)
     return 0;
 }
 
-/* The DESIGN.md §1 path: plan 600/1m + 36000/1h, link 300/1m, endpoint (GCRA) for the tenant
+/* The docs/DESIGN.md §2 path: plan 600/1m + 36000/1h, link 300/1m, endpoint (GCRA) for the tenant
  * and for the link, and optionally a concurrency slot. */
 static int
 bench_path(const char *name, bool slot, int64_t step_ms, long iterations)

@@ -1,5 +1,5 @@
 /*
- * tallyd's command line (DESIGN.md §5): the options, their checks and the
+ * tallyd's command line (docs/DESIGN.md §9): the options, their checks and the
  * usage text (cli/tallyd_args.c).
  */
 #ifndef TALLYD_ARGS_H

@@ -6,7 +6,7 @@
  * two buffers (one in flight, one filling), capped so a peer that stops
  * reading is cut instead of growing our memory. The handle lives inside the
  * connection; the memory goes when the handle is closed and the last
- * reference is dropped (STYLE.md §6).
+ * reference is dropped (docs/CONVENTIONS.md §4).
  */
 #define _GNU_SOURCE /* struct ucred */
 #include "proto_stream_int.h"

@@ -1,6 +1,6 @@
 /*
  * What every counting algorithm shares: the range checks that keep the arithmetic inside int64
- * (DESIGN.md §5: overflow checked before it happens), the choice of which bound a verdict
+ * (docs/CONVENTIONS.md §3: overflow checked before it happens), the choice of which bound a verdict
  * reports, and the small conversions callers print (scope names, Retry-After in seconds). No
  * state, no clock, no allocation.
  */

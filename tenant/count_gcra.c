@@ -1,5 +1,5 @@
 /*
- * GCRA, the generic cell rate algorithm (DESIGN.md §3, as in redis-cell): each limit n/period
+ * GCRA, the generic cell rate algorithm (docs/DESIGN.md §3, as in redis-cell): each limit n/period
  * keeps a theoretical arrival time TAT; emission interval T = period/n, burst b tokens (default
  * n). A cost c admits iff max(TAT, t) + c*T - t <= b*T, then TAT = max(TAT, t) + c*T.
  *

@@ -1,7 +1,7 @@
 /*
  * The path evaluator: one request touches up to four budgets (plan, link, endpoint for the
  * tenant, endpoint for the link) and maybe a concurrency slot, and is admitted iff every bound
- * of every one admits it (DESIGN.md §1). Everything is checked first, without writing; only if
+ * of every one admits it (docs/DESIGN.md §2). Everything is checked first, without writing; only if
  * all admit is anything charged, so a narrower refusal never drains a wider budget and a refused
  * path leaves every state byte as it was. Arguments are validated up front, which is what lets
  * the charges that follow an admission never fail halfway.

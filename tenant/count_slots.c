@@ -1,5 +1,5 @@
 /*
- * Concurrency slots (DESIGN.md §3, LEASES.md Q10): a slot is a lease on one of K places, held
+ * Concurrency slots (docs/DESIGN.md §3): a slot is a lease on one of K places, held
  * until released or until its TTL (30 s by default) passes. The table is a caller-owned array
  * scanned linearly (K is small); expiry is lazy, judged from the high-water clock at each call,
  * so an expired slot counts as free at once and is cleared by the next acquire. Release is

@@ -1,5 +1,5 @@
 /*
- * Fixed windows anchored to the wall clock (DESIGN.md §3): limit n/period counts the tokens
+ * Fixed windows anchored to the wall clock (docs/DESIGN.md §3): limit n/period counts the tokens
  * charged in window floor(eval_ms / period) and admits a cost iff it still fits, in every limit
  * at once. A refusal waits for the end of the window that refused (the longest such wait among
  * refusing limits), and is exact: a retry at that instant is admitted, a millisecond earlier is

@@ -1,4 +1,4 @@
-# Bad input against the real tallyd (README "Bad input"): the binary socket and
+# Bad input against the real tallyd (docs/FAILURE-MODES.md §4): the binary socket and
 # HTTP, each bad input with its exact answer, the daemon alive and counts exact.
 add_library(tally_test_badinput STATIC badinput_env.c)
 target_include_directories(tally_test_badinput PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})

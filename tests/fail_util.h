@@ -1,5 +1,5 @@
 /*
- * What the failure suites (README "Failure modes") share on top of
+ * What the failure suites (docs/FAILURE-MODES.md §1) share on top of
  * serve_util.h: a steady load on its own thread that times every answer,
  * a tmpfs data dir mounted and unmounted by the test, a filler file that
  * takes a disk's last byte, PRAGMA integrity_check over every SQLite file of

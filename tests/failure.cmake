@@ -1,4 +1,4 @@
-# Failure modes through the real processes (README "Failure modes"): a full
+# Failure modes through the real processes (docs/FAILURE-MODES.md §1): a full
 # disk on a small tmpfs (mounted by the test: root), corrupted SQLite files, a
 # stopped supervisor under steady load, and noise that must create nothing.
 find_package(Threads REQUIRED)

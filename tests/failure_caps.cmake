@@ -1,4 +1,4 @@
-# Bounded resources through the real processes (README "Failure modes",
+# Bounded resources through the real processes (docs/FAILURE-MODES.md §2,
 # "Bounded resources"): --max-supervisors (the least recently used hibernates,
 # counts survive), --max-connections (binary and HTTP answers at the cap), and
 # the per-tenant link and endpoint caps of `tally`.

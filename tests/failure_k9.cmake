@@ -1,5 +1,5 @@
 # kill -9 in a loop under load and tallyd's clean restart after kill -9 of
-# itself (README "Failure modes"): the supervisor killed 20 times, tallyd 8
+# itself (docs/FAILURE-MODES.md §1): the supervisor killed 20 times, tallyd 8
 # times, an orphaned supervisor SIGSTOPped across a restart, a second tallyd.
 find_package(Threads REQUIRED)
 tally_add_test(test_fail_kill9 test_fail_kill9.c kill9_util.c fail_util.c serve_util.c)

@@ -1,4 +1,4 @@
-# Failure modes of issue 6, part two (README "Failure modes"): a read-only data
+# Failure modes, second group (docs/FAILURE-MODES.md §1): a read-only data
 # dir (bind mounts made by the test: root) and what --durability batched loses
 # to a power loss, simulated by the power-loss hook (store/powerloss_vfs.c).
 find_package(Threads REQUIRED)

@@ -1,5 +1,5 @@
 # The lease protocol core: codec, supervisor ledger, child counter, and the deterministic
-# simulation of LEASES.md §3 (I1-I8). Seeded: TALLY_SEED=N replays a run;
+# simulation of docs/LEASE-PROTOCOL.md §7 (I1-I8). Seeded: TALLY_SEED=N replays a run;
 # TALLY_SIM_SCHEDULES=N raises the number of simulated schedules.
 tally_add_test(test_proto_lease test_proto_lease.c proto_lease_sample.c)
 target_link_libraries(test_proto_lease PRIVATE tally_proto)

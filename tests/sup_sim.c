@@ -7,7 +7,7 @@
  * child's monotonic clock runs at 1 + drift (|drift| <= 1%, the children assume 2%) and keeps
  * running across a crash of the child process.
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * The deterministic simulation of the lease protocol (LEASES.md §3): one supervisor ledger and
+ * The deterministic simulation of the lease protocol (docs/LEASE-PROTOCOL.md §7): one supervisor ledger and
  * P child counters of one tenant, driven by a virtual clock in 1 ms steps, over a seeded network
  * that loses, duplicates, delays and reorders encoded frames; supervisor crashes (rebuilt from
  * the journal, records persisted before their replies leave), child crashes (memory lost, lease

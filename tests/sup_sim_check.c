@@ -17,7 +17,7 @@
  *   I8  window ids of every durable cell never go back, whatever the wall clock does;
  * and at the end, a replay of the journal equals the live ledger.
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>

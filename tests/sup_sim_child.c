@@ -7,7 +7,7 @@
  * they are handed out (up to write_max_ms); a crash loses the child's memory and the writes in
  * progress.
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>

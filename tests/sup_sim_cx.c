@@ -2,7 +2,7 @@
  * The child suites' fixture (sup_sim_cx.h): a child counter of endpoint "search" (incarnation
  * 7, degraded 3/1m) on a hand-driven clock, and hand-made replies to what it sends.
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>

@@ -5,7 +5,7 @@
  * child alive to report it (I5), and every window admitted at most N plus the degraded
  * allowance (I5).
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>

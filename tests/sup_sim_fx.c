@@ -3,7 +3,7 @@
  * endpoints (search; export, expensive; smooth, GCRA) and its journal, driven the way the process
  * layer drives it.
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * Bad input on tallyd's HTTP port (README "Bad input"), against the real
+ * Bad input on tallyd's HTTP port (docs/FAILURE-MODES.md §4), against the real
  * daemon: header floods, head, target, value and body limits, slowloris,
  * invalid endpoint names, bad costs, a revocation racing pipelined requests,
  * clients leaving mid-request, concurrency slots released twice or never.

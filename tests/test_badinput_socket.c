@@ -1,5 +1,5 @@
 /*
- * Bad input on tallyd's binary socket (README "Bad input"), against the real
+ * Bad input on tallyd's binary socket (docs/FAILURE-MODES.md §4), against the real
  * daemon: oversized, truncated and interleaved frames, unknown versions and
  * types, frames before HELLO, bad names, costs and flags, a client that
  * leaves mid-request. Each gets its exact answer; the daemon keeps serving

@@ -1,5 +1,5 @@
 /*
- * The `tally` command end to end: every verb of issue 2 and every error path,
+ * The `tally` command end to end: every verb and every error path,
  * through the real binary on a real data dir. Properties pinned here: a bad
  * name or a malformed limit is refused with one line and changes nothing; no
  * file under the data dir ever holds a token; nothing there is readable by

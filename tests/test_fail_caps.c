@@ -1,5 +1,5 @@
 /*
- * Bounded resources (README "Failure modes", "Bounded resources"), each with
+ * Bounded resources (docs/FAILURE-MODES.md §2), each with
  * an explicit answer at its cap, through the real tallyd, its supervisors and
  * `tally` (the connection caps are test_fail_conns.c; a child counter's full
  * link table is test_sup_child.c):

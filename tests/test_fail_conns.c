@@ -1,5 +1,5 @@
 /*
- * The connection caps (README "Failure modes", "Bounded resources") through
+ * The connection caps (docs/FAILURE-MODES.md §2) through
  * the real tallyd, with --max-connections 3:
  *
  * - one more binary-protocol connection (Unix or TCP) gets ERROR -18 "too

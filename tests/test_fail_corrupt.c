@@ -1,5 +1,5 @@
 /*
- * Corrupted SQLite files (README "Failure modes"). With tallyd stopped, a
+ * Corrupted SQLite files (docs/FAILURE-MODES.md §1). With tallyd stopped, a
  * tenant's journal (ledger.db), or separately one of its child counter files
  * (endpoints/E.db), is overwritten with garbage; tallyd starts again. The
  * tenant's requests get 503 within the deadline plus a margin, one log line

@@ -1,5 +1,5 @@
 /*
- * A full disk under steady load (README "Failure modes"). The data dir is a
+ * A full disk under steady load (docs/FAILURE-MODES.md §1). The data dir is a
  * small tmpfs mounted by the test; tenant a asks an endpoint that fails open
  * (degraded limit), tenant b one that fails closed, both already serving when
  * a filler file takes the disk's last byte. While the disk is full every

@@ -1,6 +1,6 @@
 /*
  * kill -9 in a loop under load, and tallyd's clean restart after kill -9 of
- * itself (README "Failure modes"). One tenant on a plan with a cap for the
+ * itself (docs/FAILURE-MODES.md §1). One tenant on a plan with a cap for the
  * tenant (PLAN_N per hour) and one per link (LINK_N per hour), an endpoint
  * that fails open (degraded limit DEGRADED_D) and one that fails closed;
  * libtally clients on three links and both endpoints ask in a loop, every

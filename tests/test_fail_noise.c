@@ -1,5 +1,5 @@
 /*
- * Noise creates nothing (README "Failure modes"): 100,000 checks with unknown
+ * Noise creates nothing (docs/FAILURE-MODES.md §1): 100,000 checks with unknown
  * tokens and 10,000 with unknown endpoint names for a valid token, over the
  * binary socket (800 of them over HTTP, one connection each), leave no file
  * under tenants/, start no supervisor, and tallyd's resident memory grows by

@@ -1,5 +1,5 @@
 /*
- * A read-only data dir (README "Failure modes"). The test makes one tenant's
+ * A read-only data dir (docs/FAILURE-MODES.md §1). The test makes one tenant's
  * folder read-only with a bind mount over itself (mount --bind D D, then
  * mount -o remount,bind,ro D) while tenants a and b of the same data dir are
  * under steady load. A read-only mount refuses new opens for writing; files

@@ -1,6 +1,6 @@
 /*
- * SIGSTOP of a tenant's supervisor under steady load (README "Failure
- * modes"). Two clients ask without pause between phases: one an endpoint that
+ * SIGSTOP of a tenant's supervisor under steady load (docs/FAILURE-MODES.md
+ * §1). Two clients ask without pause between phases: one an endpoint that
  * fails open (limit N per link, degraded limit D), one an endpoint that fails
  * closed. While the supervisor is stopped every answer arrives within the
  * deadline plus a margin: the open endpoint admits from its live leases, then

@@ -512,7 +512,7 @@ main(void)
     };
 
     signal(SIGPIPE, SIG_IGN); /* a gone peer is UV_EPIPE */
-    /* libuv's own allocations count too (STYLE.md §5). */
+    /* libuv's own allocations count too (docs/CONVENTIONS.md §3). */
     if (uv_replace_allocator(tally_malloc, tally_realloc, tally_calloc, tally_free) != 0)
         return 1;
     return cmocka_run_group_tests_name("proto_http_defer", tests, NULL, NULL);

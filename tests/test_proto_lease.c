@@ -7,7 +7,7 @@
  * past the payload faults (picohttpparser's trick). TALLY_SEED replays a run.
  */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>

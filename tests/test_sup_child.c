@@ -8,7 +8,7 @@
  * admissions on the hot path, bad arguments and failed allocations. Durability and degraded mode:
  * test_sup_child_durable.c.
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
@@ -470,7 +470,7 @@ test_child_link_table_grows(void **state)
 
 /* A child counter whose link table reached its hard maximum (set tiny here) with every link
  * busy answers a new link TALLY_EFULL (tallyd's 503), never an admission, even fail-open, and
- * goes on serving the links it has (README "Bounded resources"). */
+ * goes on serving the links it has (docs/FAILURE-MODES.md §2). */
 static void
 test_child_link_table_full_refuses(void **state)
 {

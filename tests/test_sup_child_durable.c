@@ -6,7 +6,7 @@
  * admit under the degraded limit and report the debt once, closed ones answer unavailable, and a
  * request whose wait is over is decided the same way.
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>

@@ -6,7 +6,7 @@
  * data, every setup allocation failed in turn, and no allocation at all once links and children
  * are known.
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>

@@ -7,7 +7,7 @@
  * back, reconfiguration by period. The journal side (duplicates, slots, replay, allocation) is
  * test_sup_journal.c.
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>

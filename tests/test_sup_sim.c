@@ -7,7 +7,7 @@
  * failure, and TALLY_SIM_SCHEDULE=that seed runs that schedule alone); TALLY_SIM_SCHEDULES raises
  * the count for long runs.
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>

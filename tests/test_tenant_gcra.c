@@ -5,7 +5,7 @@
  * than floor((t + tau)/T) + 1 tokens, Retry-After is exact, and a backward clock opens no second
  * allowance. TALLY_SEED replays a run.
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>

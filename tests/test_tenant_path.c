@@ -6,7 +6,7 @@
  * admitted one charges each exactly as a lone charge would, and Retry-After is exact for the
  * whole path. TALLY_SEED replays a run.
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
@@ -113,7 +113,7 @@ test_path_scope_names_and_seconds(void **state)
     assert_int_equal(tenant_retry_after_seconds(INT64_MAX), INT64_MAX / 1000 + 1);
 }
 
-/* The DESIGN.md §1 scenario: a narrow refusal names its scope and drains nothing wider. */
+/* The docs/DESIGN.md §2 scenario: a narrow refusal names its scope and drains nothing wider. */
 static void
 test_path_narrow_refusal_drains_nothing(void **state)
 {

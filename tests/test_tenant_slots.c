@@ -5,7 +5,7 @@
  * held, an expired slot frees itself, a double release changes nothing, ids increase, and
  * Retry-After is exact. TALLY_SEED replays a run.
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>

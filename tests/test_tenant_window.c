@@ -5,7 +5,7 @@
  * window, at most 2N across a boundary, the longer window still binding, Retry-After exact, and
  * a backward clock opening no second allowance. TALLY_SEED replays a run.
  */
-/* cmocka.h needs these first, in this order (STYLE.md §9). */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
 #include <stdarg.h>
 #include <stddef.h>
@@ -165,7 +165,7 @@ test_window_extremes_are_exact(void **state)
     assert_int_equal(tenant_retry_after_seconds(v.retry_after_ms), -1);
 }
 
-/* The scenario of DESIGN.md §1: 600/1m and 36000/1h together; reports per bound. */
+/* The scenario of docs/DESIGN.md §2: 600/1m and 36000/1h together; reports per bound. */
 static void
 test_window_two_limits_report_each_bound(void **state)
 {

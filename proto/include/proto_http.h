@@ -1,5 +1,5 @@
 /*
- * proto_http: the HTTP/1.1 server of tallyd (DESIGN.md §6) on a caller's
+ * proto_http: the HTTP/1.1 server of tallyd (docs/DESIGN.md §9) on a caller's
  * uv_loop_t. It parses with http_parser, keeps a few headers the app names,
  * enforces the limits below, routes by exact path and method, and hands each
  * request to one handler that fills a response, at once or later (deferred,

@@ -1,6 +1,6 @@
 /*
  * A test hook that makes kill -9 behave like a power loss for SQLite files
- * (README "Failure modes", durability). Registered only when the environment
+ * (docs/FAILURE-MODES.md §3). Registered only when the environment
  * has TALLY_TEST_POWERLOSS=1; never in production.
  */
 #ifndef STORE_POWERLOSS_H

@@ -3,7 +3,7 @@
  * lease of its link with the earliest deadline that still has room (used + cost <= n, now before
  * the deadline, and in strict mode used + cost <= the durable mark); no allocation, no I/O, no
  * clock. Admitting may ask for more ahead of need: an ACQUIRE at the low watermark
- * max(rate * lead, n/4) (LEASES.md Q3) so a steady stream never waits, and the next mark when
+ * max(rate * lead, n/4) (docs/LEASE-PROTOCOL.md §3) so a steady stream never waits, and the next mark when
  * used crosses mark - chunk/2. Without a lease that fits, a cached refusal answers (envoy's
  * over-limit cache), or the request waits for the ACQUIRE in flight, or, when the supervisor is
  * out of reach (or the wait is over), it is decided by the endpoint's on_unavailable policy: 503
@@ -232,7 +232,7 @@ lease_pick(const sup_child *c, struct child_link *k, int64_t cost, int64_t now_m
     return best;
 }
 
-/* The supervisor cannot help this request: on_unavailable decides (DESIGN.md §4). */
+/* The supervisor cannot help this request: on_unavailable decides (docs/DESIGN.md §8). */
 static void
 admit_unavailable(sup_child *c, struct child_link *k, int64_t cost, struct sup_time now,
                   struct sup_admit *out)

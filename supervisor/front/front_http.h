@@ -1,5 +1,5 @@
 /*
- * tallyd's HTTP routes (DESIGN.md §6): forward-auth /v1/check, /v1/release,
+ * tallyd's HTTP routes (docs/DESIGN.md §9): forward-auth /v1/check, /v1/release,
  * /healthz and /metrics, answered from the sup_front decision service. A check
  * that must wait for a lease is answered later through a deferred answer.
  */

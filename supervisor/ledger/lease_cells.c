@@ -1,6 +1,6 @@
 /*
  * Ledger cells: per (budget, period, window id) the tokens granted G, credited C and charged as
- * degraded debt D, so that remaining = N - (G - C) - D (LEASES.md §3). A cell rolls to a new
+ * degraded debt D, so that remaining = N - (G - C) - D (docs/LEASE-PROTOCOL.md §2). A cell rolls to a new
  * window when something is charged in a later one (window ids come from tenant_window_id and
  * the ledger's high-water clock, so they never go back: I8); a credit lands only in the window
  * its lease reserved in. Decisions never read cells directly: sup__budget_view turns a budget

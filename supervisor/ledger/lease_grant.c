@@ -1,5 +1,5 @@
 /*
- * The supervisor grant rule (LEASES.md §3), one atomic step per ACQUIRE:
+ * The supervisor grant rule (docs/LEASE-PROTOCOL.md §2), one atomic step per ACQUIRE:
  *   1. roll the windows: views are taken at max(now, ledger clock), so window ids never go back;
  *   2. apply the report (credit n - used of a lease of this incarnation still live, or close it
  *      as spent when past deadline + margin) and the reported degraded debt;
@@ -36,7 +36,7 @@ report_plan(const sup_ledger *l, int pi, int64_t eval_ms, const struct proto_lea
     struct sup_lease *lease = sup__lease_find(l, a->report_lease);
 
     memset(out, 0, sizeof(*out));
-    /* Credit only on proof from the lease's own incarnation (LEASES.md Q9). */
+    /* Credit only on proof from the lease's own incarnation (docs/LEASE-PROTOCOL.md §2). */
     if (lease == NULL || lease->peer != (uint32_t)pi ||
         lease->incarnation != in->origin.incarnation)
         return;

@@ -139,7 +139,7 @@ decide_heartbeat(sup_ledger *l, int64_t now_ms, const struct proto_lease_msg *in
     return false;
 }
 
-/* SLOT_ACQUIRE: one slot per operation, K per link (LEASES.md Q10). */
+/* SLOT_ACQUIRE: one slot per operation, K per link (docs/DESIGN.md §3). */
 static bool
 decide_slot_acquire(sup_ledger *l, int64_t now_ms, const struct proto_lease_msg *in,
                     struct sup_record *rec, struct proto_lease_msg *reply)

@@ -1,5 +1,5 @@
 /*
- * tenant: the model of DESIGN.md §1 (names, limits, plans, endpoint policies,
+ * tenant: the model of docs/DESIGN.md §2 (names, limits, plans, endpoint policies,
  * links, token hashing). Pure code over libsodium; no files, no clock reads.
  * The counting arithmetic lives beside it in tenant_count.h.
  *

@@ -1,5 +1,5 @@
 /*
- * tenant_count: the counting arithmetic of DESIGN.md §3, shared by the supervisor, the child
+ * tenant_count: the counting arithmetic of docs/DESIGN.md §3, shared by the supervisor, the child
  * counters, the degraded fallback and the tests. Fixed windows anchored to the wall clock, GCRA,
  * concurrency slots, and a path evaluator that decides every budget of a request at once.
  *
@@ -42,7 +42,7 @@
 #define TENANT_RETRY_NEVER ((int64_t)-1)
 /* limit and remaining of a decision that no bound constrains. */
 #define TENANT_UNBOUNDED ((int64_t)-1)
-/* A concurrency slot frees itself this long after it was acquired (DESIGN.md §3). */
+/* A concurrency slot frees itself this long after it was acquired (docs/DESIGN.md §3). */
 #define TENANT_SLOT_TTL_MS_DEFAULT ((int64_t)30000)
 /* Budgets along one request's path: plan, link, endpoint for tenant, endpoint for link, spare. */
 #define TENANT_PATH_MAX_BUDGETS 5
@@ -57,7 +57,7 @@ enum tenant_scope {
     TENANT_SCOPE_CONCURRENCY,
 };
 
-/** Wire name of a scope (DESIGN.md §1): "none", "plan", "link", "endpoint" (both endpoint scopes),
+/** Wire name of a scope (docs/DESIGN.md §2): "none", "plan", "link", "endpoint" (both endpoint scopes),
  *  "concurrency"; "unknown" otherwise. Static storage. */
 const char *tenant_scope_name(enum tenant_scope scope);
 

@@ -1,5 +1,5 @@
 /*
- * sup_child: the child counter for one (tenant, endpoint), a pure state machine (LEASES.md §3
+ * sup_child: the child counter for one (tenant, endpoint), a pure state machine (docs/LEASE-PROTOCOL.md §3
  * "Child admit path", docs/LEASE-PROTOCOL.md). It holds leases per link and admits locally from
  * them: the hot path sup_child_admit does no I/O, reads no clock and allocates nothing once the
  * link is known. Everything else is an intent the caller carries out:
