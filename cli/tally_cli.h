@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "store_config.h"
+#include "tally_log.h"
 #include "tenant.h"
 
 /* Exit codes, documented in `tally --help`. */
@@ -31,7 +32,7 @@ struct cli {
 };
 
 /** Prints "tally: <message>" on stderr as one line; returns `code`. */
-int cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define cli_fail(code, ...) tally_fail("tally", (code), __VA_ARGS__)
 /** Exit code and one stderr line for a tally result code from the store. */
 int cli_store_fail(int rc, const char *what);
 /** Opens the config database of an initialised data dir, printing the error. */

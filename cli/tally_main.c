@@ -6,7 +6,6 @@
 #include "tally_cli.h"
 
 #include <sodium.h>
-#include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -46,19 +45,6 @@ static const char usage_text[] =
     "  64 usage: bad syntax, name, limit or cost; nothing changed\n"
     "  65 apply: invalid file; nothing changed\n"
     "  74 storage error                 78 data dir not initialised or key unreadable\n";
-
-int
-cli_fail(int code, const char *fmt, ...)
-{
-    va_list ap;
-
-    fputs("tally: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return code;
-}
 
 int
 cli_store_fail(int rc, const char *what)

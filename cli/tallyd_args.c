@@ -5,7 +5,6 @@
  */
 #include "tallyd_args.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/un.h>
@@ -57,19 +56,6 @@ static const char usage_text[] =
     "  0 stopped by SIGINT or SIGTERM    1 runtime failure (address in use, another\n"
     "                                    tallyd on this data dir, ...)\n"
     "  64 usage error                    78 data dir not initialised\n";
-
-int
-tallyd_fail(int code, const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "tallyd: %s\n", line);
-    return code;
-}
 
 /* "1.2.3.4:80" or "[::1]:80" into host (64 bytes), *port, *ipv6. */
 static bool

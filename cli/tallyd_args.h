@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "tally_log.h"
+
 enum tallyd_exit {
     TALLYD_EXIT_OK = 0,
     TALLYD_EXIT_FAIL = 1,
@@ -43,6 +45,6 @@ struct tallyd_opts {
  *  the exit code (after --help, --version or a usage error, which it prints). */
 int tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o);
 /** Prints "tallyd: MESSAGE" on stderr; returns code. */
-int tallyd_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define tallyd_fail(code, ...) tally_fail("tallyd", (code), __VA_ARGS__)
 
 #endif /* TALLYD_ARGS_H */

@@ -8,6 +8,7 @@
 #include "tally_log.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -234,4 +235,17 @@ tally_log_end(struct tally_log *l)
         off += (size_t)w;
     }
     return line;
+}
+
+int
+tally_fail(const char *prog, int code, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "%s: %s\n", prog, line);
+    return code;
 }

@@ -17,7 +17,6 @@
 #include "tenant.h"
 
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define fail(code, ...) tally_fail("tallyd", (code), __VA_ARGS__)
 
 struct server {
     uv_loop_t loop;
@@ -41,20 +40,6 @@ struct server {
     int stop_signal;
     struct proto_http_stats stats; /* final, copied while the server closes */
 };
-
-/* One plain line on stderr, "tallyd: MESSAGE"; returns code. */
-static int
-fail(int code, const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "tallyd: %s\n", line);
-    return code;
-}
 
 static void
 log_start(const struct server *d, int port)

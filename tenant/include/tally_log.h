@@ -71,6 +71,10 @@ const char *tally_log_finish(struct tally_log *l);
 
 /** JSON string escaping of s[0..len) into out (cap bytes, NUL-terminated, never cut
  *  inside an escape). Returns the length written; *cut set when out was too small. */
+/** Prints "PROG: MESSAGE" as one plain line on stderr (usage and start-up errors, for a
+ *  person, not the JSON log) and returns code. */
+int tally_fail(const char *prog, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 size_t tally_log_escape(char *out, size_t cap, const char *s, size_t len, bool *cut /* OUT */);
 /** RFC 3339 UTC with milliseconds ("2026-11-29T17:40:01.123Z") into out (>= 25 bytes). */
 void tally_log_time(char *out, size_t cap, int64_t wall_ms);
