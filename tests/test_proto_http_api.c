@@ -1,8 +1,9 @@
 /*
  * The HTTP server's API without traffic: configs refused at open, listen
  * errors (bad address, twice, address in use), closing a server that never
- * listened, and the helpers a handler uses (query lookup, JSON escaping,
- * response building with its latched errors). Table-driven where it can be.
+ * listened, and the helpers a handler uses (query lookup, the RateLimit
+ * field values, JSON escaping, response building with its latched errors).
+ * Table-driven where it can be.
  */
 /* clang-format off */
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <cmocka.h>
 /* clang-format on */
 
+#include <stdbool.h>
 #include <string.h>
 
 #include "proto_http.h"
@@ -167,6 +169,58 @@ test_http_query_get(void **state)
 }
 
 static void
+test_ratelimit_fields(void **state)
+{
+    static const struct {
+        bool policy; /* RateLimit-Policy (q, w), else RateLimit (r, t) */
+        const char *name;
+        int64_t a, b;
+        size_t cap;
+        const char *out; /* "" when refused */
+    } cases[] = {
+        {true, "endpoint", 100, 60, 128, "\"endpoint\";q=100;w=60"},
+        {true, "endpoint", 0, 0, 128, "\"endpoint\";q=0;w=0"},
+        {true, "e", 999999999999999, 31536000, 128, "\"e\";q=999999999999999;w=31536000"},
+        {true, "e", 1000000000000000, 1, 128, ""}, /* 16 digits: not an sf-integer */
+        {true, "e", -1, 1, 128, ""},
+        {true, "e", 1, -1, 128, ""},
+        {false, "endpoint", 7, 42, 128, "\"endpoint\";r=7;t=42"},
+        {false, "endpoint", 0, 1, 128, "\"endpoint\";r=0;t=1"},
+        {false, "endpoint", 3, -1, 128, "\"endpoint\";r=3"}, /* no t */
+        {false, "endpoint", -1, 5, 128, ""},
+        {false, "a b", 1, 2, 128, "\"a b\";r=1;t=2"},
+        {false, "a\"b", 1, 2, 128, ""},
+        {false, "a\\b", 1, 2, 128, ""},
+        {false, "a\x7f", 1, 2, 128, ""},
+        {false, "a\x1f", 1, 2, 128, ""},
+        {false, "caf\xc3\xa9", 1, 2, 128, ""},
+        {false, "", 1, 2, 128, "\"\";r=1;t=2"},
+        /* exactly fits: 14 bytes and the NUL; one less does not */
+        {false, "e", 12, 345, 15, "\"e\";r=12;t=345"},
+        {false, "e", 12, 345, 14, ""},
+        {false, "e", 12, 345, 1, ""},
+    };
+    char buf[129]; /* one past the largest cap */
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t n;
+
+        memset(buf, 'x', sizeof(buf));
+        n = cases[i].policy
+                ? proto_ratelimit_policy(buf, cases[i].cap, cases[i].name, cases[i].a, cases[i].b)
+                : proto_ratelimit_item(buf, cases[i].cap, cases[i].name, cases[i].a, cases[i].b);
+        if (strcmp(buf, cases[i].out) != 0 || n != strlen(cases[i].out))
+            fail_msg("case %zu: got \"%s\" (%zu), want \"%s\"", i, buf, n, cases[i].out);
+        assert_int_equal(buf[cases[i].cap], 'x'); /* nothing past cap */
+    }
+    memset(buf, 'x', sizeof(buf));
+    assert_int_equal(proto_ratelimit_item(buf, 0, "e", 1, 1), 0);
+    assert_int_equal(buf[0], 'x');
+}
+
+static void
 test_http_json_escape(void **state)
 {
     static const struct {
@@ -239,6 +293,7 @@ main(void)
         cmocka_unit_test(test_http_open_without_memory),
         cmocka_unit_test(test_http_listen_errors),
         cmocka_unit_test(test_http_query_get),
+        cmocka_unit_test(test_ratelimit_fields),
         cmocka_unit_test(test_http_json_escape),
         cmocka_unit_test(test_http_response_builders),
     };

@@ -65,9 +65,9 @@ struct proto_check_reply {
     uint8_t scope;          /* enum tenant_scope of the bound reported */
     uint16_t flags;         /* enum proto_check_flags */
     int64_t retry_after_ms; /* refused or unavailable: wait this long */
-    int64_t limit;          /* the reported bound's N, -1 when none */
+    int64_t limit;          /* the reported window's N (admitted or refused), -1 when none */
     int64_t period_ms;      /* its period */
-    int64_t remaining;      /* its remaining after this request, -1 when none */
+    int64_t remaining;      /* after this request, at most what truly remains; -1 when none */
     int64_t reset_ms;       /* ms until it resets */
     int64_t slot_id;        /* concurrency slot taken, 0 when none */
     char detail[64];        /* bad request / internal: a short reason, "" otherwise */
