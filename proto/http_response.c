@@ -9,6 +9,8 @@
  */
 #include "proto_http_int.h"
 
+#include "tally_log.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -233,48 +235,14 @@ proto_ratelimit_item(char *out, size_t cap, const char *name, int64_t remaining,
     return sf_end(&o);
 }
 
-size_t
-proto_http_json_escape(char *dst, size_t cap, const char *src, size_t len)
-{
-    static const char hex[] = "0123456789abcdef";
-    size_t out = 0, i;
-
-    for (i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)src[i];
-        char esc[6];
-        size_t n = 0, k;
-
-        if (ch == '"' || ch == '\\') {
-            esc[n++] = '\\';
-            esc[n++] = (char)ch;
-        } else if (ch == '\n' || ch == '\r' || ch == '\t') {
-            esc[n++] = '\\';
-            esc[n++] = ch == '\n' ? 'n' : ch == '\r' ? 'r' : 't';
-        } else if (ch < 0x20) {
-            memcpy(esc, "\\u00", 4);
-            esc[4] = hex[ch >> 4];
-            esc[5] = hex[ch & 15];
-            n = 6;
-        } else {
-            esc[n++] = (char)ch;
-        }
-        for (k = 0; k < n; k++, out++) {
-            if (out + 1 < cap)
-                dst[out] = esc[k];
-        }
-    }
-    if (cap > 0)
-        dst[out < cap ? out : cap - 1] = '\0';
-    return out;
-}
-
 static int
 write_escaped(struct proto_http_response *resp, const char *s)
 {
     size_t room = resp->body_cap - resp->body_len;
-    size_t n = proto_http_json_escape(resp->body + resp->body_len, room + 1, s, strlen(s));
+    bool cut;
+    size_t n = tally_log_escape(resp->body + resp->body_len, room + 1, s, strlen(s), &cut);
 
-    if (n > room)
+    if (cut)
         return latch(resp, TALLY_ETOOBIG);
     resp->body_len += n;
     return TALLY_OK;

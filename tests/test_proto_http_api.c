@@ -2,7 +2,7 @@
  * The HTTP server's API without traffic: configs refused at open, listen
  * errors (bad address, twice, address in use), closing a server that never
  * listened, and the helpers a handler uses (query lookup, the RateLimit
- * field values, JSON escaping, response building with its latched errors).
+ * field values, JSON escaping of error bodies, response building with its latched errors).
  * Table-driven where it can be.
  */
 /* clang-format off */
@@ -220,32 +220,24 @@ test_ratelimit_fields(void **state)
     assert_int_equal(buf[0], 'x');
 }
 
+/* The JSON body of an error is escaped (tally_log_escape, the one escaper). */
 static void
-test_http_json_escape(void **state)
+test_http_error_escaped(void **state)
 {
-    static const struct {
-        const char *in;
-        const char *out;
-    } cases[] = {
-        {"plain", "plain"},
-        {"a\"b\\c", "a\\\"b\\\\c"},
-        {"l1\nl2\r\t", "l1\\nl2\\r\\t"},
-        {"\x01\x1f", "\\u0001\\u001f"},
-        {"caf\xc3\xa9", "caf\xc3\xa9"},
-    };
-    char buf[64];
-    size_t i;
+    char body[64];
+    struct proto_http_response resp;
 
     (void)state;
-    for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        size_t n = proto_http_json_escape(buf, sizeof(buf), cases[i].in, strlen(cases[i].in));
-
-        assert_string_equal(buf, cases[i].out);
-        assert_int_equal(n, strlen(cases[i].out));
-    }
-    /* Truncated: the full length is returned, the output stays terminated. */
-    assert_int_equal(proto_http_json_escape(buf, 4, "\"\"\"\"", 4), 8);
-    assert_string_equal(buf, "\\\"\\");
+    memset(&resp, 0, sizeof(resp));
+    resp.body = body;
+    resp.body_cap = sizeof(body) - 1;
+    assert_int_equal(proto_http_response_error(&resp, 400, "bad", "a\"b\n\x01"), TALLY_OK);
+    assert_int_equal(resp.body_len, strlen("{\"error\":\"bad\",\"detail\":\"a\\\"b\\n\\u0001\"}"));
+    assert_memory_equal(body, "{\"error\":\"bad\",\"detail\":\"a\\\"b\\n\\u0001\"}", resp.body_len);
+    /* the escape of '"' does not fit: refused and latched */
+    resp.body_len = 0;
+    resp.body_cap = 10 + 4;
+    assert_int_equal(proto_http_response_error(&resp, 400, "bad\"", NULL), TALLY_ETOOBIG);
 }
 
 static void
@@ -294,7 +286,7 @@ main(void)
         cmocka_unit_test(test_http_listen_errors),
         cmocka_unit_test(test_http_query_get),
         cmocka_unit_test(test_ratelimit_fields),
-        cmocka_unit_test(test_http_json_escape),
+        cmocka_unit_test(test_http_error_escaped),
         cmocka_unit_test(test_http_response_builders),
     };
 

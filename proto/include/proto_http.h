@@ -278,10 +278,6 @@ struct proto_http_response *proto_http_deferred_response(proto_http_deferred *d)
  *  not run yet), the answer is dropped. */
 void proto_http_deferred_finish(proto_http_deferred *d);
 
-/** Writes `src` (`len` bytes) JSON-escaped, without quotes, into dst of `cap`
- *  bytes, NUL-terminated. Returns the escaped length; >= cap means truncated. */
-size_t proto_http_json_escape(char *dst, size_t cap, const char *src, size_t len);
-
 /* The IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers), structured
  * fields of RFC 9651: an sf-string naming the policy, then sf-integer parameters.
  * Both write into out (cap bytes, NUL-terminated) without allocating or printf,
