@@ -71,14 +71,12 @@ dial(const char *sock, const char *tcp, bool raw)
     uint32_t window;
     int fd = -1;
 
-    if (sock == NULL && tcp != NULL && tcp[0] == '/') {
-        sock = tcp; /* a redis address that is a path */
-        tcp = NULL;
-    }
     if (sock != NULL)
         snprintf(where, sizeof(where), "%s", sock);
-    else
+    else if (tcp != NULL && tcp[0] != '/')
         snprintf(where, sizeof(where), "tcp:%s", tcp);
+    else /* a redis address that is a path */
+        snprintf(where, sizeof(where), "%s", tcp != NULL ? tcp : "");
     if (raw ? proto_client_dial(where, &fd) != TALLY_OK
             : proto_client_connect(where, 1000, &fd, &window) != TALLY_OK)
         return -1;
