@@ -68,7 +68,7 @@ test: deps
 
 # cppcheck: warnings, performance and portability; any finding fails.
 analyze:
-	@cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability --std=c11 \
+	@cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability --std=c17 \
 	  --library=posix --inline-suppr --suppressions-list=cppcheck.suppressions -j$(JOBS) \
 	  -D_POSIX_C_SOURCE=200809L -D__SIZEOF_INT128__=16 -D__GNUC__=12 $(ANALYZE_INCLUDES) \
 	  $(ANALYZE_DIRS) && echo "analyze: ok (cppcheck, 0 findings)"

@@ -17,14 +17,13 @@
  * and last line; the script answers {1, 0} admitted or {0, wait} refused.
  */
 #include <errno.h>
-#include <netdb.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -63,43 +62,24 @@ now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* A connection to tallyd (HELLO exchanged) or, with `raw`, to redis-server: libtally's
+ * blocking client dials either. -1 when nobody answers. */
 static int
-dial(const char *sock, const char *tcp)
+dial(const char *sock, const char *tcp, bool raw)
 {
+    char where[300];
+    uint32_t window;
     int fd = -1;
 
-    if (sock == NULL && tcp != NULL && tcp[0] == '/') {
-        sock = tcp; /* a redis address that is a path */
-        tcp = NULL;
-    }
-    if (sock != NULL) {
-        struct sockaddr_un sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sun_family = AF_UNIX;
-        snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
-        fd = socket(AF_UNIX, SOCK_STREAM, 0);
-        if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-            close(fd);
-            fd = -1;
-        }
-    } else if (tcp != NULL) {
-        char host[256];
-        const char *colon = strrchr(tcp, ':');
-        struct addrinfo hints, *res = NULL;
-        if (colon == NULL)
-            return -1;
-        snprintf(host, sizeof(host), "%.*s", (int)(colon - tcp), tcp);
-        memset(&hints, 0, sizeof(hints));
-        hints.ai_socktype = SOCK_STREAM;
-        if (getaddrinfo(host, colon + 1, &hints, &res) != 0)
-            return -1;
-        fd = socket(res->ai_family, SOCK_STREAM, 0);
-        if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
-            close(fd);
-            fd = -1;
-        }
-        freeaddrinfo(res);
-    }
+    if (sock != NULL)
+        snprintf(where, sizeof(where), "%s", sock);
+    else if (tcp != NULL && tcp[0] != '/')
+        snprintf(where, sizeof(where), "tcp:%s", tcp);
+    else /* a redis address that is a path */
+        snprintf(where, sizeof(where), "%s", tcp != NULL ? tcp : "");
+    if (raw ? proto_client_dial(where, &fd) != TALLY_OK
+            : proto_client_connect(where, 1000, &fd, &window) != TALLY_OK)
+        return -1;
     return fd;
 }
 
@@ -169,18 +149,10 @@ drop(struct bconn *c, long *lost)
 static bool
 redial(struct bconn *c, const char *sock, const char *tcp)
 {
-    struct proto_hello h = {PROTO_VERSION, PROTO_VERSION};
-    uint8_t f[PROTO_CLIENT_MSG_MAX];
-
-    c->fd = dial(sock, tcp);
+    c->fd = dial(sock, tcp, false);
     if (c->fd < 0)
         return false;
     proto_frame_reader_init(&c->r, c->rbuf, sizeof(c->rbuf));
-    if (!write_all(c->fd, f, proto_hello_encode(f, 0, &h))) {
-        close(c->fd);
-        c->fd = -1;
-        return false;
-    }
     return true;
 }
 
@@ -308,21 +280,15 @@ main(int argc, char **argv)
     c = calloc((size_t)conns, sizeof(*c));
     lat = malloc((size_t)total * sizeof(*lat));
     for (i = 0; i < conns; i++) {
-        struct proto_hello h = {PROTO_VERSION, PROTO_VERSION};
-        uint8_t f[PROTO_CLIENT_MSG_MAX];
         c[i].sent_ns = calloc(RING, sizeof(int64_t));
-        c[i].fd = dial(sock, tcp);
+        c[i].fd = dial(sock, tcp, rd.addr != NULL);
         if (c[i].fd < 0) {
             fprintf(stderr, "tally-bench: cannot connect\n");
             return 69;
         }
         proto_frame_reader_init(&c[i].r, c[i].rbuf, sizeof(c[i].rbuf));
-        if (rd.addr != NULL) {
-            if (i == 0 && resp_script_load(c[i].fd, rd.script, rd.sha) != 0)
-                return 69;
-        } else if (!write_all(c[i].fd, f, proto_hello_encode(f, 0, &h))) {
+        if (rd.addr != NULL && i == 0 && resp_script_load(c[i].fd, rd.script, rd.sha) != 0)
             return 69;
-        }
     }
     t0 = now_ns();
     while (done + lost < total) {

@@ -4,113 +4,28 @@
  * small table; with a tenant, one line per endpoint that has a child counter
  * (its mode, whether its supervisor answers, its links, leases and counts).
  * With no daemon it says so in one line and exits 3; an unknown tenant
- * exits 1. A plain blocking client: one request, one answer, a 5 s timeout.
+ * exits 1. libtally's blocking client: one request, one answer, a 5 s timeout.
  */
 #include "proto_client.h"
 #include "proto_stats.h"
+#include "tally.h"
 #include "tally_cli.h"
 #include "tenant_config.h"
 
-#include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 #define STATS_TIMEOUT_MS 5000
 
+/* STATS over a libtally connection (HELLO done); the answer into *out. */
 static int
-connect_unix(const char *path)
+ask(tally_client *c, const char *tenant, struct proto_stats_reply *out)
 {
-    struct sockaddr_un sa;
-    int fd;
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    if (strlen(path) >= sizeof(sa.sun_path))
-        return -1;
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
-}
-
-static bool
-send_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return false;
-        p += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-/* The next frame from fd into *f (valid until the next call). TALLY_OK,
- * TALLY_ETIMEDOUT, TALLY_EPROTO or TALLY_EIO. */
-static int
-read_frame(int fd, struct proto_frame_reader *r, struct proto_frame *f)
-{
-    for (;;) {
-        struct pollfd pfd = {fd, POLLIN, 0};
-        uint8_t *space;
-        size_t room;
-        ssize_t n;
-        int rc = proto_frame_next(r, f);
-
-        if (rc == TALLY_OK)
-            return TALLY_OK;
-        if (rc != TALLY_ENOTFOUND)
-            return TALLY_EPROTO;
-        if (poll(&pfd, 1, STATS_TIMEOUT_MS) <= 0)
-            return TALLY_ETIMEDOUT;
-        room = proto_frame_reader_space(r, &space);
-        if (room == 0)
-            return TALLY_EPROTO;
-        n = read(fd, space, room);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return TALLY_EIO;
-        proto_frame_reader_commit(r, (size_t)n);
-    }
-}
-
-/* HELLO, then STATS; the answer into *out. */
-static int
-ask(int fd, const char *tenant, struct proto_stats_reply *out)
-{
-    static uint8_t in[PROTO_STATS_REPLY_MAX];
-    struct proto_hello hello = {PROTO_VERSION, PROTO_VERSION};
-    struct proto_hello_reply hr;
-    struct proto_frame_reader r;
-    struct proto_frame f;
     uint8_t msg[PROTO_CLIENT_MSG_MAX];
-    size_t len;
-    int rc;
+    uint32_t id = proto_client_next_id(c);
+    struct proto_frame f;
+    int rc = proto_client_request(c, msg, proto_stats_encode(msg, id, tenant), id, &f);
 
-    proto_frame_reader_init(&r, in, sizeof(in));
-    len = proto_hello_encode(msg, 1, &hello);
-    if (!send_all(fd, msg, len))
-        return TALLY_EIO;
-    rc = read_frame(fd, &r, &f);
-    if (rc == TALLY_OK && proto_hello_reply_decode(&f, &hr) != TALLY_OK)
-        rc = TALLY_EPROTO;
-    if (rc != TALLY_OK)
-        return rc;
-    len = proto_stats_encode(msg, 2, tenant);
-    if (len == 0 || !send_all(fd, msg, len))
-        return TALLY_EIO;
-    rc = read_frame(fd, &r, &f);
     if (rc == TALLY_OK && proto_stats_reply_decode(&f, out) != TALLY_OK)
         rc = TALLY_EPROTO; /* an older tallyd answers ERROR: no STATS there */
     return rc;
@@ -169,7 +84,8 @@ cli_stats(struct cli *c)
     const char *tenant = "";
     const char *sock = NULL;
     char err[256];
-    int fd, rc, i;
+    tally_client *client = NULL;
+    int rc, i;
 
     for (i = 0; i < c->argc; i++) {
         bool missing = false;
@@ -190,16 +106,17 @@ cli_stats(struct cli *c)
         snprintf(path, sizeof(path), "%s", sock);
     else
         snprintf(path, sizeof(path), "%s/tally.sock", c->data);
-    fd = connect_unix(path);
-    if (fd < 0) {
+    rc = tally_client_open(path, STATS_TIMEOUT_MS, &client);
+    if (rc == TALLY_EUNAVAIL || rc == TALLY_EPERM || rc == TALLY_ETOOBIG) {
         if (sock == NULL && store_datadir_check(c->data) != TALLY_OK)
             return cli_fail(EXIT_CONFIG,
                             "data directory %s is not initialised: run 'tally init --data %s'",
                             c->data, c->data);
         return cli_fail(EXIT_UNAVAIL, "tallyd is not running (no answer on %s)", path);
     }
-    rc = ask(fd, tenant, &m);
-    close(fd);
+    if (rc == TALLY_OK)
+        rc = ask(client, tenant, &m);
+    tally_client_close(client);
     if (rc != TALLY_OK)
         return cli_fail(EXIT_UNAVAIL, "tallyd did not answer STATS: %s", tally_strerror(rc));
     if (m.tenant_status == PROTO_STATS_UNKNOWN)

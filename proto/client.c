@@ -1,7 +1,9 @@
 /*
  * libtally's blocking client: one socket, one request at a time, every wait
  * bounded by the handle's timeout (poll). The asynchronous pipelined client
- * shares the codecs of client_codec.c.
+ * shares the codecs of client_codec.c. It is the one blocking client of the
+ * project: `tally` (check, stats, reload), tally-bench and the suites connect
+ * through it too (proto_client.h: dial, connect, request).
  */
 #include "tally.h"
 
@@ -158,27 +160,43 @@ recv_frame(tally_client *c, uint32_t id, struct proto_frame *f, int64_t deadline
     }
 }
 
-/* Sends one frame already encoded in c->wbuf and waits for its answer. */
+/* Sends one frame already encoded in `msg` and waits for its answer. */
 static int
-roundtrip(tally_client *c, size_t len, uint32_t id, struct proto_frame *f)
+send_and_wait(tally_client *c, const uint8_t *msg, size_t len, uint32_t id, struct proto_frame *f)
 {
     int64_t deadline = mono_ms() + c->timeout_ms;
     int rc;
 
     if (len == 0)
         return TALLY_EINVAL;
-    rc = send_all(c, c->wbuf, len, deadline);
-    wipe_fn(c->wbuf, 0, len); /* CHECK and RELEASE carry the token */
+    rc = send_all(c, msg, len, deadline);
     if (rc == TALLY_OK)
         rc = recv_frame(c, id, f, deadline);
     if (rc == TALLY_OK && f->type == PROTO_C_ERROR) {
         int32_t code = 0;
-        char msg[128];
-        rc = proto_error_decode(f, &code, msg, sizeof(msg)) == TALLY_OK ? code : TALLY_EPROTO;
+        char text[128];
+        rc = proto_error_decode(f, &code, text, sizeof(text)) == TALLY_OK ? code : TALLY_EPROTO;
         if (rc >= 0)
             rc = TALLY_EPROTO;
     }
     return rc;
+}
+
+/* Sends one frame already encoded in c->wbuf, wipes it and waits for its answer. */
+static int
+roundtrip(tally_client *c, size_t len, uint32_t id, struct proto_frame *f)
+{
+    int rc = send_and_wait(c, c->wbuf, len, id, f);
+
+    wipe_fn(c->wbuf, 0, len); /* CHECK and RELEASE carry the token */
+    return rc;
+}
+
+int
+proto_client_dial(const char *where, int *fd)
+{
+    *fd = -1;
+    return strncmp(where, "tcp:", 4) == 0 ? connect_tcp(where + 4, fd) : connect_unix(where, fd);
 }
 
 int
@@ -198,8 +216,7 @@ tally_client_open(const char *where, int timeout_ms, tally_client **out)
     c->fd = -1;
     c->timeout_ms = timeout_ms > 0 ? timeout_ms : 5000;
     proto_frame_reader_init(&c->reader, c->rbuf, sizeof(c->rbuf));
-    rc = strncmp(where, "tcp:", 4) == 0 ? connect_tcp(where + 4, &c->fd)
-                                        : connect_unix(where, &c->fd);
+    rc = proto_client_dial(where, &c->fd);
     if (rc != TALLY_OK)
         goto out;
     id = ++c->next_id;
@@ -234,6 +251,34 @@ tally__client_detach(tally_client *c, int *fd, uint32_t *max_inflight)
     *fd = c->fd;
     *max_inflight = c->max_inflight;
     c->fd = -1;
+}
+
+int
+proto_client_connect(const char *where, int timeout_ms, int *fd, uint32_t *max_inflight)
+{
+    tally_client *c = NULL;
+    int rc = tally_client_open(where, timeout_ms, &c);
+
+    *fd = -1;
+    *max_inflight = 0;
+    if (rc != TALLY_OK)
+        return rc;
+    tally__client_detach(c, fd, max_inflight);
+    tally_client_close(c);
+    return TALLY_OK;
+}
+
+uint32_t
+proto_client_next_id(tally_client *c)
+{
+    return ++c->next_id;
+}
+
+int
+proto_client_request(tally_client *c, const uint8_t *msg, size_t len, uint32_t id,
+                     struct proto_frame *reply)
+{
+    return send_and_wait(c, msg, len, id, reply);
 }
 
 int

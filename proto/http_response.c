@@ -9,6 +9,8 @@
  */
 #include "proto_http_int.h"
 
+#include "tally_log.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -142,48 +144,105 @@ proto_http_response_printf(struct proto_http_response *resp, const char *fmt, ..
     return TALLY_OK;
 }
 
-size_t
-proto_http_json_escape(char *dst, size_t cap, const char *src, size_t len)
+/* ---- RateLimit fields ---- */
+
+#define SF_INTEGER_MAX 999999999999999LL /* RFC 9651 §3.3.1: at most 15 digits */
+
+/* A bounded writer: a failed put marks it, the caller checks once at the end. */
+struct sf_out {
+    char *p;
+    size_t cap, len;
+    bool bad;
+};
+
+static void
+sf_put(struct sf_out *o, const char *s, size_t len)
 {
-    static const char hex[] = "0123456789abcdef";
-    size_t out = 0, i;
-
-    for (i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)src[i];
-        char esc[6];
-        size_t n = 0, k;
-
-        if (ch == '"' || ch == '\\') {
-            esc[n++] = '\\';
-            esc[n++] = (char)ch;
-        } else if (ch == '\n' || ch == '\r' || ch == '\t') {
-            esc[n++] = '\\';
-            esc[n++] = ch == '\n' ? 'n' : ch == '\r' ? 'r' : 't';
-        } else if (ch < 0x20) {
-            memcpy(esc, "\\u00", 4);
-            esc[4] = hex[ch >> 4];
-            esc[5] = hex[ch & 15];
-            n = 6;
-        } else {
-            esc[n++] = (char)ch;
-        }
-        for (k = 0; k < n; k++, out++) {
-            if (out + 1 < cap)
-                dst[out] = esc[k];
-        }
+    if (o->bad || len >= o->cap - o->len) {
+        o->bad = true;
+        return;
     }
-    if (cap > 0)
-        dst[out < cap ? out : cap - 1] = '\0';
-    return out;
+    memcpy(o->p + o->len, s, len);
+    o->len += len;
+}
+
+static void
+sf_string(struct sf_out *o, const char *s)
+{
+    const char *q;
+
+    for (q = s; *q != '\0'; q++) {
+        if (*q < 0x20 || *q > 0x7e || *q == '"' || *q == '\\')
+            o->bad = true;
+    }
+    sf_put(o, "\"", 1);
+    sf_put(o, s, (size_t)(q - s));
+    sf_put(o, "\"", 1);
+}
+
+/* ";key=N": a small integer writer, digits right-aligned in a scratch. */
+static void
+sf_param(struct sf_out *o, char key, int64_t v)
+{
+    char tmp[19];
+    size_t n = 0;
+
+    if (v < 0 || v > SF_INTEGER_MAX) {
+        o->bad = true;
+        return;
+    }
+    do {
+        tmp[sizeof(tmp) - ++n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    tmp[sizeof(tmp) - ++n] = '=';
+    tmp[sizeof(tmp) - ++n] = key;
+    tmp[sizeof(tmp) - ++n] = ';';
+    sf_put(o, tmp + sizeof(tmp) - n, n);
+}
+
+static size_t
+sf_end(struct sf_out *o)
+{
+    if (o->cap == 0)
+        return 0;
+    if (o->bad)
+        o->len = 0;
+    o->p[o->len] = '\0';
+    return o->len;
+}
+
+size_t
+proto_ratelimit_policy(char *out, size_t cap, const char *name, int64_t quota, int64_t window_s)
+{
+    struct sf_out o = {out, cap, 0, cap == 0};
+
+    sf_string(&o, name);
+    sf_param(&o, 'q', quota);
+    sf_param(&o, 'w', window_s);
+    return sf_end(&o);
+}
+
+size_t
+proto_ratelimit_item(char *out, size_t cap, const char *name, int64_t remaining, int64_t reset_s)
+{
+    struct sf_out o = {out, cap, 0, cap == 0};
+
+    sf_string(&o, name);
+    sf_param(&o, 'r', remaining);
+    if (reset_s >= 0)
+        sf_param(&o, 't', reset_s);
+    return sf_end(&o);
 }
 
 static int
 write_escaped(struct proto_http_response *resp, const char *s)
 {
     size_t room = resp->body_cap - resp->body_len;
-    size_t n = proto_http_json_escape(resp->body + resp->body_len, room + 1, s, strlen(s));
+    bool cut;
+    size_t n = tally_log_escape(resp->body + resp->body_len, room + 1, s, strlen(s), &cut);
 
-    if (n > room)
+    if (cut)
         return latch(resp, TALLY_ETOOBIG);
     resp->body_len += n;
     return TALLY_OK;

@@ -129,11 +129,14 @@ tally_log_begin_at(struct tally_log *l, enum tally_log_level level, const char *
     char ts[40];
     int n;
 
+    /* `l` is the caller's uninitialized stack: every field is written here first. */
+    l->len = 0;
+    l->truncated = false;
+    l->buf[0] = '\0';
     tally_log_time(ts, sizeof(ts), wall_ms);
     n = snprintf(l->buf, sizeof(l->buf), "{\"ts\":\"%s\",\"level\":\"%s\",\"event\":\"%s\"", ts,
                  tally_log_level_name(level), event);
     l->len = n > 0 && (size_t)n < sizeof(l->buf) - TAIL_RESERVE ? (size_t)n : 0;
-    l->truncated = false;
 }
 
 bool

@@ -13,17 +13,15 @@
 
 #include "badinput_env.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
+#include "proto_client.h"
 #include "test_support.h"
 
 static struct test_out o;
@@ -103,18 +101,13 @@ deadline(int fd)
     assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)), 0);
 }
 
+/* Raw connections (no HELLO) through libtally's dialler, with the deadlines. */
 int
 bi_unix_connect(const struct bi_env *e)
 {
-    struct sockaddr_un sa;
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    int fd = -1;
 
-    assert_true(fd >= 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    assert_true(strlen(e->d.socket) < sizeof(sa.sun_path));
-    memcpy(sa.sun_path, e->d.socket, strlen(e->d.socket) + 1);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(proto_client_dial(e->d.socket, &fd), TALLY_OK);
     deadline(fd);
     return fd;
 }
@@ -122,15 +115,11 @@ bi_unix_connect(const struct bi_env *e)
 int
 bi_tcp_connect(const struct bi_env *e)
 {
-    struct sockaddr_in sa;
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    char where[64];
+    int fd = -1;
 
-    assert_true(fd >= 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)e->port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    snprintf(where, sizeof(where), "tcp:127.0.0.1:%d", e->port);
+    assert_int_equal(proto_client_dial(where, &fd), TALLY_OK);
     deadline(fd);
     return fd;
 }

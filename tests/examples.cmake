@@ -6,14 +6,14 @@ target_link_libraries(tally_examples_env PUBLIC tally_test_support PkgConfig::CM
                       PRIVATE tally_warnings)
 
 foreach(ex nginx caddy)
-    tally_add_test(test_examples_${ex} test_examples_${ex}.c)
+    tally_add_test(test_examples_${ex} test_examples_${ex}.c LABELS e2e)
     target_link_libraries(test_examples_${ex} PRIVATE tally_examples_env)
     add_dependencies(test_examples_${ex} tallyd tally_cli)
     set_tests_properties(test_examples_${ex} PROPERTIES TIMEOUT 120)
 endforeach()
 
 # make install's result, used as a user would (pkg-config, the installed binaries).
-tally_add_test(test_examples_install test_examples_install.c)
+tally_add_test(test_examples_install test_examples_install.c LABELS e2e)
 target_link_libraries(test_examples_install PRIVATE tally_examples_env)
 add_dependencies(test_examples_install tallyd tally_cli tally_client)
 if(TALLY_SANITIZE)

@@ -4,7 +4,7 @@
 # the per-tenant link and endpoint caps of `tally`.
 find_package(Threads REQUIRED)
 foreach(t test_fail_caps test_fail_conns)
-    tally_add_test(${t} ${t}.c fail_util.c serve_util.c)
+    tally_add_test(${t} ${t}.c fail_util.c serve_util.c LABELS e2e)
     target_link_libraries(${t} PRIVATE tally_front_internal tally_proto PkgConfig::SQLITE3 Threads::Threads)
     add_dependencies(${t} tallyd tally_cli)
     set_tests_properties(${t} PROPERTIES TIMEOUT 600)

@@ -1,3 +1,3 @@
 # Binary framing and client protocol codecs.
-tally_add_test(test_proto_frame test_proto_frame.c)
+tally_add_test(test_proto_frame test_proto_frame.c LABELS unit)
 target_link_libraries(test_proto_frame PRIVATE tally_proto)

@@ -1,2 +1,2 @@
 # The model: names, limits, tokens, the configuration grammar.
-tally_add_test(test_tenant_model test_tenant_model.c)
+tally_add_test(test_tenant_model test_tenant_model.c LABELS unit)

@@ -21,21 +21,18 @@
 #include <string.h>
 
 #include "sup_sim_int.h"
+#include "test_support.h"
 
 uint64_t
 sim_rand(struct sim_world *w)
 {
-    uint64_t z = (w->rng += 0x9e3779b97f4a7c15ULL);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    return test_rand(&w->rng);
 }
 
 int64_t
 sim_range(struct sim_world *w, int64_t lo, int64_t hi)
 {
-    return lo + (int64_t)(sim_rand(w) % (uint64_t)(hi - lo + 1));
+    return test_rand_range(&w->rng, lo, hi);
 }
 
 static bool

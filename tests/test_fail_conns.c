@@ -18,16 +18,13 @@
 #include <cmocka.h>
 /* clang-format on */
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "fail_util.h"
@@ -39,32 +36,24 @@
 #define MAX_CONNS   3
 #define CLIENT_WAIT 15000 /* ms: a cold start of an ASan supervisor on a busy machine */
 
+/* Raw connections (no HELLO) through libtally's dialler. */
 static int
 unix_connect(const char *path)
 {
-    struct sockaddr_un sa;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = -1;
 
-    assert_true(fd >= 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(proto_client_dial(path, &fd), TALLY_OK);
     return fd;
 }
 
 static int
 tcp_connect(int port)
 {
-    struct sockaddr_in sa;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    char where[64];
+    int fd = -1;
 
-    assert_true(fd >= 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    snprintf(where, sizeof(where), "tcp:127.0.0.1:%d", port);
+    assert_int_equal(proto_client_dial(where, &fd), TALLY_OK);
     return fd;
 }
 

@@ -1,8 +1,9 @@
 /*
  * The HTTP server's API without traffic: configs refused at open, listen
  * errors (bad address, twice, address in use), closing a server that never
- * listened, and the helpers a handler uses (query lookup, JSON escaping,
- * response building with its latched errors). Table-driven where it can be.
+ * listened, and the helpers a handler uses (query lookup, the RateLimit
+ * field values, JSON escaping of error bodies, response building with its latched errors).
+ * Table-driven where it can be.
  */
 /* clang-format off */
 #include <stdarg.h>
@@ -12,6 +13,7 @@
 #include <cmocka.h>
 /* clang-format on */
 
+#include <stdbool.h>
 #include <string.h>
 
 #include "proto_http.h"
@@ -167,31 +169,75 @@ test_http_query_get(void **state)
 }
 
 static void
-test_http_json_escape(void **state)
+test_ratelimit_fields(void **state)
 {
     static const struct {
-        const char *in;
-        const char *out;
+        bool policy; /* RateLimit-Policy (q, w), else RateLimit (r, t) */
+        const char *name;
+        int64_t a, b;
+        size_t cap;
+        const char *out; /* "" when refused */
     } cases[] = {
-        {"plain", "plain"},
-        {"a\"b\\c", "a\\\"b\\\\c"},
-        {"l1\nl2\r\t", "l1\\nl2\\r\\t"},
-        {"\x01\x1f", "\\u0001\\u001f"},
-        {"caf\xc3\xa9", "caf\xc3\xa9"},
+        {true, "endpoint", 100, 60, 128, "\"endpoint\";q=100;w=60"},
+        {true, "endpoint", 0, 0, 128, "\"endpoint\";q=0;w=0"},
+        {true, "e", 999999999999999, 31536000, 128, "\"e\";q=999999999999999;w=31536000"},
+        {true, "e", 1000000000000000, 1, 128, ""}, /* 16 digits: not an sf-integer */
+        {true, "e", -1, 1, 128, ""},
+        {true, "e", 1, -1, 128, ""},
+        {false, "endpoint", 7, 42, 128, "\"endpoint\";r=7;t=42"},
+        {false, "endpoint", 0, 1, 128, "\"endpoint\";r=0;t=1"},
+        {false, "endpoint", 3, -1, 128, "\"endpoint\";r=3"}, /* no t */
+        {false, "endpoint", -1, 5, 128, ""},
+        {false, "a b", 1, 2, 128, "\"a b\";r=1;t=2"},
+        {false, "a\"b", 1, 2, 128, ""},
+        {false, "a\\b", 1, 2, 128, ""},
+        {false, "a\x7f", 1, 2, 128, ""},
+        {false, "a\x1f", 1, 2, 128, ""},
+        {false, "caf\xc3\xa9", 1, 2, 128, ""},
+        {false, "", 1, 2, 128, "\"\";r=1;t=2"},
+        /* exactly fits: 14 bytes and the NUL; one less does not */
+        {false, "e", 12, 345, 15, "\"e\";r=12;t=345"},
+        {false, "e", 12, 345, 14, ""},
+        {false, "e", 12, 345, 1, ""},
     };
-    char buf[64];
+    char buf[129]; /* one past the largest cap */
     size_t i;
 
     (void)state;
     for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        size_t n = proto_http_json_escape(buf, sizeof(buf), cases[i].in, strlen(cases[i].in));
+        size_t n;
 
-        assert_string_equal(buf, cases[i].out);
-        assert_int_equal(n, strlen(cases[i].out));
+        memset(buf, 'x', sizeof(buf));
+        n = cases[i].policy
+                ? proto_ratelimit_policy(buf, cases[i].cap, cases[i].name, cases[i].a, cases[i].b)
+                : proto_ratelimit_item(buf, cases[i].cap, cases[i].name, cases[i].a, cases[i].b);
+        if (strcmp(buf, cases[i].out) != 0 || n != strlen(cases[i].out))
+            fail_msg("case %zu: got \"%s\" (%zu), want \"%s\"", i, buf, n, cases[i].out);
+        assert_int_equal(buf[cases[i].cap], 'x'); /* nothing past cap */
     }
-    /* Truncated: the full length is returned, the output stays terminated. */
-    assert_int_equal(proto_http_json_escape(buf, 4, "\"\"\"\"", 4), 8);
-    assert_string_equal(buf, "\\\"\\");
+    memset(buf, 'x', sizeof(buf));
+    assert_int_equal(proto_ratelimit_item(buf, 0, "e", 1, 1), 0);
+    assert_int_equal(buf[0], 'x');
+}
+
+/* The JSON body of an error is escaped (tally_log_escape, the one escaper). */
+static void
+test_http_error_escaped(void **state)
+{
+    char body[64];
+    struct proto_http_response resp;
+
+    (void)state;
+    memset(&resp, 0, sizeof(resp));
+    resp.body = body;
+    resp.body_cap = sizeof(body) - 1;
+    assert_int_equal(proto_http_response_error(&resp, 400, "bad", "a\"b\n\x01"), TALLY_OK);
+    assert_int_equal(resp.body_len, strlen("{\"error\":\"bad\",\"detail\":\"a\\\"b\\n\\u0001\"}"));
+    assert_memory_equal(body, "{\"error\":\"bad\",\"detail\":\"a\\\"b\\n\\u0001\"}", resp.body_len);
+    /* the escape of '"' does not fit: refused and latched */
+    resp.body_len = 0;
+    resp.body_cap = 10 + 4;
+    assert_int_equal(proto_http_response_error(&resp, 400, "bad\"", NULL), TALLY_ETOOBIG);
 }
 
 static void
@@ -239,7 +285,8 @@ main(void)
         cmocka_unit_test(test_http_open_without_memory),
         cmocka_unit_test(test_http_listen_errors),
         cmocka_unit_test(test_http_query_get),
-        cmocka_unit_test(test_http_json_escape),
+        cmocka_unit_test(test_ratelimit_fields),
+        cmocka_unit_test(test_http_error_escaped),
         cmocka_unit_test(test_http_response_builders),
     };
 

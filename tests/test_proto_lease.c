@@ -31,16 +31,6 @@ static uint64_t seed;
 static uint8_t *guard_base;
 static size_t page;
 
-static uint64_t
-rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 static int
 group_setup(void **state)
 {
@@ -454,25 +444,25 @@ test_lease_random_bytes_never_crash(void **state)
     for (int round = 0; round < RANDOM_ROUNDS; round++) {
         uint8_t payload[600], again[PROTO_LEASE_FRAME_MAX];
         struct proto_lease_msg m, back;
-        uint8_t type = (uint8_t)(rng_next(&s) % (PROTO_LEASE_TYPE_MAX + 2));
+        uint8_t type = (uint8_t)(test_rand(&s) % (PROTO_LEASE_TYPE_MAX + 2));
         size_t len;
 
         if (round % 2 == 0 && type >= PROTO_LEASE_TYPE_MIN && type <= PROTO_LEASE_TYPE_MAX) {
             uint8_t buf[PROTO_LEASE_FRAME_MAX];
-            int flips = 1 + (int)(rng_next(&s) % 4);
+            int flips = 1 + (int)(test_rand(&s) % 4);
 
             assert_int_equal(lease_sample(type, &m), 0);
             encode_ok(&m, buf, &len);
             len -= PROTO_FRAME_HEADER;
             memcpy(payload, buf + PROTO_FRAME_HEADER, len);
             for (int i = 0; i < flips; i++)
-                payload[rng_next(&s) % len] ^= (uint8_t)(1u << (rng_next(&s) % 8));
-            if (rng_next(&s) % 4 == 0)
-                len = (size_t)(rng_next(&s) % (len + 1));
+                payload[test_rand(&s) % len] ^= (uint8_t)(1u << (test_rand(&s) % 8));
+            if (test_rand(&s) % 4 == 0)
+                len = (size_t)(test_rand(&s) % (len + 1));
         } else {
-            len = (size_t)(rng_next(&s) % sizeof(payload));
+            len = (size_t)(test_rand(&s) % sizeof(payload));
             for (size_t i = 0; i < len; i++)
-                payload[i] = (uint8_t)rng_next(&s);
+                payload[i] = (uint8_t)test_rand(&s);
         }
         if (decode_guarded(type, 0, payload, len, &back) != TALLY_OK)
             continue;

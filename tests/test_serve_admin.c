@@ -6,7 +6,8 @@
  * cannot be delivered (the socket renamed away, as if `tally` ran with another
  * view of the data dir), the daemon still picks up the change by itself within
  * one second: a revocation, and a raised limit, even for a link whose refusal
- * its child counter remembers.
+ * its child counter remembers. Every check answer, 200 and 429, carries the
+ * IETF RateLimit fields, read here with a strict structured-field parser.
  */
 /* clang-format off */
 #include <stdarg.h>
@@ -201,6 +202,162 @@ test_raise_after_refusal(void **state)
     serve_stop(&e->s);
 }
 
+/* ---- the RateLimit fields, read strictly ---- */
+
+/* One item of an RFC 9651 list field as tallyd sends it, parsed strictly: an
+ * sf-string, then parameters ";key=value" whose keys are in `keys` (once each)
+ * and whose values are non-negative sf-integers; nothing else, nothing after.
+ * vals[i] gets the value of keys[i], -1 when absent. */
+static bool
+sf_item_parse(const char *s, char *name, size_t cap, const char *keys, int64_t *vals)
+{
+    size_t n = 0, i;
+
+    for (i = 0; keys[i] != '\0'; i++)
+        vals[i] = -1;
+    if (*s++ != '"')
+        return false;
+    for (; *s != '"'; s++) {
+        if (*s < 0x20 || *s > 0x7e || n + 1 >= cap)
+            return false;
+        if (*s == '\\') {
+            s++;
+            if (*s != '"' && *s != '\\')
+                return false;
+        }
+        name[n++] = *s;
+    }
+    name[n] = '\0';
+    s++;
+    while (*s == ';') {
+        const char *k = strchr(keys, s[1]);
+        int digits = 0;
+        int64_t v = 0;
+
+        if (s[1] == '\0' || k == NULL || s[2] != '=' || vals[k - keys] != -1)
+            return false;
+        for (s += 3; *s >= '0' && *s <= '9'; s++, digits++)
+            v = v * 10 + (*s - '0');
+        if (digits == 0 || digits > 15)
+            return false;
+        vals[k - keys] = v;
+    }
+    return *s == '\0';
+}
+
+struct rl_seen {
+    int status;
+    char policy_name[64], name[64];
+    int64_t q, w, r, t;
+};
+
+static void
+rl_read(const struct serve_http *h, struct rl_seen *out)
+{
+    char v[256];
+    int64_t qw[2], rt[2];
+
+    out->status = h->status;
+    assert_true(serve_http_header(h, "RateLimit-Policy", v, sizeof(v)));
+    if (!sf_item_parse(v, out->policy_name, sizeof(out->policy_name), "qw", qw))
+        fail_msg("RateLimit-Policy: %s", v);
+    assert_true(serve_http_header(h, "RateLimit", v, sizeof(v)));
+    if (!sf_item_parse(v, out->name, sizeof(out->name), "rt", rt))
+        fail_msg("RateLimit: %s", v);
+    out->q = qw[0];
+    out->w = qw[1];
+    out->r = rt[0];
+    out->t = rt[1];
+    assert_true(out->q >= 0 && out->w >= 0); /* both required as tallyd sends them */
+    assert_true(out->r >= 0);                /* r is required by the draft */
+    assert_string_equal(out->name, out->policy_name);
+}
+
+static void
+test_parser_is_strict(void **state)
+{
+    static const char *const bad[] = {
+        "endpoint;r=1",
+        "\"e\";r=-1",
+        "\"e\";r=1.5",
+        "\"e\";r=1;r=2",
+        "\"e\";x=1",
+        "\"e\";r=1 ",
+        "\"e\";r=",
+        "\"e\";r=1;t=2,",
+        "\"e",
+        "\"e\";R=1",
+        "\"e\";r=1234567890123456",
+    };
+    char name[16];
+    int64_t rt[2];
+    size_t i;
+
+    (void)state;
+    assert_true(sf_item_parse("\"e\";r=1;t=2", name, sizeof(name), "rt", rt));
+    assert_true(rt[0] == 1 && rt[1] == 2);
+    assert_true(sf_item_parse("\"a\\\"b\";r=0", name, sizeof(name), "rt", rt));
+    assert_true(strcmp(name, "a\"b") == 0 && rt[0] == 0 && rt[1] == -1);
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        if (sf_item_parse(bad[i], name, sizeof(name), "rt", rt))
+            fail_msg("accepted %s", bad[i]);
+    }
+}
+
+/* Every answer of a check against limit L, 200 and 429 alike, carries both fields
+ * under one name: q = L, w = the period, r never more than L - admitted so far
+ * (leases report what they hold, not a guess), r = 0 and t >= 1 on a refusal. */
+static void
+check_ratelimit_run(struct env *e, const char *endpoint, int64_t limit, int requests)
+{
+    struct serve_http h;
+    struct rl_seen rl;
+    int64_t admitted = 0, refused = 0, positive = 0;
+    int i;
+
+    for (i = 0; i < requests; i++) {
+        char retry[32];
+
+        serve_check(&e->s, e->token, endpoint, &h);
+        if (h.status != 200 && h.status != 429)
+            fail_msg("request %d: %d %s", i, h.status, h.body);
+        rl_read(&h, &rl);
+        assert_string_equal(rl.name, "endpoint");
+        assert_int_equal(rl.q, limit);
+        assert_int_equal(rl.w, 365LL * 86400);
+        if (h.status == 200) {
+            admitted++;
+            if (rl.r > limit - admitted)
+                fail_msg("request %d: r=%lld but only %lld left", i, (long long)rl.r,
+                         (long long)(limit - admitted));
+            positive += rl.r > 0;
+            assert_true(rl.t >= 0);
+        } else {
+            refused++;
+            assert_int_equal(rl.r, 0);
+            assert_true(rl.t >= 1);
+            assert_true(serve_http_header(&h, "Retry-After", retry, sizeof(retry)));
+            assert_int_equal(rl.t, strtoll(retry, NULL, 10));
+        }
+    }
+    print_message("%s: %lld admitted, %lld refused, r > 0 on %lld\n", endpoint, (long long)admitted,
+                  (long long)refused, (long long)positive);
+    assert_true(admitted <= limit);
+    assert_true(refused > 0);
+}
+
+static void
+test_ratelimit_fields_through_tallyd(void **state)
+{
+    struct env *e = *state;
+
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "bulk", "--limit", "40/365d", NULL);
+    serve_start(&e->s, NULL, NULL);
+    check_ratelimit_run(e, "search", 3, 5);
+    check_ratelimit_run(e, "bulk", 40, 46);
+    serve_stop(&e->s);
+}
+
 int
 main(void)
 {
@@ -210,6 +367,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_changes_without_notification_within_a_second, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_raise_after_refusal, setup, teardown),
+        cmocka_unit_test(test_parser_is_strict),
+        cmocka_unit_test_setup_teardown(test_ratelimit_fields_through_tallyd, setup, teardown),
     };
 
     return cmocka_run_group_tests_name("serve_admin", tests, NULL, NULL);

@@ -76,6 +76,9 @@ test_child_hello_wait_grant_admit(void **state)
     assert_int_equal(a.verdict, SUP_ADMIT_OK);
     assert_false(a.degraded);
     assert_int_equal(a.lease_id, id);
+    assert_int_equal(a.left, 8); /* what the lease still holds after this admission */
+    a = cx_admit(&x, LINK_A, 3, 0);
+    assert_int_equal(a.left, 5);
     /* A duplicated GRANT changes nothing. */
     ev = cx_grant(&x, &acq, 10, 5000, 0, NULL);
     assert_int_equal(ev.kind, SUP_EV_NONE);

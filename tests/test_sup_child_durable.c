@@ -156,6 +156,7 @@ test_child_degraded_open_then_debt(void **state)
         a = cx_admit(&x, LINK_A, 1, 0);
         assert_int_equal(a.verdict, SUP_ADMIT_OK);
         assert_true(a.degraded);
+        assert_int_equal(a.left, 2 - i); /* exact: the degraded window is the child's own */
     }
     a = cx_admit(&x, LINK_A, 1, 0); /* the degraded limit: 3 per minute */
     assert_int_equal(a.verdict, SUP_ADMIT_REFUSED);

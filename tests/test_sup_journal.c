@@ -123,16 +123,6 @@ test_ledger_slots_bounded_and_idempotent(void **state)
     fx_close(&f);
 }
 
-static uint64_t
-rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 static void
 test_ledger_replay_equals_live(void **state)
 {
@@ -151,44 +141,44 @@ test_ledger_replay_equals_live(void **state)
     for (int c = 0; c < 3; c++)
         fx_hello(&f, c, 1, now);
     for (int step = 0; step < 1500 && f.nj < 4000; step++) {
-        int c = (int)(rng(&s) % 2), kind = (int)(rng(&s) % 8);
-        const char *link = rng(&s) % 2 ? LINK_A : LINK_B;
+        int c = (int)(test_rand(&s) % 2), kind = (int)(test_rand(&s) % 8);
+        const char *link = test_rand(&s) % 2 ? LINK_A : LINK_B;
         struct proto_lease_msg m, r;
         struct sup_records out;
 
-        now += (int64_t)(rng(&s) % 700) - (rng(&s) % 20 == 0 ? 3000 : 0);
+        now += (int64_t)(test_rand(&s) % 700) - (test_rand(&s) % 20 == 0 ? 3000 : 0);
         if (kind <= 3) {
             fx_origin(&f, &m, PROTO_LEASE_ACQUIRE, c, 1);
             strcpy(m.acquire.endpoint, f.eps[c].name);
             strcpy(m.acquire.link, link);
-            m.acquire.need = (int64_t)(rng(&s) % 4);
-            m.acquire.want = m.acquire.need + 1 + (int64_t)(rng(&s) % 40);
-            m.acquire.debt = rng(&s) % 10 == 0 ? 2 : 0;
-            if (nleases > 0 && rng(&s) % 3 == 0) {
-                m.acquire.report_lease = leases[rng(&s) % (uint64_t)nleases];
-                m.acquire.report_used = (int64_t)(rng(&s) % 5);
+            m.acquire.need = (int64_t)(test_rand(&s) % 4);
+            m.acquire.want = m.acquire.need + 1 + (int64_t)(test_rand(&s) % 40);
+            m.acquire.debt = test_rand(&s) % 10 == 0 ? 2 : 0;
+            if (nleases > 0 && test_rand(&s) % 3 == 0) {
+                m.acquire.report_lease = leases[test_rand(&s) % (uint64_t)nleases];
+                m.acquire.report_used = (int64_t)(test_rand(&s) % 5);
             }
             r = fx_send(&f, now, &m, NULL);
             if (r.type == PROTO_LEASE_GRANT) {
                 if (nleases < 64)
                     leases[nleases++] = r.grant.lease_id;
                 else
-                    leases[rng(&s) % 64] = r.grant.lease_id;
+                    leases[test_rand(&s) % 64] = r.grant.lease_id;
                 last_acquire = m;
                 first = r;
                 have = true;
             }
         } else if (kind == 4 && nleases > 0) {
             fx_origin(&f, &m, PROTO_LEASE_RETURN, c, 1);
-            m.ret.lease_id = leases[rng(&s) % (uint64_t)nleases];
-            m.ret.used = (int64_t)(rng(&s) % 5);
+            m.ret.lease_id = leases[test_rand(&s) % (uint64_t)nleases];
+            m.ret.used = (int64_t)(test_rand(&s) % 5);
             (void)fx_send(&f, now, &m, NULL);
         } else if (kind == 5) {
             fx_origin(&f, &m, PROTO_LEASE_SLOT_ACQUIRE, 1, 1);
             strcpy(m.slot_acquire.endpoint, "export");
             strcpy(m.slot_acquire.link, link);
             r = fx_send(&f, now, &m, NULL);
-            if (r.type == PROTO_LEASE_SLOT_GRANT && rng(&s) % 2) {
+            if (r.type == PROTO_LEASE_SLOT_GRANT && test_rand(&s) % 2) {
                 fx_origin(&f, &m, PROTO_LEASE_SLOT_RELEASE, 1, 1);
                 strcpy(m.slot_release.link, link);
                 m.slot_release.slot_id = r.slot_grant.slot_id;
@@ -198,7 +188,7 @@ test_ledger_replay_equals_live(void **state)
             out = (struct sup_records){f.journal, f.nj, FX_JOURNAL};
             assert_int_equal(sup_ledger_expire(f.l, now, &out), TALLY_OK);
             f.nj = out.count;
-        } else if (rng(&s) % 50 == 0) {
+        } else if (test_rand(&s) % 50 == 0) {
             /* A new incarnation of child 2, which sends nothing else: its old leases are
              * spent. (Children 0 and 1 go on with incarnation 1; a new one for them would
              * make every later request of theirs stale, and the journal short.) */

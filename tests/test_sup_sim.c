@@ -26,13 +26,11 @@
 
 static uint64_t seed;
 
+/* One draw of test_rand from x: a schedule's seed from the run's and its index. */
 static uint64_t
 mix(uint64_t x)
 {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
+    return test_rand(&x);
 }
 
 static int

@@ -24,23 +24,6 @@
 
 static uint64_t seed;
 
-/* splitmix64: small, seedable, good enough to generate schedules. */
-static uint64_t
-rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static int64_t
-rng_range(uint64_t *s, int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(rng_next(s) % (uint64_t)(hi - lo + 1));
-}
-
 /* One seed per run, printed by test_seed(); each test derives its own stream from it. */
 static int
 group_setup(void **state)
@@ -245,30 +228,30 @@ run_schedule(uint64_t *s, bool backward)
     struct model m[TENANT_MAX_WINDOWS];
     struct tenant_gcra_state st;
     struct event ev[STEPS];
-    int64_t now_ms = rng_range(s, 0, 2000000000000), high_ms = 0;
+    int64_t now_ms = test_rand_range(s, 0, 2000000000000), high_ms = 0;
     int count = 0;
 
     memset(&ls, 0, sizeof(ls));
     memset(&st, 0, sizeof(st));
-    ls.count = (uint32_t)rng_range(s, 1, 2);
+    ls.count = (uint32_t)test_rand_range(s, 1, 2);
     for (uint32_t i = 0; i < ls.count; i++) {
-        m[i].n = ls.v[i].n = rng_range(s, 1, 40);
+        m[i].n = ls.v[i].n = test_rand_range(s, 1, 40);
         m[i].period_ms = ls.v[i].period_ms =
-            i == 0 ? rng_range(s, 1, 60) * 50 : m[0].period_ms * rng_range(s, 2, 8);
-        burst[i] = rng_range(s, 0, 1) ? 0 : rng_range(s, 1, 2 * m[i].n);
+            i == 0 ? test_rand_range(s, 1, 60) * 50 : m[0].period_ms * test_rand_range(s, 2, 8);
+        burst[i] = test_rand_range(s, 0, 1) ? 0 : test_rand_range(s, 1, 2 * m[i].n);
         m[i].burst = burst[i] == 0 ? m[i].n : burst[i];
         m[i].tat = 0;
     }
     for (int step = 0; step < STEPS; step++) {
         struct tenant_verdict v, r;
-        int64_t cost = rng_range(s, 1, 3 + (rng_range(s, 0, 20) == 0) * 80), eval_ms;
-        int64_t step_ms = rng_range(s, 0, m[0].period_ms / m[0].n + 1), retry_ms = 0;
+        int64_t cost = test_rand_range(s, 1, 3 + (test_rand_range(s, 0, 20) == 0) * 80), eval_ms;
+        int64_t step_ms = test_rand_range(s, 0, m[0].period_ms / m[0].n + 1), retry_ms = 0;
         bool admit = true;
 
-        if (rng_range(s, 0, 20) == 0)
-            step_ms = rng_range(s, 0, m[ls.count - 1].period_ms);
-        if (backward && rng_range(s, 0, 3) == 0)
-            step_ms = -rng_range(s, 0, m[0].period_ms);
+        if (test_rand_range(s, 0, 20) == 0)
+            step_ms = test_rand_range(s, 0, m[ls.count - 1].period_ms);
+        if (backward && test_rand_range(s, 0, 3) == 0)
+            step_ms = -test_rand_range(s, 0, m[0].period_ms);
         now_ms = now_ms + step_ms < 0 ? 0 : now_ms + step_ms;
         eval_ms = now_ms > high_ms ? now_ms : high_ms;
 

@@ -26,23 +26,6 @@
 
 static uint64_t seed;
 
-/* splitmix64: small, seedable, good enough to generate schedules. */
-static uint64_t
-rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static int64_t
-rng_range(uint64_t *s, int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(rng_next(s) % (uint64_t)(hi - lo + 1));
-}
-
 /* One seed per run, printed by test_seed(); each test derives its own stream from it. */
 static int
 group_setup(void **state)
@@ -283,28 +266,28 @@ gen_fixture(uint64_t *s, struct fixture *f)
                                                 TENANT_SCOPE_ENDPOINT_LINK};
 
     memset(f, 0, sizeof(*f));
-    f->path.count = (uint32_t)rng_range(s, 1, 4);
+    f->path.count = (uint32_t)test_rand_range(s, 1, 4);
     for (uint32_t i = 0; i < f->path.count; i++) {
-        int64_t p0 = rng_range(s, 1, 30) * 100;
-        int64_t n0 = rng_range(s, 2, 15);
+        int64_t p0 = test_rand_range(s, 1, 30) * 100;
+        int64_t n0 = test_rand_range(s, 2, 15);
         struct tenant_limits ls =
-            rng_range(s, 0, 2) == 0
+            test_rand_range(s, 0, 2) == 0
                 ? limits2(n0, p0, 0, 0)
-                : limits2(n0, p0, rng_range(s, n0, n0 * 5), p0 * rng_range(s, 2, 10));
-        enum tenant_algorithm alg = rng_range(s, 0, 1) ? TENANT_ALG_GCRA : TENANT_ALG_WINDOW;
+                : limits2(n0, p0, test_rand_range(s, n0, n0 * 5), p0 * test_rand_range(s, 2, 10));
+        enum tenant_algorithm alg = test_rand_range(s, 0, 1) ? TENANT_ALG_GCRA : TENANT_ALG_WINDOW;
 
         assert_int_equal(tenant_budget_init(&f->b[i], scopes[i], alg, &ls), TALLY_OK);
-        if (alg == TENANT_ALG_GCRA && rng_range(s, 0, 2) == 0)
-            f->b[i].burst[0] = rng_range(s, 1, n0 * 2);
+        if (alg == TENANT_ALG_GCRA && test_rand_range(s, 0, 2) == 0)
+            f->b[i].burst[0] = test_rand_range(s, 1, n0 * 2);
         f->path.budgets[i] = &f->b[i];
     }
-    if (rng_range(s, 0, 1)) {
-        int64_t capacity = rng_range(s, 1, SLOTS_MAX);
+    if (test_rand_range(s, 0, 1)) {
+        int64_t capacity = test_rand_range(s, 1, SLOTS_MAX);
 
         assert_int_equal(tenant_slot_table_init(&f->slots, f->v, capacity), TALLY_OK);
         f->path.slots = &f->slots;
-        f->path.slot_limit = rng_range(s, 1, capacity);
-        f->path.slot_ttl_ms = rng_range(s, 0, 3) * 1000;
+        f->path.slot_limit = test_rand_range(s, 1, capacity);
+        f->path.slot_ttl_ms = test_rand_range(s, 0, 3) * 1000;
     }
 }
 
@@ -363,18 +346,19 @@ static void
 run_schedule(uint64_t *s, int *refusals)
 {
     struct fixture f, before, probe;
-    int64_t now_ms = rng_range(s, 0, 2000000000000);
+    int64_t now_ms = test_rand_range(s, 0, 2000000000000);
 
     gen_fixture(s, &f);
     for (int step = 0; step < STEPS; step++) {
         struct tenant_decision d;
-        int64_t cost = rng_range(s, 1, 4), retry_ms, slot_id;
+        int64_t cost = test_rand_range(s, 1, 4), retry_ms, slot_id;
         bool admit;
 
-        now_ms += rng_range(s, 0, 8) == 0 ? -rng_range(s, 0, 2000) : rng_range(s, 0, 300);
+        now_ms += test_rand_range(s, 0, 8) == 0 ? -test_rand_range(s, 0, 2000)
+                                                : test_rand_range(s, 0, 300);
         now_ms = now_ms < 0 ? 0 : now_ms;
-        if (f.path.slots != NULL && rng_range(s, 0, 3) == 0 && f.slots.next_id > 0)
-            (void)tenant_slot_release(&f.slots, rng_range(s, 1, f.slots.next_id), now_ms);
+        if (f.path.slots != NULL && test_rand_range(s, 0, 3) == 0 && f.slots.next_id > 0)
+            (void)tenant_slot_release(&f.slots, test_rand_range(s, 1, f.slots.next_id), now_ms);
 
         fixture_copy(&before, &f);
         expect_one_by_one(&f, now_ms, cost, &admit, &retry_ms);

@@ -25,23 +25,6 @@
 
 static uint64_t seed;
 
-/* splitmix64: small, seedable, good enough to generate schedules. */
-static uint64_t
-rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static int64_t
-rng_range(uint64_t *s, int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(rng_next(s) % (uint64_t)(hi - lo + 1));
-}
-
 /* One seed per run, printed by test_seed(); each test derives its own stream from it. */
 static int
 group_setup(void **state)
@@ -190,20 +173,21 @@ run_schedule(uint64_t *s)
     struct tenant_slot v[CAP_MAX], before_v[CAP_MAX];
     struct tenant_slot_table t, before_t;
     struct model m = {{0}, {0}, 0};
-    int64_t capacity = rng_range(s, 1, CAP_MAX), limit = rng_range(s, 1, capacity);
-    int64_t now_ms = rng_range(s, 0, 2000000000000), high_ms = 0, last_id = 0;
+    int64_t capacity = test_rand_range(s, 1, CAP_MAX), limit = test_rand_range(s, 1, capacity);
+    int64_t now_ms = test_rand_range(s, 0, 2000000000000), high_ms = 0, last_id = 0;
     int64_t issued[STEPS];
     int issued_count = 0;
 
     assert_int_equal(tenant_slot_table_init(&t, v, capacity), TALLY_OK);
     for (int step = 0; step < STEPS; step++) {
-        int64_t op = rng_range(s, 0, 9), ttl_ms = rng_range(s, 1, 5000), eval_ms;
+        int64_t op = test_rand_range(s, 0, 9), ttl_ms = test_rand_range(s, 1, 5000), eval_ms;
 
-        now_ms += rng_range(s, 0, 10) == 0 ? -rng_range(s, 0, 3000) : rng_range(s, 0, 600);
+        now_ms += test_rand_range(s, 0, 10) == 0 ? -test_rand_range(s, 0, 3000)
+                                                 : test_rand_range(s, 0, 600);
         now_ms = now_ms < 0 ? 0 : now_ms;
         eval_ms = now_ms > high_ms ? now_ms : high_ms;
-        if (rng_range(s, 0, 30) == 0)
-            limit = rng_range(s, 1, capacity); /* plans change */
+        if (test_rand_range(s, 0, 30) == 0)
+            limit = test_rand_range(s, 1, capacity); /* plans change */
 
         if (op < 5) {
             struct tenant_verdict d, r;
@@ -241,7 +225,7 @@ run_schedule(uint64_t *s)
             high_ms = eval_ms;
         } else if (issued_count > 0) {
             /* Release a random id ever issued: live, released, or expired. */
-            int64_t id = issued[rng_range(s, 0, issued_count - 1)];
+            int64_t id = issued[test_rand_range(s, 0, issued_count - 1)];
             bool live = false;
 
             for (int i = 0; i < m.count; i++) {

@@ -24,24 +24,6 @@
 
 static uint64_t seed;
 
-/* splitmix64: small, seedable, good enough to generate schedules. */
-static uint64_t
-rng_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in lo..hi inclusive (bias is irrelevant here). */
-static int64_t
-rng_range(uint64_t *s, int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(rng_next(s) % (uint64_t)(hi - lo + 1));
-}
-
 /* One seed per run, printed by test_seed(); each test derives its own stream from it. */
 static int
 group_setup(void **state)
@@ -250,16 +232,16 @@ static struct tenant_limits
 gen_limits(uint64_t *s)
 {
     struct tenant_limits ls;
-    int64_t period_ms = rng_range(s, 1, 40) * 50;
-    int64_t n = rng_range(s, 1, 12);
+    int64_t period_ms = test_rand_range(s, 1, 40) * 50;
+    int64_t n = test_rand_range(s, 1, 12);
 
     memset(&ls, 0, sizeof(ls));
-    ls.count = (uint32_t)rng_range(s, 1, 3);
+    ls.count = (uint32_t)test_rand_range(s, 1, 3);
     for (uint32_t i = 0; i < ls.count; i++) {
         ls.v[i].n = n;
         ls.v[i].period_ms = period_ms;
-        period_ms *= rng_range(s, 2, 6);
-        n = rng_range(s, n, n * 4); /* often below k*n: the longer window binds */
+        period_ms *= test_rand_range(s, 2, 6);
+        n = test_rand_range(s, n, n * 4); /* often below k*n: the longer window binds */
     }
     return ls;
 }
@@ -293,23 +275,23 @@ run_schedule(uint64_t *s, bool backward)
     struct tenant_limits ls = gen_limits(s);
     struct tenant_window_state st;
     struct event ev[STEPS];
-    int64_t now_ms = rng_range(s, 0, 2000000000000), high_ms = 0;
+    int64_t now_ms = test_rand_range(s, 0, 2000000000000), high_ms = 0;
     int64_t last_id[TENANT_MAX_WINDOWS] = {0};
     int count = 0, longer_refused = 0;
 
     memset(&st, 0, sizeof(st));
     for (int step = 0; step < STEPS; step++) {
         struct tenant_verdict v, r;
-        int64_t cost = rng_range(s, 1, ls.v[0].n + (rng_range(s, 0, 20) == 0)), eval_ms;
+        int64_t cost = test_rand_range(s, 1, ls.v[0].n + (test_rand_range(s, 0, 20) == 0)), eval_ms;
         bool admit = true;
         int64_t retry_ms = 0;
 
         /* Mostly small steps forward, some jumps, and (when asked) steps back. */
-        int64_t step_ms = rng_range(s, 0, ls.v[0].period_ms / 3);
-        if (rng_range(s, 0, 15) == 0)
-            step_ms = rng_range(s, 0, ls.v[ls.count - 1].period_ms);
-        if (backward && rng_range(s, 0, 3) == 0)
-            step_ms = -rng_range(s, 0, ls.v[0].period_ms * 2);
+        int64_t step_ms = test_rand_range(s, 0, ls.v[0].period_ms / 3);
+        if (test_rand_range(s, 0, 15) == 0)
+            step_ms = test_rand_range(s, 0, ls.v[ls.count - 1].period_ms);
+        if (backward && test_rand_range(s, 0, 3) == 0)
+            step_ms = -test_rand_range(s, 0, ls.v[0].period_ms * 2);
         now_ms = now_ms + step_ms < 0 ? 0 : now_ms + step_ms;
 
         eval_ms = now_ms > high_ms ? now_ms : high_ms;

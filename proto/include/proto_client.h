@@ -65,9 +65,9 @@ struct proto_check_reply {
     uint8_t scope;          /* enum tenant_scope of the bound reported */
     uint16_t flags;         /* enum proto_check_flags */
     int64_t retry_after_ms; /* refused or unavailable: wait this long */
-    int64_t limit;          /* the reported bound's N, -1 when none */
+    int64_t limit;          /* the reported window's N (admitted or refused), -1 when none */
     int64_t period_ms;      /* its period */
-    int64_t remaining;      /* its remaining after this request, -1 when none */
+    int64_t remaining;      /* after this request, at most what truly remains; -1 when none */
     int64_t reset_ms;       /* ms until it resets */
     int64_t slot_id;        /* concurrency slot taken, 0 when none */
     char detail[64];        /* bad request / internal: a short reason, "" otherwise */
@@ -112,5 +112,29 @@ TALLY_MUST_CHECK int proto_release_decode(const struct proto_frame *f, struct pr
 TALLY_MUST_CHECK int proto_status_decode(const struct proto_frame *f, uint8_t *status);
 TALLY_MUST_CHECK int proto_error_decode(const struct proto_frame *f, int32_t *code, char *msg,
                                         size_t cap);
+
+/* The blocking connection of libtally (proto/client.c, tally.h) for the programs that need more
+ * than tally.h offers: a request it has no call for (STATS, `tally stats`), or their own pipelined
+ * reads and writes on the socket (the load generators). `where` is a Unix socket path or
+ * "tcp:HOST:PORT" (a numeric host), as for tally_client_open(). */
+struct tally_client;
+
+/** Connects to `where` without a HELLO (for a peer that speaks another protocol too).
+ *  *fd (blocking, close-on-exec) is owned by the caller, release with close(). TALLY_OK,
+ *  TALLY_EUNAVAIL (nobody listens), TALLY_EPERM, TALLY_EINVAL, TALLY_ETOOBIG, TALLY_EIO. */
+TALLY_MUST_CHECK int proto_client_dial(const char *where, int *fd /* OUT */);
+/** tally_client_open(), then hands its socket over: *fd (HELLO exchanged, nothing unread) is
+ *  owned by the caller, release with close(); *max_inflight is the server's window. TALLY_OK
+ *  or an error of tally_client_open(). */
+TALLY_MUST_CHECK int proto_client_connect(const char *where, int timeout_ms, int *fd /* OUT */,
+                                          uint32_t *max_inflight /* OUT */);
+/** A request id for the next request on c. */
+uint32_t proto_client_next_id(struct tally_client *c);
+/** Sends frame msg[0..len) (request id `id`, encoded by the caller) on c and waits, within c's
+ *  timeout, for the answer carrying `id`: *reply points into c's buffer, valid until the next
+ *  call on c. An ERROR answer returns its code (TALLY_EPROTO when it has none). TALLY_OK,
+ *  TALLY_EINVAL (len 0), TALLY_ETIMEDOUT, TALLY_EUNAVAIL, TALLY_EPROTO, TALLY_EIO. */
+TALLY_MUST_CHECK int proto_client_request(struct tally_client *c, const uint8_t *msg, size_t len,
+                                          uint32_t id, struct proto_frame *reply /* OUT */);
 
 #endif /* PROTO_CLIENT_H */

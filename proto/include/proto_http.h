@@ -278,8 +278,18 @@ struct proto_http_response *proto_http_deferred_response(proto_http_deferred *d)
  *  not run yet), the answer is dropped. */
 void proto_http_deferred_finish(proto_http_deferred *d);
 
-/** Writes `src` (`len` bytes) JSON-escaped, without quotes, into dst of `cap`
- *  bytes, NUL-terminated. Returns the escaped length; >= cap means truncated. */
-size_t proto_http_json_escape(char *dst, size_t cap, const char *src, size_t len);
+/* The IETF RateLimit fields (draft-ietf-httpapi-ratelimit-headers), structured
+ * fields of RFC 9651: an sf-string naming the policy, then sf-integer parameters.
+ * Both write into out (cap bytes, NUL-terminated) without allocating or printf,
+ * and return the length, or 0 (out "") when it does not fit, `name` (borrowed)
+ * holds a byte an sf-string cannot carry unescaped (outside 0x20-0x7e, '"' or
+ * '\\'), or a number is out of range (0 to 999,999,999,999,999). */
+#define PROTO_RATELIMIT_VALUE_MAX 128 /* enough for any name of 63 bytes */
+/** RateLimit-Policy: "name";q=QUOTA;w=WINDOW_S */
+size_t proto_ratelimit_policy(char *out, size_t cap, const char *name, int64_t quota,
+                              int64_t window_s);
+/** RateLimit: "name";r=REMAINING;t=RESET_S, without t when reset_s < 0. */
+size_t proto_ratelimit_item(char *out, size_t cap, const char *name, int64_t remaining,
+                            int64_t reset_s);
 
 #endif /* PROTO_HTTP_H */

@@ -40,12 +40,12 @@ struct tally_result {
     bool shadow_refused;    /* shadow endpoint: would have been refused */
     bool never;             /* refused: the cost exceeds a limit */
     int64_t retry_after_ms; /* refused or unavailable */
-    int64_t limit;          /* the reported bound, -1 when none */
+    int64_t limit;          /* the reported window's N, -1 when none */
     int64_t period_ms;
-    int64_t remaining;
-    int64_t reset_ms; /* ms until the reported bound resets */
-    int64_t slot_id;  /* concurrency slot taken (release it with tally_release), 0 when none */
-    char detail[64];  /* bad request / internal: why */
+    int64_t remaining; /* left of it after this request, never more than truly remains */
+    int64_t reset_ms;  /* ms until the reported bound resets */
+    int64_t slot_id;   /* concurrency slot taken (release it with tally_release), 0 when none */
+    char detail[64];   /* bad request / internal: why */
 };
 
 /** Connects to `where`: a Unix socket path, or "tcp:HOST:PORT". `timeout_ms` bounds

@@ -208,18 +208,22 @@ after_charge(sup_child *c, struct child_link *k, struct child_lease *cl, int64_t
 }
 
 /* The live lease with the earliest deadline that fits `cost`; *blocked when one fits but for its
- * mark. */
+ * mark. *left gets the tokens left on the link's live leases, counted in the same pass. */
 static struct child_lease *
 lease_pick(const sup_child *c, struct child_link *k, int64_t cost, int64_t now_mono,
-           struct child_lease **blocked)
+           struct child_lease **blocked, int64_t *left)
 {
     struct child_lease *best = NULL;
 
     *blocked = NULL;
+    *left = 0;
     for (int j = 0; j < CHILD_LEASES; j++) {
         struct child_lease *cl = &k->l[j];
 
-        if (!lease_live(cl, now_mono) || cl->used > cl->n - cost)
+        if (!lease_live(cl, now_mono))
+            continue;
+        *left += cl->n - cl->used;
+        if (cl->used > cl->n - cost)
             continue;
         if (c->persist_marks && cl->used + cost > cl->mark_durable) {
             if (*blocked == NULL || cl->deadline_mono < (*blocked)->deadline_mono)
@@ -262,6 +266,7 @@ admit_unavailable(sup_child *c, struct child_link *k, int64_t cost, struct sup_t
         return;
     }
     out->verdict = SUP_ADMIT_OK;
+    out->left = v.count > 0 ? v.v[0].remaining : 0;
     k->debt_new += cost;
     c->debt_total += cost;
     k->last_use = c->last_use = now.mono_ms;
@@ -273,6 +278,7 @@ decide(sup_child *c, struct child_link *k, int64_t cost, struct sup_time now, un
        struct sup_admit *out)
 {
     struct child_lease *cl, *blocked;
+    int64_t left;
 
     memset(out, 0, sizeof(*out));
     sup__child_link_roll(c, k, now.mono_ms);
@@ -281,13 +287,14 @@ decide(sup_child *c, struct child_link *k, int64_t cost, struct sup_time now, un
         out->verdict = SUP_ADMIT_UNAUTHORIZED;
         return;
     }
-    cl = lease_pick(c, k, cost, now.mono_ms, &blocked);
+    cl = lease_pick(c, k, cost, now.mono_ms, &blocked, &left);
     if (cl != NULL) {
         cl->used += cost;
         k->acc += cost;
         k->last_use = c->last_use = now.mono_ms;
         out->verdict = SUP_ADMIT_OK;
         out->lease_id = cl->id;
+        out->left = left - cost;
         c->stats.admits++;
         after_charge(c, k, cl, now.mono_ms);
         return;

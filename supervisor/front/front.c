@@ -44,6 +44,8 @@ shadow_admit(const struct proto_check_reply *refused, struct proto_check_reply *
     out->scope = refused->scope;
     out->flags = (uint16_t)((refused->flags & PROTO_F_DEGRADED) | PROTO_F_SHADOW_REFUSED);
     out->limit = refused->limit;
+    out->period_ms = refused->period_ms;
+    out->reset_ms = refused->reset_ms;
     out->remaining = 0;
     out->retry_after_ms = 0;
 }

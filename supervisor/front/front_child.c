@@ -91,27 +91,39 @@ front_child_unpark(struct front_child *fc, struct sup_front_req *r)
     r->child = NULL;
 }
 
-/* The limit reported with an admission: the link's own window on this endpoint
- * when there is one, else the widest scope's first. */
-static void
-fill_admitted(struct front_child *fc, struct proto_check_reply *reply, int64_t wall_ms)
+/* The window reported with an answer, admitted or refused (the RateLimit
+ * fields): the link's own window on this endpoint when there is one, else the
+ * widest scope's first; under the degraded limits, their first. `remaining` is
+ * what the decision knows is left of it: what the link's live leases hold
+ * (reserved on every budget of the path, so never more than truly remains), or
+ * exactly, from the degraded window the child owns; 0 when unknown. Returns
+ * the window's scope. */
+static uint8_t
+fill_window(struct front_child *fc, struct proto_check_reply *reply, int64_t wall_ms, bool degraded,
+            int64_t remaining)
 {
     const struct tenant_limits *ls = &fc->policy.limits;
     uint8_t scope = TENANT_SCOPE_ENDPOINT_LINK;
 
-    if (ls->count == 0) {
+    if (degraded) {
+        ls = &fc->policy.degraded_limits;
+        scope = TENANT_SCOPE_ENDPOINT_TENANT;
+    } else if (ls->count == 0) {
         ls = &fc->policy.tenant_limits;
         scope = TENANT_SCOPE_ENDPOINT_TENANT;
     }
-    reply->scope = scope;
     reply->limit = -1;
     reply->remaining = -1;
     if (ls->count > 0) {
         int64_t period = ls->v[0].period_ms;
         reply->limit = ls->v[0].n;
         reply->period_ms = period;
+        reply->remaining = remaining > 0 ? remaining : 0;
+        if (reply->remaining > reply->limit)
+            reply->remaining = reply->limit;
         reply->reset_ms = tenant_window_end_ms(tenant_window_id(wall_ms, period), period) - wall_ms;
     }
+    return scope;
 }
 
 static void
@@ -119,29 +131,29 @@ answer_admit(struct front_child *fc, struct sup_front_req *r, const struct sup_a
              int64_t slot_id, int64_t wall_ms)
 {
     struct proto_check_reply reply;
+    bool degraded = a != NULL && a->degraded;
 
     memset(&reply, 0, sizeof(reply));
     reply.status = PROTO_ADMITTED;
     reply.slot_id = slot_id;
-    if (a != NULL && a->degraded)
+    if (degraded || r->degraded)
         reply.flags |= PROTO_F_DEGRADED;
-    if (r->degraded)
-        reply.flags |= PROTO_F_DEGRADED;
-    fill_admitted(fc, &reply, wall_ms);
+    /* Without `a` (a slot granted later) the leases may have moved on: 0. */
+    reply.scope = fill_window(fc, &reply, wall_ms, degraded, a != NULL ? a->left : 0);
     front_reply(fc->f, r, &reply);
 }
 
+/* `scope` fired; the reply reports the window an admission would (remaining 0). */
 static void
 answer_refused(struct front_child *fc, struct sup_front_req *r, enum tenant_scope scope,
-               int64_t retry_after_ms, int64_t limit)
+               int64_t retry_after_ms, bool degraded, int64_t wall_ms)
 {
     struct proto_check_reply reply;
 
     memset(&reply, 0, sizeof(reply));
     reply.status = PROTO_REFUSED;
+    (void)fill_window(fc, &reply, wall_ms, degraded, 0);
     reply.scope = (uint8_t)scope;
-    reply.limit = limit > 0 ? limit : -1;
-    reply.remaining = 0;
     if (retry_after_ms == TENANT_RETRY_NEVER) {
         reply.flags |= PROTO_F_NEVER;
         reply.retry_after_ms = -1;
@@ -227,7 +239,7 @@ front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
         park(fc, r, SUP_FRONT_SLOT, now.mono_ms + fc->f->cfg.wait_ms);
         return;
     case SUP_ADMIT_REFUSED:
-        answer_refused(fc, r, a.scope, a.retry_after_ms, a.limit);
+        answer_refused(fc, r, a.scope, a.retry_after_ms, a.degraded, now.wall_ms);
         return;
     case SUP_ADMIT_WAIT:
         /* A supervisor that is starting (spawned, replaying its journal) is not
@@ -267,7 +279,8 @@ on_slot_event(struct front_child *fc, const struct sup_child_event *ev)
     }
     refund(fc, r, r->lease_id);
     if (ev->kind == SUP_EV_SLOT_DENIED)
-        answer_refused(fc, r, TENANT_SCOPE_CONCURRENCY, ev->retry_after_ms, 0);
+        answer_refused(fc, r, TENANT_SCOPE_CONCURRENCY, ev->retry_after_ms, false,
+                       front_now().wall_ms);
     else
         front_reply_status(fc->f, r, PROTO_UNAVAILABLE,
                            ev->retry_after_ms > 0 ? ev->retry_after_ms : 1000, "slot refused");

@@ -3,7 +3,8 @@
  * the endpoint (X-Tally-Endpoint or ?endpoint=) and the cost, asks the front,
  * and writes the answer of §6: 200 with RateLimit-Policy and RateLimit (IETF
  * httpapi-ratelimit-headers draft), 429 (or 403 on X-Tally-Deny-Status: 403)
- * with Retry-After in whole seconds rounded up, 401, 400, 503. A shadow
+ * with Retry-After in whole seconds rounded up and the same RateLimit fields
+ * (r=0, t= the retry time), 401, 400, 503. A shadow
  * endpoint's would-be refusal is a 200 with X-Tally-Shadow: refused. Request slots
  * come from a pool sized with the connection cap, so nothing is allocated per
  * request; the token is never copied out of the parser's buffer.
@@ -118,6 +119,29 @@ scope_name(uint8_t scope)
     return tenant_scope_name((enum tenant_scope)scope);
 }
 
+/* RateLimit-Policy and RateLimit for the window reported in `r` (none when it
+ * has no window): r= is what the reply knows is left, never more than truly
+ * remains (0 when unknown, and on a refusal), t= `reset_s`. The values are
+ * written without printf: this runs for every admission. */
+static void
+write_ratelimit(struct proto_http_response *resp, const struct proto_check_reply *r,
+                int64_t remaining, int64_t reset_s)
+{
+    char v[PROTO_RATELIMIT_VALUE_MAX];
+    const char *name = scope_name(r->scope);
+
+    if (r->limit <= 0 || r->period_ms <= 0)
+        return;
+    /* A refusal (or a shadow one) names the scope that fired in r->scope; its
+     * fields describe the same window as an admission's, under the same name. */
+    if (r->status != PROTO_ADMITTED || (r->flags & PROTO_F_SHADOW_REFUSED))
+        name = scope_name(TENANT_SCOPE_ENDPOINT_LINK);
+    if (proto_ratelimit_policy(v, sizeof(v), name, r->limit, r->period_ms / 1000) > 0)
+        proto_http_response_header(resp, "RateLimit-Policy", v);
+    if (proto_ratelimit_item(v, sizeof(v), name, remaining > 0 ? remaining : 0, reset_s) > 0)
+        proto_http_response_header(resp, "RateLimit", v);
+}
+
 /* Writes the answer of a check into resp. */
 static void
 write_check(struct sup_http *h, struct http_req *q, struct proto_http_response *resp,
@@ -130,18 +154,7 @@ write_check(struct sup_http *h, struct http_req *q, struct proto_http_response *
     case PROTO_ADMITTED:
         h->status_count[0]++;
         resp->status = 200;
-        if (r->limit > 0 && r->period_ms > 0) {
-            snprintf(v, sizeof(v), "\"%s\";q=%lld;w=%lld", scope_name(r->scope),
-                     (long long)r->limit, (long long)(r->period_ms / 1000));
-            proto_http_response_header(resp, "RateLimit-Policy", v);
-            if (r->remaining >= 0)
-                snprintf(v, sizeof(v), "\"%s\";r=%lld;t=%lld", scope_name(r->scope),
-                         (long long)r->remaining, (long long)((r->reset_ms + 999) / 1000));
-            else
-                snprintf(v, sizeof(v), "\"%s\";t=%lld", scope_name(r->scope),
-                         (long long)((r->reset_ms + 999) / 1000));
-            proto_http_response_header(resp, "RateLimit", v);
-        }
+        write_ratelimit(resp, r, r->remaining, (r->reset_ms + 999) / 1000);
         if (r->slot_id != 0) {
             snprintf(v, sizeof(v), "%lld", (long long)r->slot_id);
             proto_http_response_header(resp, "X-Tally-Lease", v);
@@ -160,6 +173,8 @@ write_check(struct sup_http *h, struct http_req *q, struct proto_http_response *
         h->status_count[1]++;
         resp->status = q->deny_403 ? 403 : 429;
         secs = r->flags & PROTO_F_NEVER ? -1 : (r->retry_after_ms + 999) / 1000;
+        /* t= when a retry can succeed; a cost over the limit never can: then the window's end */
+        write_ratelimit(resp, r, 0, secs >= 0 ? (secs > 0 ? secs : 1) : (r->reset_ms + 999) / 1000);
         if (secs >= 0) {
             snprintf(v, sizeof(v), "%lld", (long long)(secs > 0 ? secs : 1));
             proto_http_response_header(resp, "Retry-After", v);

@@ -14,12 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "proto_client.h"
 #include "test_support.h"
 
 static void
@@ -34,19 +33,9 @@ sleep_ms(int ms)
 static bool
 socket_answers(const char *path)
 {
-    struct sockaddr_un sa;
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    bool ok;
+    int fd = -1;
+    bool ok = proto_client_dial(path, &fd) == TALLY_OK;
 
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    if (strlen(path) >= sizeof(sa.sun_path)) {
-        if (fd >= 0)
-            close(fd);
-        return false;
-    }
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
     if (fd >= 0)
         close(fd);
     return ok;

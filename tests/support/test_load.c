@@ -1,6 +1,7 @@
 /*
- * The binary-protocol load generator of test_load.h: blocking sockets and
- * poll, frames from the client codec. Every connection writes all its
+ * The binary-protocol load generator of test_load.h: connections from
+ * libtally's blocking client (proto_client_connect), then poll and frames from
+ * the client codec. Every connection writes all its
  * requests before reading, so tallyd sees them as concurrently as a socket
  * can deliver them.
  */
@@ -12,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,25 +36,16 @@ mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* A connection with the HELLO exchanged (libtally's), -1 when there is none by `deadline`. */
 static int
-connect_to(const char *path)
+connect_to(const char *path, int64_t deadline)
 {
-    struct sockaddr_un sa;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int64_t left = deadline - mono_ms();
+    uint32_t window;
+    int fd;
 
-    if (fd < 0)
+    if (left <= 0 || proto_client_connect(path, (int)left, &fd, &window) != TALLY_OK)
         return -1;
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    if (strlen(path) >= sizeof(sa.sun_path)) {
-        close(fd);
-        return -1;
-    }
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-        close(fd);
-        return -1;
-    }
     return fd;
 }
 
@@ -116,18 +107,9 @@ test_load_run(const char *socket, const char *const *tokens, int ntokens, const 
         return;
     }
     for (i = 0; i < conns; i++) {
-        struct proto_hello h = {PROTO_VERSION, PROTO_VERSION};
-        size_t len;
         c[i].want = total / conns + (i < total % conns ? 1 : 0);
-        c[i].fd = connect_to(socket);
+        c[i].fd = connect_to(socket, deadline);
         proto_frame_reader_init(&c[i].r, c[i].buf, sizeof(c[i].buf));
-        if (c[i].fd < 0)
-            continue;
-        len = proto_hello_encode(frame, 0, &h);
-        if (!write_all(c[i].fd, frame, len)) {
-            close(c[i].fd);
-            c[i].fd = -1;
-        }
     }
     /* every request of every connection, before any answer is read */
     for (i = 0; i < conns; i++) {
@@ -181,8 +163,6 @@ test_load_run(const char *socket, const char *const *tokens, int ntokens, const 
             proto_frame_reader_commit(&lc->r, (size_t)got);
             while (proto_frame_next(&lc->r, &f) == TALLY_OK) {
                 struct proto_check_reply r;
-                if (f.type == PROTO_C_HELLO_REPLY)
-                    continue;
                 if (f.type == PROTO_C_CHECK_REPLY && proto_check_reply_decode(&f, &r) == TALLY_OK)
                     count(out, &r);
                 else

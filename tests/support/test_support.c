@@ -257,3 +257,9 @@ test_rand(uint64_t *state)
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
+
+int64_t
+test_rand_range(uint64_t *state, int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)(test_rand(state) % (uint64_t)(hi - lo + 1));
+}

@@ -35,8 +35,11 @@ char *test_read_file(const char *path, size_t *len);
 bool test_dir_contains(const char *dir, const char *needle);
 /** True iff every file under dir (and dir itself) denies all access to group and others. */
 bool test_dir_private(const char *dir);
-/** splitmix64: the next pseudo-random number of *state (deterministic). */
+/** splitmix64: the next pseudo-random number of *state (deterministic). The one generator
+ *  of the suites: seed it from test_seed() so that TALLY_SEED replays a run. */
 uint64_t test_rand(uint64_t *state);
+/** Uniform enough in lo..hi inclusive (the modulo bias is irrelevant here); lo <= hi. */
+int64_t test_rand_range(uint64_t *state, int64_t lo, int64_t hi);
 /** Seed for property tests: $TALLY_SEED or the time; printed once. */
 uint64_t test_seed(void);
 

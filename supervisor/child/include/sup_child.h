@@ -104,6 +104,11 @@ struct sup_admit {
     int64_t give_up_ms;      /* WAIT: monotonic instant to re-run with SUP_ADMIT_GIVE_UP */
     enum sup_wait_reason wait;
     uint64_t lease_id; /* OK, not degraded: the lease charged (for sup_child_refund) */
+    /* OK: what is left for the link after this admission, never more than truly remains. From
+     * leases: the tokens left on the link's live leases (each reserved on every budget of its
+     * path, so at most what any of them has left). Degraded: exactly what the first degraded
+     * limit has left, a window this child owns. */
+    int64_t left;
 };
 
 /* What a reply (or a durable write) changed for the caller. */
