@@ -19,9 +19,9 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "front_http.h"
 #include "fuzz_util.h"
 #include "store_config.h"
-#include "front_http.h"
 
 struct client {
     uv_tcp_t tcp;
