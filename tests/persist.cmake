@@ -1,0 +1,4 @@
+# Data at rest: the record codecs of the journal and of the child files, and the upgrade of
+# files written by format 1 (tests/fixtures/v1) to today's format.
+tally_add_test(test_sup_codec test_sup_codec.c)
+target_link_libraries(test_sup_codec PRIVATE tally_ledger_internal tally_child)
