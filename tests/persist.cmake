@@ -2,3 +2,7 @@
 # files written by format 1 (tests/fixtures/v1) to today's format.
 tally_add_test(test_sup_codec test_sup_codec.c)
 target_link_libraries(test_sup_codec PRIVATE tally_ledger_internal tally_child)
+
+tally_add_test(test_store_upgrade test_store_upgrade.c)
+target_link_libraries(test_store_upgrade PRIVATE tally_ledger_internal tally_child
+                      PkgConfig::SQLITE3)
