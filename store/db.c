@@ -263,29 +263,30 @@ version_check(store_db *db, int64_t *version)
     return TALLY_OK;
 }
 
-/* Forward migrations, each in its own transaction with its version bump (and the
- * schema's upgrade step, if any). */
+/* Forward migrations with their version bump (and the caller's step after each),
+ * all pending ones in one transaction: a file is at its old version or at the
+ * newest, never between, and a new file costs one commit (one fsync in strict
+ * mode) however many steps its schema has. */
 static int
 migrate(store_db *db, int64_t version, store_migrate_fn step, void *ctx)
 {
     char bump[64];
     int rc;
 
-    for (; version < db->schema->n_migrations; version++) {
-        rc = store_db_begin(db);
-        if (rc != TALLY_OK)
-            return rc;
+    if (version >= db->schema->n_migrations)
+        return TALLY_OK;
+    rc = store_db_begin(db);
+    if (rc != TALLY_OK)
+        return rc;
+    for (; version < db->schema->n_migrations && rc == TALLY_OK; version++) {
         rc = store_db_exec(db, db->schema->migrations[version]);
         if (rc == TALLY_OK && step != NULL)
             rc = step(db, (int)version + 1, ctx);
-        snprintf(bump, sizeof(bump), "PRAGMA user_version=%lld", (long long)version + 1);
-        if (rc == TALLY_OK)
-            rc = store_db_exec(db, bump);
-        rc = store_db_end(db, rc);
-        if (rc != TALLY_OK)
-            return rc;
     }
-    return TALLY_OK;
+    snprintf(bump, sizeof(bump), "PRAGMA user_version=%lld", (long long)version);
+    if (rc == TALLY_OK)
+        rc = store_db_exec(db, bump);
+    return store_db_end(db, rc);
 }
 
 static int
