@@ -484,6 +484,28 @@ test_v1_child_file_upgrades_and_resumes(void **state)
     store_db_close(db);
 }
 
+/* A format-1 child file without rows: the incarnation alone carries over. */
+static void
+test_v1_child_file_without_rows_upgrades(void **state)
+{
+    char path[512];
+    store_db *db = NULL;
+    struct rows rows = {{{0}}, 0};
+    uint64_t inc = 0;
+
+    (void)state;
+    place("endpoints/upload.db", "tenants/acme/endpoints/upload.db");
+    path_of(path, sizeof(path), "tenants/acme/endpoints/upload.db");
+    assert_int_equal(file_version(path), 1);
+    assert_int_equal(store_child_open(path, STORE_OPEN_PRIVATE, &child_up, &db), TALLY_OK);
+    assert_int_equal(user_version(store_db_handle(db)), STORE_CHILD_FORMAT);
+    assert_int_equal(store_child_incarnation_next(db, &inc), TALLY_OK);
+    assert_int_equal(inc, 3);
+    assert_int_equal(store_child_each(db, collect_row, &rows), TALLY_OK);
+    assert_int_equal(rows.n, 0);
+    store_db_close(db);
+}
+
 /* A format-1 row the old code skipped (not 88 bytes) is dropped by the upgrade; the rest stay. */
 static void
 test_v1_child_file_unreadable_row_dropped(void **state)
@@ -669,6 +691,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_v1_journals_upgrade_with_every_count),
         cmocka_unit_test(test_v1_child_file_upgrades_and_resumes),
+        cmocka_unit_test(test_v1_child_file_without_rows_upgrades),
         cmocka_unit_test(test_v1_child_file_unreadable_row_dropped),
         cmocka_unit_test(test_v1_journal_failed_upgrade_changes_nothing),
         cmocka_unit_test(test_newer_file_refused_and_left_untouched),
