@@ -7,6 +7,7 @@
  * file, whose rows are re-encoded by the ledger's upgrade function.
  */
 #include "store_int.h"
+#include "store_journal.h"
 
 #include <sqlite3.h>
 #include <stdio.h>

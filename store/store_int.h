@@ -6,7 +6,8 @@
 
 #include <stdbool.h>
 
-#include "store_journal.h"
+#include "store.h"
+#include "store_record.h"
 
 /* Re-encodes every row of `table` (key INTEGER PRIMARY KEY, rec BLOB) from file format
  * `from_format` with `up` into `table`_next (created by the migration step), then puts

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "store.h"
-#include "store_journal.h"
+#include "store_record.h"
 
 #define STORE_CHILD_FORMAT 2 /* the format this binary writes (and the newest it reads) */
 

@@ -21,18 +21,6 @@
 
 #define STORE_JOURNAL_FORMAT 2 /* the format this binary writes (and the newest it reads) */
 
-/* Re-encodes one record of file format `from_format` (`old`, old_len bytes, borrowed) into
- * buf (cap bytes): TALLY_OK with *len set, TALLY_ENOTFOUND to drop the record (child files
- * only), another error to abort the upgrade (the file is then left as it was). */
-typedef int (*store_record_upgrade_fn)(void *ctx, int from_format, const uint8_t *old,
-                                       size_t old_len, uint8_t *buf, size_t cap,
-                                       size_t *len /* OUT */);
-
-struct store_upgrade {
-    store_record_upgrade_fn fn;
-    void *ctx;
-};
-
 /* Fills record `i` of a batch into buf (cap bytes, STORE_RECORD_MAX): TALLY_OK with *len set;
  * any other result aborts the batch (nothing is written). */
 typedef int (*store_record_encode_fn)(void *ctx, size_t i, uint8_t *buf, size_t cap,

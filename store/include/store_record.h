@@ -8,6 +8,8 @@
  * A cursor turns an overrun into a flag instead of a read or write past the end: a codec reads
  * or writes every field, then checks the flag once (like proto_frame.h's cursors, which are
  * big-endian for the wire). Strings are a u8 length and the bytes, no NUL.
+ * struct store_upgrade is how a file's owner lends the store its re-encoding of older
+ * records when a file of an older format is opened.
  * Header-wide rule: the buffers are borrowed; nothing allocates.
  */
 #ifndef STORE_RECORD_H
@@ -20,6 +22,18 @@
 
 /* The largest record a store file accepts, encoded: a bound for the callers' buffers. */
 #define STORE_RECORD_MAX 1024
+
+/* Re-encodes one record of file format `from_format` (`old`, old_len bytes, borrowed) into
+ * buf (cap bytes): TALLY_OK with *len set, TALLY_ENOTFOUND to drop the record (child files
+ * only), another error to abort the upgrade (the file is then left as it was). */
+typedef int (*store_record_upgrade_fn)(void *ctx, int from_format, const uint8_t *old,
+                                       size_t old_len, uint8_t *buf, size_t cap,
+                                       size_t *len /* OUT */);
+
+struct store_upgrade {
+    store_record_upgrade_fn fn;
+    void *ctx;
+};
 
 struct store_rec_writer {
     uint8_t *p;

@@ -29,7 +29,7 @@ TALLY_MUST_CHECK int sup_record_decode(const uint8_t *p, size_t len,
 /** Decodes a format-1 record (the 0.1.0 struct's bytes) into *out. TALLY_OK or TALLY_ECORRUPT. */
 TALLY_MUST_CHECK int sup_record_decode_v1(const uint8_t *p, size_t len,
                                           struct sup_record *out /* OUT */);
-/** A store_record_upgrade_fn (store_journal.h): a format-1 record re-encoded as format 2.
+/** A store_record_upgrade_fn (store_record.h): a format-1 record re-encoded as format 2.
  *  ctx is unused. */
 int sup_record_upgrade(void *ctx, int from_format, const uint8_t *old, size_t old_len, uint8_t *buf,
                        size_t cap, size_t *len /* OUT */);

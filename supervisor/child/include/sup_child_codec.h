@@ -29,7 +29,7 @@ TALLY_MUST_CHECK int sup_child_rec_decode(const uint8_t *p, size_t len,
 /** Decodes a format-1 row (the 0.1.0 struct's bytes) into *out. TALLY_OK or TALLY_ECORRUPT. */
 TALLY_MUST_CHECK int sup_child_rec_decode_v1(const uint8_t *p, size_t len,
                                              struct sup_child_lease_rec *out /* OUT */);
-/** A store_record_upgrade_fn (store_journal.h): a format-1 row re-encoded as format 2, or
+/** A store_record_upgrade_fn (store_record.h): a format-1 row re-encoded as format 2, or
  *  TALLY_ENOTFOUND for a row format 1 could not read either (dropped). ctx is unused. */
 int sup_child_rec_upgrade(void *ctx, int from_format, const uint8_t *old, size_t old_len,
                           uint8_t *buf, size_t cap, size_t *len /* OUT */);
