@@ -217,7 +217,6 @@ configure(store_db *db, unsigned flags)
     sqlite3_stmt *st = NULL;
     int rc;
 
-    sqlite3_busy_timeout(db->sql, STORE_BUSY_TIMEOUT_MS);
     rc = store_db_rc(db, sqlite3_prepare_v2(db->sql, "PRAGMA journal_mode=WAL", -1, &st, NULL));
     if (rc != TALLY_OK)
         return rc;
@@ -239,35 +238,55 @@ configure(store_db *db, unsigned flags)
     return rc;
 }
 
-/* Forward migrations, each in its own transaction with its version bump. */
+/* Refuses a file written by a newer binary before anything can write to it: the
+ * version is read before WAL mode is asked for (which rewrites the header of a
+ * rollback-journal file), and the connection does not checkpoint when it closes
+ * (which would copy a newer binary's WAL into the file). */
 static int
-migrate(store_db *db)
+version_check(store_db *db, int64_t *version)
 {
-    int64_t version = 0;
-    char bump[64];
-    int rc = pragma_int(db, "PRAGMA user_version", &version);
+    int rc;
 
+    sqlite3_busy_timeout(db->sql, STORE_BUSY_TIMEOUT_MS);
+    (void)sqlite3_db_config(db->sql, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
+    rc = pragma_int(db, "PRAGMA user_version", version);
     if (rc != TALLY_OK)
         return rc;
-    if (version > db->schema->n_migrations) {
+    if (*version > db->schema->n_migrations) {
         snprintf(db->errmsg, sizeof(db->errmsg),
-                 "%s: %s schema version %lld is newer than this binary's %d", db->path,
-                 db->schema->name, (long long)version, db->schema->n_migrations);
+                 "%s: %s file format %lld is newer than this binary's %d (written by a newer "
+                 "tally; left as it is)",
+                 db->path, db->schema->name, (long long)*version, db->schema->n_migrations);
         return TALLY_ESCHEMA;
     }
-    for (; version < db->schema->n_migrations; version++) {
-        rc = store_db_begin(db);
-        if (rc != TALLY_OK)
-            return rc;
-        rc = store_db_exec(db, db->schema->migrations[version]);
-        snprintf(bump, sizeof(bump), "PRAGMA user_version=%lld", (long long)version + 1);
-        if (rc == TALLY_OK)
-            rc = store_db_exec(db, bump);
-        rc = store_db_end(db, rc);
-        if (rc != TALLY_OK)
-            return rc;
-    }
+    (void)sqlite3_db_config(db->sql, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
     return TALLY_OK;
+}
+
+/* Forward migrations with their version bump (and the caller's step after each),
+ * all pending ones in one transaction: a file is at its old version or at the
+ * newest, never between, and a new file costs one commit (one fsync in strict
+ * mode) however many steps its schema has. */
+static int
+migrate(store_db *db, int64_t version, store_migrate_fn step, void *ctx)
+{
+    char bump[64];
+    int rc;
+
+    if (version >= db->schema->n_migrations)
+        return TALLY_OK;
+    rc = store_db_begin(db);
+    if (rc != TALLY_OK)
+        return rc;
+    for (; version < db->schema->n_migrations && rc == TALLY_OK; version++) {
+        rc = store_db_exec(db, db->schema->migrations[version]);
+        if (rc == TALLY_OK && step != NULL)
+            rc = step(db, (int)version + 1, ctx);
+    }
+    snprintf(bump, sizeof(bump), "PRAGMA user_version=%lld", (long long)version);
+    if (rc == TALLY_OK)
+        rc = store_db_exec(db, bump);
+    return store_db_end(db, rc);
 }
 
 static int
@@ -296,9 +315,17 @@ prepare_all(store_db *db)
 int
 store_db_open(const char *path, const struct store_schema *schema, unsigned flags, store_db **out)
 {
+    return store_db_open_ctx(path, schema, flags, NULL, NULL, out);
+}
+
+int
+store_db_open_ctx(const char *path, const struct store_schema *schema, unsigned flags,
+                  store_migrate_fn step, void *ctx, store_db **out)
+{
     store_db *db = NULL;
     const char *vfs;
     struct stat sb;
+    int64_t version = 0;
     int rc = TALLY_ENOMEM;
 
     *out = NULL;
@@ -324,9 +351,11 @@ store_db_open(const char *path, const struct store_schema *schema, unsigned flag
     if (rc != TALLY_OK)
         goto out;
     sqlite3_extended_result_codes(db->sql, 0);
-    rc = configure(db, flags);
+    rc = version_check(db, &version);
     if (rc == TALLY_OK)
-        rc = migrate(db);
+        rc = configure(db, flags);
+    if (rc == TALLY_OK)
+        rc = migrate(db, version, step, ctx);
     if (rc == TALLY_OK)
         rc = prepare_all(db);
     if (rc != TALLY_OK)

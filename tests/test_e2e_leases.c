@@ -24,6 +24,8 @@
 
 #include "store_snapshot.h"
 #include "sup_child.h"
+#include "sup_child_codec.h"
+#include "sup_journal_codec.h"
 #include "sup_lease.h"
 #include "test_daemon.h"
 #include "test_load.h"
@@ -175,8 +177,9 @@ journal_cells(const char *data)
                      SQLITE_OK);
     while (sqlite3_step(st) == SQLITE_ROW) {
         struct sup_record rec;
-        assert_int_equal(sqlite3_column_bytes(st, 0), sizeof(rec));
-        memcpy(&rec, sqlite3_column_blob(st, 0), sizeof(rec));
+        assert_int_equal(sup_record_decode(sqlite3_column_blob(st, 0),
+                                           (size_t)sqlite3_column_bytes(st, 0), &rec),
+                         TALLY_OK);
         assert_int_equal(sup_ledger_replay(l, &rec), TALLY_OK);
     }
     sqlite3_finalize(st);
@@ -303,8 +306,9 @@ mark_slack_bound(const char *data)
     while (sqlite3_step(st) == SQLITE_ROW) {
         struct sup_child_lease_rec rec;
         int64_t chunk;
-        assert_int_equal(sqlite3_column_bytes(st, 0), sizeof(rec));
-        memcpy(&rec, sqlite3_column_blob(st, 0), sizeof(rec));
+        assert_int_equal(sup_child_rec_decode(sqlite3_column_blob(st, 0),
+                                              (size_t)sqlite3_column_bytes(st, 0), &rec),
+                         TALLY_OK);
         chunk = rec.n < 4 ? rec.n : 4;
         if (rec.n / 4 > chunk)
             chunk = rec.n / 4;

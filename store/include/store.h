@@ -36,12 +36,23 @@ struct store_schema {
     int n_statements;
 };
 
+/* A migration step SQL alone cannot take (records re-encoded by their owner's codec): runs
+ * right after migrations[version - 1], inside its transaction. A non-OK result rolls the step
+ * back and fails the open. */
+typedef int (*store_migrate_fn)(store_db *db, int version, void *ctx);
+
 /** Opens `path` with `schema` (borrowed, must outlive the handle), migrating it
  *  forward. *out is owned by the caller, release with store_db_close(). A file
- *  whose version is newer than the schema is TALLY_ESCHEMA; a damaged file is
+ *  whose version is newer than the schema is TALLY_ESCHEMA and is left byte for
+ *  byte as it was (read, never written or checkpointed); a damaged file is
  *  TALLY_ECORRUPT. Opening thread only. */
 TALLY_MUST_CHECK int store_db_open(const char *path, const struct store_schema *schema,
                                    unsigned flags, store_db **out /* OUT */);
+/** store_db_open() that also calls `step` (may be NULL) with `ctx` (borrowed for the call)
+ *  after each migration. */
+TALLY_MUST_CHECK int store_db_open_ctx(const char *path, const struct store_schema *schema,
+                                       unsigned flags, store_migrate_fn step, void *ctx,
+                                       store_db **out /* OUT */);
 /** Finalizes the statements and closes the file. NULL is a no-op. */
 void store_db_close(store_db *db);
 /** The statement numbered `idx` of the schema, reset and unbound, valid until close. */

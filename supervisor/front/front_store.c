@@ -5,55 +5,20 @@
  * every write runs on the libuv thread pool, one batch at a time per child, so
  * an fsync (FULL in strict mode) never stalls the loop that answers requests.
  * While a batch is in flight the loop thread does not touch the connection.
+ * The file and its SQL are store_child's; the rows' bytes are the child's codec
+ * (supervisor/child/child_codec.c), encoded on the thread pool with the write.
  */
 #include "sup_front_int.h"
 
-#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "store_child.h"
 #include "store_paths.h"
+#include "sup_child_codec.h"
 #include "tally_log.h"
 
-static const char *const child_migrations[] = {
-    "CREATE TABLE meta(k TEXT PRIMARY KEY, v INTEGER NOT NULL) STRICT;"
-    "CREATE TABLE lease(id INTEGER PRIMARY KEY, rec BLOB NOT NULL) STRICT;",
-};
-enum { C_META_GET, C_META_PUT, C_LEASE_PUT, C_LEASE_DEL, C_LEASE_ALL, C__COUNT };
-static const char *const child_statements[C__COUNT] = {
-    [C_META_GET] = "SELECT v FROM meta WHERE k = ?1",
-    [C_META_PUT] = "INSERT OR REPLACE INTO meta(k, v) VALUES(?1, ?2)",
-    [C_LEASE_PUT] = "INSERT OR REPLACE INTO lease(id, rec) VALUES(?1, ?2)",
-    [C_LEASE_DEL] = "DELETE FROM lease WHERE id = ?1",
-    [C_LEASE_ALL] = "SELECT rec FROM lease ORDER BY id",
-};
-static const struct store_schema child_schema = {"child", child_migrations, 1, child_statements,
-                                                 C__COUNT};
-
-/* Bumps and returns the incarnation counter: every start is a new incarnation. */
-static int
-next_incarnation(store_db *db, uint64_t *out)
-{
-    sqlite3_stmt *st;
-    int64_t v = 0;
-    int rc = store_db_begin(db);
-
-    if (rc != TALLY_OK)
-        return rc;
-    st = store_db_stmt(db, C_META_GET);
-    sqlite3_bind_text(st, 1, "incarnation", -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_reset(st);
-    st = store_db_stmt(db, C_META_PUT);
-    sqlite3_bind_text(st, 1, "incarnation", -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, v + 1);
-    rc = store_db_rc(db, sqlite3_step(st));
-    sqlite3_reset(st);
-    rc = store_db_end(db, rc);
-    *out = (uint64_t)(v + 1);
-    return rc;
-}
+static const struct store_upgrade child_upgrade = {sup_child_rec_upgrade, NULL};
 
 int
 front_store_open(struct front_child *fc, uint64_t *incarnation)
@@ -65,12 +30,13 @@ front_store_open(struct front_child *fc, uint64_t *incarnation)
     if (rc == TALLY_OK)
         rc = store_path_endpoint_db(f->data, fc->tenant, fc->endpoint, path, sizeof(path));
     if (rc == TALLY_OK)
-        rc = store_db_open(path, &child_schema,
-                           STORE_OPEN_CREATE | STORE_OPEN_PRIVATE |
-                               (f->cfg.strict ? STORE_OPEN_SYNC_FULL : 0),
-                           &fc->store.db);
+        rc = store_child_open(path,
+                              STORE_OPEN_CREATE | STORE_OPEN_PRIVATE |
+                                  (f->cfg.strict ? STORE_OPEN_SYNC_FULL : 0),
+                              &child_upgrade, &fc->store.db);
+    /* Every start is a new incarnation. */
     if (rc == TALLY_OK)
-        rc = next_incarnation(fc->store.db, incarnation);
+        rc = store_child_incarnation_next(fc->store.db, incarnation);
     /* Durable in both modes: after an OS crash a reused incarnation would be
      * answered from the supervisor's dedupe window with grants already spent. */
     if (rc == TALLY_OK && !f->cfg.strict)
@@ -78,24 +44,43 @@ front_store_open(struct front_child *fc, uint64_t *incarnation)
     return rc;
 }
 
+struct resume_ctx {
+    sup_child *child;
+    struct sup_time now; /* one instant for every row */
+};
+
+/* A store_child_visit_fn: one stored row resumed into the child. */
+static int
+resume_one(void *ctx, uint64_t id, const uint8_t *p, size_t len)
+{
+    struct resume_ctx *r = ctx;
+    struct sup_child_lease_rec rec;
+    int rc;
+
+    (void)id;
+    if (sup_child_rec_decode(p, len, &rec) != TALLY_OK)
+        return TALLY_OK; /* not ours: its lease expires as spent at the supervisor */
+    rc = sup_child_resume(r->child, &rec, r->now);
+    return rc == TALLY_EINVAL ? TALLY_OK : rc;
+}
+
 int
 front_store_resume(struct front_child *fc)
 {
-    sqlite3_stmt *st = store_db_stmt(fc->store.db, C_LEASE_ALL);
-    struct sup_child_lease_rec rec;
-    struct sup_time now = front_now();
-    int rc = TALLY_OK;
+    struct resume_ctx r = {fc->child, front_now()};
 
-    while (rc == TALLY_OK && sqlite3_step(st) == SQLITE_ROW) {
-        if ((size_t)sqlite3_column_bytes(st, 0) != sizeof(rec))
-            continue; /* not ours: its lease expires as spent at the supervisor */
-        memcpy(&rec, sqlite3_column_blob(st, 0), sizeof(rec));
-        rc = sup_child_resume(fc->child, &rec, now);
-        if (rc == TALLY_EINVAL)
-            rc = TALLY_OK;
-    }
-    sqlite3_reset(st);
-    return rc;
+    return store_child_each(fc->store.db, resume_one, &r);
+}
+
+/* A store_child_write_fn over the batch (ctx): row i's id and bytes, or a delete. */
+static int
+encode_write(void *ctx, size_t i, uint64_t *id, uint8_t *buf, size_t cap, size_t *len)
+{
+    const struct sup_child_persist *p = &((const struct front_store *)ctx)->batch[i];
+
+    *id = p->rec.lease_id;
+    *len = 0;
+    return p->op == SUP_PERSIST_PUT ? sup_child_rec_encode(&p->rec, buf, cap, len) : TALLY_OK;
 }
 
 /* Thread pool: writes the batch in one transaction. Touches only the batch and
@@ -105,25 +90,8 @@ write_batch(uv_work_t *w)
 {
     struct front_child *fc = w->data;
     struct front_store *s = &fc->store;
-    size_t i;
-    int rc = store_db_begin(s->db);
 
-    for (i = 0; i < s->n && rc == TALLY_OK; i++) {
-        const struct sup_child_persist *p = &s->batch[i];
-        sqlite3_stmt *st;
-        if (p->op == SUP_PERSIST_PUT) {
-            st = store_db_stmt(s->db, C_LEASE_PUT);
-            sqlite3_bind_int64(st, 1, (int64_t)p->rec.lease_id);
-            sqlite3_bind_blob(st, 2, &p->rec, sizeof(p->rec), SQLITE_STATIC);
-        } else {
-            st = store_db_stmt(s->db, C_LEASE_DEL);
-            sqlite3_bind_int64(st, 1, (int64_t)p->rec.lease_id);
-        }
-        rc = store_db_rc(s->db, sqlite3_step(st));
-        sqlite3_reset(st);
-    }
-    rc = store_db_end(s->db, rc);
-    s->rc = rc;
+    s->rc = store_child_write(s->db, s->n, encode_write, s);
 }
 
 static void

@@ -300,10 +300,10 @@ open_all(struct sp *s)
         return rc == TALLY_ENOTFOUND ? TALLY_ENODATA : rc;
     rc = store_path_tenant(s->o->data, s->o->tenant, "ledger.db", path, sizeof(path));
     if (rc == TALLY_OK)
-        rc = store_db_open(path, &sp_journal_schema,
-                           STORE_OPEN_CREATE | STORE_OPEN_PRIVATE |
-                               (s->o->strict ? STORE_OPEN_SYNC_FULL : 0),
-                           &s->journal);
+        rc = store_journal_open(path,
+                                STORE_OPEN_CREATE | STORE_OPEN_PRIVATE |
+                                    (s->o->strict ? STORE_OPEN_SYNC_FULL : 0),
+                                &sp_journal_upgrade, &s->journal);
     if (rc != TALLY_OK)
         return rc;
     memset(&cfg, 0, sizeof(cfg));

@@ -4,24 +4,27 @@
  * batched mode's fsync timer, compaction by a snapshot of the ledger, and the
  * replay at start. A commit that fails leaves memory ahead of disk: the
  * process exits 74 without replying and the replay rebuilds what was durable.
+ * The file and its SQL are store_journal's; the records' bytes are the codec's
+ * (journal_codec.c).
  */
 #include "sup_process_int.h"
 
-#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 
-static const char *const journal_migrations[] = {
-    "CREATE TABLE journal(seq INTEGER PRIMARY KEY, rec BLOB NOT NULL) STRICT",
-};
-enum { J_INSERT, J_ALL, J_CLEAR, J__COUNT };
-static const char *const journal_statements[J__COUNT] = {
-    [J_INSERT] = "INSERT INTO journal(rec) VALUES(?1)",
-    [J_ALL] = "SELECT rec FROM journal ORDER BY seq",
-    [J_CLEAR] = "DELETE FROM journal",
-};
-const struct store_schema sp_journal_schema = {"ledger", journal_migrations, 1, journal_statements,
-                                               J__COUNT};
+#include "store_journal.h"
+#include "sup_journal_codec.h"
+
+const struct store_upgrade sp_journal_upgrade = {sup_record_upgrade, NULL};
+
+/* A store_record_encode_fn over an array of records (ctx). */
+static int
+encode_at(void *ctx, size_t i, uint8_t *buf, size_t cap, size_t *len)
+{
+    const struct sup_record *v = ctx;
+
+    return sup_record_encode(&v[i], buf, cap, len);
+}
 
 /* Batched mode: every commit so far becomes durable. A failed fsync may have
  * lost them (the kernel may drop the dirty pages), so it is a failed commit. */
@@ -54,26 +57,6 @@ committed(struct sp *s)
         uv_timer_start(&s->sync_timer, on_sync, s->sync_ms, 0);
 }
 
-static int
-journal_replace(struct sp *s, const struct sup_records *snap)
-{
-    sqlite3_stmt *st = store_db_stmt(s->journal, J_CLEAR);
-    size_t i;
-    int rc = store_db_begin(s->journal);
-
-    if (rc == TALLY_OK) {
-        rc = store_db_rc(s->journal, sqlite3_step(st));
-        sqlite3_reset(st);
-    }
-    for (i = 0; i < snap->count && rc == TALLY_OK; i++) {
-        st = store_db_stmt(s->journal, J_INSERT);
-        sqlite3_bind_blob(st, 1, &snap->v[i], sizeof(snap->v[i]), SQLITE_STATIC);
-        rc = store_db_rc(s->journal, sqlite3_step(st));
-        sqlite3_reset(st);
-    }
-    return store_db_end(s->journal, rc);
-}
-
 /* Replaces the journal by a snapshot of the ledger, in one transaction, once it
  * has grown enough: replay at start stays proportional to the live state, not
  * to history. Called between turns only, when every record is durable, so the
@@ -99,7 +82,7 @@ sp_maybe_compact(struct sp *s)
         rc = snap.v == NULL ? TALLY_ENOMEM : sup_ledger_snapshot(s->ledger, &snap, &needed);
     }
     if (rc == TALLY_OK)
-        rc = journal_replace(s, &snap);
+        rc = store_journal_replace(s->journal, snap.count, encode_at, snap.v);
     if (sp_log_begin(s, &l, rc == TALLY_OK ? TALLY_LOG_INFO : TALLY_LOG_ERROR,
                      "journal_compacted")) {
         tally_log_int(&l, "rows_before", (int64_t)s->journal_rows);
@@ -121,20 +104,12 @@ sp_maybe_compact(struct sp *s)
 void
 sp_flush(struct sp *s)
 {
-    size_t i;
     int rc = TALLY_OK;
 
     if (s->failed)
         return; /* exiting 74: no second try, no second line, no reply */
     if (s->batch.count > 0) {
-        rc = store_db_begin(s->journal);
-        for (i = 0; i < s->batch.count && rc == TALLY_OK; i++) {
-            sqlite3_stmt *st = store_db_stmt(s->journal, J_INSERT);
-            sqlite3_bind_blob(st, 1, &s->recs[i], sizeof(s->recs[i]), SQLITE_STATIC);
-            rc = store_db_rc(s->journal, sqlite3_step(st));
-            sqlite3_reset(st);
-        }
-        rc = store_db_end(s->journal, rc);
+        rc = store_journal_append(s->journal, s->batch.count, encode_at, s->recs);
         if (rc != TALLY_OK) {
             sp_log_error(s, TALLY_LOG_ERROR, "journal_commit_failed", rc,
                          store_db_errmsg(s->journal));
@@ -154,26 +129,23 @@ sp_flush(struct sp *s)
     sp_maybe_compact(s);
 }
 
+/* A store_record_visit_fn: one stored record into the ledger (ctx). */
+static int
+replay_one(void *ctx, const uint8_t *p, size_t len)
+{
+    struct sp *s = ctx;
+    struct sup_record rec;
+    int rc = sup_record_decode(p, len, &rec);
+
+    if (rc == TALLY_OK)
+        rc = sup_ledger_replay(s->ledger, &rec);
+    s->records_total++;
+    s->journal_rows++;
+    return rc;
+}
+
 int
 sp_replay(struct sp *s)
 {
-    sqlite3_stmt *st = store_db_stmt(s->journal, J_ALL);
-    struct sup_record rec;
-    int step;
-    int rc = TALLY_OK;
-
-    while (rc == TALLY_OK && (step = sqlite3_step(st)) == SQLITE_ROW) {
-        if ((size_t)sqlite3_column_bytes(st, 0) != sizeof(rec)) {
-            rc = TALLY_ECORRUPT;
-            break;
-        }
-        memcpy(&rec, sqlite3_column_blob(st, 0), sizeof(rec));
-        rc = sup_ledger_replay(s->ledger, &rec);
-        s->records_total++;
-        s->journal_rows++;
-    }
-    if (rc == TALLY_OK && step != SQLITE_DONE)
-        rc = store_db_rc(s->journal, step);
-    sqlite3_reset(st);
-    return rc;
+    return store_journal_each(s->journal, replay_one, s);
 }

@@ -83,9 +83,11 @@ struct sup_ledger_config {
     int64_t keep_factor; /* 0 = SUP_KEEP_FACTOR */
 };
 
-/* Journal records: fixed-size plain old data, zero-filled (padding included) so a record can be
- * stored as a blob byte for byte, or as a row of its fields. One record per state-changing
- * request or timer event; nothing else changes the durable state. */
+/* Journal records: fixed-size plain old data, zero-filled (padding included) so two records
+ * compare byte for byte. On disk a record is encoded field by field behind a format byte
+ * (sup_journal_codec.h), never as this struct's bytes: a field added here changes the codec
+ * and its format number. One record per state-changing request or timer event; nothing else
+ * changes the durable state. */
 enum sup_record_kind {
     SUP_REC_HELLO = 1,        /* child (re)registered: older incarnation's leases spent */
     SUP_REC_ACQUIRE = 2,      /* report credited or spent, debt charged, lease granted or not */

@@ -11,7 +11,7 @@
 #include <uv.h>
 
 #include "proto_stream.h"
-#include "store.h"
+#include "store_journal.h"
 #include "store_snapshot.h"
 #include "sup_lease.h"
 #include "sup_ledger.h"
@@ -59,7 +59,7 @@ struct sp {
     uint64_t compact_rows;
 };
 
-extern const struct store_schema sp_journal_schema;
+extern const struct store_upgrade sp_journal_upgrade; /* format 1 to today's */
 
 /* process.c */
 int64_t sp_wall_ms(void);

@@ -128,7 +128,8 @@ struct sup_child_event {
     int64_t retry_after_ms;
 };
 
-/* A lease row of the child's own file (written by the caller, never read on the hot path). */
+/* A lease row of the child's own file (written by the caller, never read on the hot path; on disk
+ * encoded by sup_child_codec.h, never as this struct's bytes). */
 struct sup_child_lease_rec {
     uint64_t lease_id;
     uint64_t incarnation;

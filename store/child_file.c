@@ -1,0 +1,120 @@
+/*
+ * A child counter's own file: the incarnation counter (bumped at every start, so a restarted
+ * child is never mistaken for its earlier run) and the lease rows keyed by lease id, written in
+ * batches of upserts and deletes, one transaction each (on the thread pool: the caller's
+ * business). The rows are bytes to this file; their encoding belongs to the child. What this
+ * file owns is the format version (user_version, see store_child.h) and the one-transaction
+ * upgrade of a format-1 file, whose rows are re-encoded by the child's upgrade function.
+ */
+#include "store_child.h"
+#include "store_int.h"
+
+#include <sqlite3.h>
+
+static int child_upgrade(store_db *db, int version, void *ctx);
+
+static const char *const child_migrations[] = {
+    /* 1: raw struct rows */
+    "CREATE TABLE meta(k TEXT PRIMARY KEY, v INTEGER NOT NULL) STRICT;"
+    "CREATE TABLE lease(id INTEGER PRIMARY KEY, rec BLOB NOT NULL) STRICT;",
+    /* 2: encoded rows, rewritten by child_upgrade */
+    "CREATE TABLE lease_next(id INTEGER PRIMARY KEY, rec BLOB NOT NULL) STRICT",
+};
+enum { C_META_GET, C_META_PUT, C_LEASE_PUT, C_LEASE_DEL, C_LEASE_ALL, C__COUNT };
+static const char *const child_statements[C__COUNT] = {
+    [C_META_GET] = "SELECT v FROM meta WHERE k = ?1",
+    [C_META_PUT] = "INSERT OR REPLACE INTO meta(k, v) VALUES(?1, ?2)",
+    [C_LEASE_PUT] = "INSERT OR REPLACE INTO lease(id, rec) VALUES(?1, ?2)",
+    [C_LEASE_DEL] = "DELETE FROM lease WHERE id = ?1",
+    [C_LEASE_ALL] = "SELECT id, rec FROM lease ORDER BY id",
+};
+static const struct store_schema child_schema = {"child", child_migrations, STORE_CHILD_FORMAT,
+                                                 child_statements, C__COUNT};
+
+static int
+child_upgrade(store_db *db, int version, void *ctx)
+{
+    return version == 2 ? store__rows_upgrade(db, "lease", 1, ctx, true) : TALLY_OK;
+}
+
+int
+store_child_open(const char *path, unsigned flags, const struct store_upgrade *up, store_db **out)
+{
+    /* The schema's upgrade takes a mutable context; the upgrade never writes through it. */
+    return store_db_open_ctx(path, &child_schema, flags | STORE_OPEN_CREATE, child_upgrade,
+                             (void *)up, out);
+}
+
+int
+store_child_incarnation_next(store_db *db, uint64_t *out)
+{
+    sqlite3_stmt *st;
+    int64_t v = 0;
+    int rc = store_db_begin(db);
+
+    *out = 0;
+    if (rc != TALLY_OK)
+        return rc;
+    st = store_db_stmt(db, C_META_GET);
+    sqlite3_bind_text(st, 1, "incarnation", -1, SQLITE_STATIC);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    st = store_db_stmt(db, C_META_PUT);
+    sqlite3_bind_text(st, 1, "incarnation", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, v + 1);
+    rc = store_db_rc(db, sqlite3_step(st));
+    sqlite3_reset(st);
+    rc = store_db_end(db, rc);
+    if (rc == TALLY_OK)
+        *out = (uint64_t)(v + 1);
+    return rc;
+}
+
+int
+store_child_write(store_db *db, size_t n, store_child_write_fn write, void *ctx)
+{
+    uint8_t buf[STORE_RECORD_MAX];
+    size_t i;
+    int rc = store_db_begin(db);
+
+    for (i = 0; i < n && rc == TALLY_OK; i++) {
+        sqlite3_stmt *st;
+        uint64_t id = 0;
+        size_t len = 0;
+        rc = write(ctx, i, &id, buf, sizeof(buf), &len);
+        if (rc != TALLY_OK)
+            break;
+        if (NEVER(len > sizeof(buf))) {
+            rc = TALLY_EINVAL;
+            break;
+        }
+        if (len > 0) {
+            st = store_db_stmt(db, C_LEASE_PUT);
+            sqlite3_bind_int64(st, 1, (int64_t)id);
+            sqlite3_bind_blob(st, 2, buf, (int)len, SQLITE_STATIC);
+        } else {
+            st = store_db_stmt(db, C_LEASE_DEL);
+            sqlite3_bind_int64(st, 1, (int64_t)id);
+        }
+        rc = store_db_rc(db, sqlite3_step(st));
+        sqlite3_reset(st);
+    }
+    return store_db_end(db, rc);
+}
+
+int
+store_child_each(store_db *db, store_child_visit_fn visit, void *ctx)
+{
+    sqlite3_stmt *st = store_db_stmt(db, C_LEASE_ALL);
+    int step = SQLITE_DONE;
+    int rc = TALLY_OK;
+
+    while (rc == TALLY_OK && (step = sqlite3_step(st)) == SQLITE_ROW)
+        rc = visit(ctx, (uint64_t)sqlite3_column_int64(st, 0), sqlite3_column_blob(st, 1),
+                   (size_t)sqlite3_column_bytes(st, 1));
+    if (rc == TALLY_OK && step != SQLITE_DONE)
+        rc = store_db_rc(db, step);
+    sqlite3_reset(st);
+    return rc;
+}

@@ -1,0 +1,48 @@
+/*
+ * store_child: a child counter's file (tenants/T/endpoints/E.db): its incarnation counter and
+ * its lease rows, each row opaque bytes keyed by lease id, encoded and decoded by the child's
+ * codec (supervisor/child/child_codec.c). The store owns the file's format version:
+ *
+ *   PRAGMA user_version 1: tables meta(k, v) and lease(id, rec) of raw struct bytes (0.1.0);
+ *   PRAGMA user_version 2: the same tables, each rec a versioned field-by-field encoding.
+ *
+ * A format-1 file is upgraded in place when opened, in one transaction (rows the codec cannot
+ * read are dropped: they were skipped before, and their leases expire as spent at the
+ * supervisor); a file of a newer format is refused with TALLY_ESCHEMA and left untouched.
+ * Header-wide rules: one thread at a time per handle (the loop at open, then one batch at a
+ * time on the thread pool); buffers are borrowed.
+ */
+#ifndef STORE_CHILD_H
+#define STORE_CHILD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+#include "store_record.h"
+
+#define STORE_CHILD_FORMAT 2 /* the format this binary writes (and the newest it reads) */
+
+/* Fills write `i` of a batch: *id, and the row's bytes into buf (cap bytes, STORE_RECORD_MAX)
+ * with *len set, or *len = 0 to delete row *id. Any other result than TALLY_OK aborts the
+ * batch (nothing is written). */
+typedef int (*store_child_write_fn)(void *ctx, size_t i, uint64_t *id /* OUT */, uint8_t *buf,
+                                    size_t cap, size_t *len /* OUT */);
+/* Visits one row (rec, len: valid during the call). Non-OK stops and is returned. */
+typedef int (*store_child_visit_fn)(void *ctx, uint64_t id, const uint8_t *rec, size_t len);
+
+/** Opens (creating, 0600) the child file at `path`, upgrading a format-1 file with `up`
+ *  (borrowed for the call). *out is owned by the caller, release with store_db_close().
+ *  TALLY_ESCHEMA for a newer file, TALLY_ECORRUPT, or the upgrade's error. */
+TALLY_MUST_CHECK int store_child_open(const char *path, unsigned flags,
+                                      const struct store_upgrade *up, store_db **out /* OUT */);
+/** Adds one to the stored incarnation (0 when none) and returns it in *out, durably under
+ *  STORE_OPEN_SYNC_FULL (otherwise call store_db_sync()). */
+TALLY_MUST_CHECK int store_child_incarnation_next(store_db *db, uint64_t *out /* OUT */);
+/** Writes rows 0..n-1 from `write` (upsert by id, or delete) in one transaction. */
+TALLY_MUST_CHECK int store_child_write(store_db *db, size_t n, store_child_write_fn write,
+                                       void *ctx);
+/** Calls `visit` for every row in id order. */
+TALLY_MUST_CHECK int store_child_each(store_db *db, store_child_visit_fn visit, void *ctx);
+
+#endif /* STORE_CHILD_H */

@@ -1,0 +1,19 @@
+/*
+ * Internals shared by the files of store/ (never included from outside the folder).
+ */
+#ifndef STORE_INT_H
+#define STORE_INT_H
+
+#include <stdbool.h>
+
+#include "store.h"
+#include "store_record.h"
+
+/* Re-encodes every row of `table` (key INTEGER PRIMARY KEY, rec BLOB) from file format
+ * `from_format` with `up` into `table`_next (created by the migration step), then puts
+ * `table`_next in its place. Runs inside the migration's transaction. `may_drop`: a row
+ * the upgrade answers TALLY_ENOTFOUND is left out instead of failing the step. */
+int store__rows_upgrade(store_db *db, const char *table, int from_format,
+                        const struct store_upgrade *up, bool may_drop);
+
+#endif /* STORE_INT_H */
