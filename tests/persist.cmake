@@ -1,13 +1,13 @@
 # Data at rest: the record codecs of the journal and of the child files, and the upgrade of
 # files written by format 1 (tests/fixtures/v1) to today's format.
-tally_add_test(test_sup_codec test_sup_codec.c)
+tally_add_test(test_sup_codec test_sup_codec.c LABELS unit)
 target_link_libraries(test_sup_codec PRIVATE tally_ledger_internal tally_child)
 
-tally_add_test(test_store_upgrade test_store_upgrade.c)
+tally_add_test(test_store_upgrade test_store_upgrade.c LABELS unit)
 target_link_libraries(test_store_upgrade PRIVATE tally_ledger_internal tally_child
                       PkgConfig::SQLITE3)
 
 # The same through the real tallyd: format-1 files served, newer files refused.
-tally_add_test(test_e2e_upgrade test_e2e_upgrade.c serve_util.c)
+tally_add_test(test_e2e_upgrade test_e2e_upgrade.c serve_util.c LABELS e2e)
 target_link_libraries(test_e2e_upgrade PRIVATE tally_proto PkgConfig::SQLITE3)
 add_dependencies(test_e2e_upgrade tallyd tally_cli)
