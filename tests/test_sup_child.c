@@ -22,6 +22,7 @@
 
 #include "sup_child.h"
 #include "sup_sim_cx.h"
+#include "test_alloc.h"
 #include "test_support.h"
 
 static int
