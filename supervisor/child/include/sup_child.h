@@ -224,7 +224,8 @@ void sup_child_shutdown(sup_child *c, struct sup_time now);
 void sup_child_stats(const sup_child *c, struct sup_time now,
                      struct sup_child_stats *out /* OUT */);
 
-/* A lease as the simulation sees it (tests and metrics). */
+/* A lease as the simulation sees it (the suites only: child_visit.c, linked through
+ * tally_child_internal). */
 struct sup_child_lease_info {
     const char *link; /* borrowed, valid during the callback */
     uint64_t lease_id;
