@@ -1,5 +1,7 @@
 /*
- * tallyd: the daemon's thin main. It parses the command line (tallyd_args.c),
+ * tallyd: the daemon's body, tallyd_main(), called by the thin main
+ * (tallyd_main.c) and by the suites' build with the power-loss shim
+ * (tests/support/tallyd_powerloss.c). It parses the command line (tallyd_args.c),
  * checks that the data dir was initialised, hardens the process, and then either
  * serves (sup_server_run, supervisor/front/) or, with --supervise, is one tenant's
  * supervisor process, spawned by tallyd itself (sup_process_run,
@@ -20,7 +22,7 @@
 #include <unistd.h>
 
 int
-main(int argc, char **argv)
+tallyd_main(int argc, char **argv)
 {
     struct sigaction sa;
     struct tallyd_opts o;

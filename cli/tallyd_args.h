@@ -42,6 +42,8 @@ struct tallyd_opts {
 /** Parses argv into *o (zeroed by the caller), checking every value. Returns -1 to go on, else
  *  the exit code (after --help, --version or a usage error, which it prints). */
 int tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o);
+/** The daemon (tallyd.c): parses argv, then serves or supervises; returns the exit code. */
+int tallyd_main(int argc, char **argv);
 /** Prints "tallyd: MESSAGE" on stderr; returns code. */
 int tallyd_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

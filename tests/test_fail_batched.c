@@ -1,7 +1,8 @@
 /*
  * What `--durability batched` loses to a power loss, measured (README
- * "Failure modes", durability). tallyd and its supervisor run with the
- * power-loss hook (TALLY_TEST_POWERLOSS=1, store/powerloss_vfs.c): journal
+ * "Failure modes", durability). tallyd and its supervisor run as
+ * tallyd_powerloss, the daemon built with the power-loss hook
+ * (tests/support/powerloss_vfs.c): journal
  * and child-file writes that were never fsynced live only in the process,
  * so kill -9 of every process drops exactly what an OS crash would. Under a
  * steady load on one tenant whose plan allows N per hour, everything is
@@ -76,7 +77,7 @@ setup(void **state)
     serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "b", "--plan", "small", NULL);
     serve_tally_ok(&e->s, e->token_a, sizeof(e->token_a), "link", "create", "a", NULL);
     serve_tally_ok(&e->s, e->token_b, sizeof(e->token_b), "link", "create", "b", NULL);
-    assert_int_equal(setenv("TALLY_TEST_POWERLOSS", "1", 1), 0);
+    test_daemon_use_bin(TALLYD_POWERLOSS);
     return 0;
 }
 
@@ -91,7 +92,7 @@ teardown(void **state)
         test_daemon_kill9(&e->s.d);
     (void)test_wait_supervisors(e->s.data, "a", 0, 5000);
     (void)test_wait_supervisors(e->s.data, "b", 0, 5000);
-    unsetenv("TALLY_TEST_POWERLOSS");
+    test_daemon_use_bin(NULL);
     unsetenv("TALLY_BATCH_SYNC_MS");
     fail_keep_log(e->s.d.log);
     serve_env_release(&e->s);

@@ -25,7 +25,7 @@ enum store_open_flags {
     STORE_OPEN_CREATE = 1 << 0,    /* create the file (mode 0600) if missing */
     STORE_OPEN_SYNC_FULL = 1 << 1, /* synchronous=FULL (strict); NORMAL otherwise */
     STORE_OPEN_PRIVATE = 1 << 2    /* only this process opens the file (a journal, a child
-                                      file): the power-loss test hook may hold its writes */
+                                      file): store_private_vfs_set() may name its VFS */
 };
 
 struct store_schema {
@@ -44,6 +44,12 @@ TALLY_MUST_CHECK int store_db_open(const char *path, const struct store_schema *
                                    unsigned flags, store_db **out /* OUT */);
 /** Finalizes the statements and closes the file. NULL is a no-op. */
 void store_db_close(store_db *db);
+/** Names the SQLite VFS (registered by the caller, e.g. a shim over the default one) for the
+ *  files opened from now on with STORE_OPEN_PRIVATE, which no other process opens and so may
+ *  see writes that other processes would not; NULL (the default) is SQLite's default VFS.
+ *  `name` is borrowed for the life of the process. Call from the main thread before the
+ *  first open. */
+void store_private_vfs_set(const char *name);
 /** The statement numbered `idx` of the schema, reset and unbound, valid until close. */
 sqlite3_stmt *store_db_stmt(store_db *db, int idx);
 /** Maps a SQLite result code to a tally result code, keeping the detail for
