@@ -52,8 +52,15 @@ tallyd_main(int argc, char **argv)
     umask(077);
     (void)store_process_private();
     if (o.supervise != NULL) {
-        struct sup_process_opts so = {data, o.supervise, strcmp(o.durability, "strict") == 0,
-                                      o.idle_exit, 3};
+        struct sup_process_opts so = {
+            .data = data,
+            .tenant = o.supervise,
+            .strict = strcmp(o.durability, "strict") == 0,
+            .idle_exit_ms = o.idle_exit,
+            .channel_fd = 3,
+            .batch_sync_ms = o.batch_sync,
+            .journal_compact_rows = (uint64_t)o.compact_rows,
+        };
         return sup_process_run(&so);
     }
     snprintf(lock, sizeof(lock), "%s/tallyd.lock", data);
@@ -79,6 +86,8 @@ tallyd_main(int argc, char **argv)
             .idle_exit_ms = o.idle_exit,
             .max_supervisors = (uint32_t)o.max_sups,
             .max_connections = (uint32_t)o.max_conns,
+            .batch_sync_ms = o.batch_sync,
+            .journal_compact_rows = (uint64_t)o.compact_rows,
         };
         code = sup_server_run(&so);
     }

@@ -27,11 +27,15 @@ struct tallyd_opts {
     const char *log_level;
     const char *max_supervisors;
     const char *max_connections;
+    const char *batch_sync_ms;
+    const char *journal_compact_rows;
     int64_t wait;
     int64_t idle_exit;
     int64_t max_sups;
     int64_t max_conns;
-    char host[64]; /* from --http, without brackets */
+    int64_t batch_sync;   /* --batch-sync-ms, 0 when not given (strict) */
+    int64_t compact_rows; /* --journal-compact-rows, 0 when not given */
+    char host[64];        /* from --http, without brackets */
     int port;
     bool ipv6;
     char tcp_host[64]; /* from --tcp */

@@ -361,6 +361,46 @@ test_tallyd_usage_errors(void **state)
     assert_memory_equal(ch.out, "tallyd ", 7);
 }
 
+/* --batch-sync-ms and --journal-compact-rows: whole numbers in range, the
+ * first only with --durability batched; each mistake one line and exit 64. */
+static void
+test_tallyd_tuning_flags_checked(void **state)
+{
+    static const char *const bad_sync[] = {
+        "--batch-sync-ms=0",  "--batch-sync-ms=60001", "--batch-sync-ms=1.5",
+        "--batch-sync-ms=-1", "--batch-sync-ms=x",     "--batch-sync-ms=99999999999999999999",
+    };
+    static const char *const bad_rows[] = {
+        "--journal-compact-rows=15",
+        "--journal-compact-rows=100000001",
+        "--journal-compact-rows=1e3",
+    };
+    struct child ch;
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(bad_sync) / sizeof(bad_sync[0]); i++) {
+        assert_int_equal(run_tallyd(&ch, "--data", init_dir, "--durability=batched", bad_sync[i]),
+                         64);
+        assert_int_equal(count_lines(ch.err), 1);
+        assert_non_null(strstr(ch.err, "tallyd: invalid --batch-sync-ms"));
+    }
+    assert_int_equal(run_tallyd(&ch, "--data", init_dir, "--batch-sync-ms=100", NULL), 64);
+    assert_int_equal(count_lines(ch.err), 1);
+    assert_string_equal(ch.err, "tallyd: --batch-sync-ms needs --durability batched\n");
+    assert_int_equal(
+        run_tallyd(&ch, "--data", init_dir, "--durability=strict", "--batch-sync-ms=100"), 64);
+    assert_non_null(strstr(ch.err, "needs --durability batched"));
+    for (i = 0; i < sizeof(bad_rows) / sizeof(bad_rows[0]); i++) {
+        assert_int_equal(run_tallyd(&ch, "--data", init_dir, bad_rows[i], NULL), 64);
+        assert_int_equal(count_lines(ch.err), 1);
+        assert_non_null(strstr(ch.err, "tallyd: invalid --journal-compact-rows"));
+    }
+    assert_int_equal(run_tallyd(&ch, "--help", NULL, NULL, NULL), 0);
+    assert_non_null(strstr(ch.out, "--batch-sync-ms MS"));
+    assert_non_null(strstr(ch.out, "--journal-compact-rows N"));
+}
+
 static void
 test_tallyd_port_in_use(void **state)
 {
@@ -450,6 +490,7 @@ main(void)
         cmocka_unit_test(test_tallyd_ipv6),
         cmocka_unit_test(test_tallyd_uninitialised),
         cmocka_unit_test(test_tallyd_usage_errors),
+        cmocka_unit_test(test_tallyd_tuning_flags_checked),
         cmocka_unit_test(test_tallyd_port_in_use),
     };
 

@@ -383,8 +383,9 @@ static int
 spawn(sup_manager *m, struct sup_proc *p)
 {
     static const struct proto_conn_cbs conn_cbs = {on_conn_frame, on_conn_close};
-    char idle[32];
-    char *args[12];
+    char idle[32], sync_ms[32], compact[32];
+    char *args[16];
+    int n;
     uv_stdio_container_t stdio[4];
     uv_process_options_t opts;
     proto_conn *conn = NULL;
@@ -408,7 +409,18 @@ spawn(sup_manager *m, struct sup_proc *p)
     args[8] = idle;
     args[9] = "--log-level"; /* the supervisor logs at tallyd's level */
     args[10] = (char *)tally_log_level_name(tally_log_get_level());
-    args[11] = NULL;
+    n = 11;
+    if (m->cfg.batch_sync_ms > 0) {
+        snprintf(sync_ms, sizeof(sync_ms), "%lld", (long long)m->cfg.batch_sync_ms);
+        args[n++] = "--batch-sync-ms";
+        args[n++] = sync_ms;
+    }
+    if (m->cfg.journal_compact_rows > 0) {
+        snprintf(compact, sizeof(compact), "%llu", (unsigned long long)m->cfg.journal_compact_rows);
+        args[n++] = "--journal-compact-rows";
+        args[n++] = compact;
+    }
+    args[n] = NULL;
     memset(stdio, 0, sizeof(stdio));
     stdio[0].flags = UV_IGNORE;
     stdio[1].flags = UV_INHERIT_FD;

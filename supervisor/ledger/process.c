@@ -365,14 +365,10 @@ sup_process_run(const struct sup_process_opts *o)
     s.o = o;
     s.batch.v = s.recs;
     s.batch.cap = BATCH_RECORDS;
-    s.compact_rows = COMPACT_ROWS_DEFAULT;
-    if (getenv("TALLY_JOURNAL_COMPACT_ROWS") != NULL)
-        s.compact_rows = strtoull(getenv("TALLY_JOURNAL_COMPACT_ROWS"), NULL, 10);
+    s.compact_rows = o->journal_compact_rows > 0 ? o->journal_compact_rows : COMPACT_ROWS_DEFAULT;
     if (s.compact_rows < 16)
         s.compact_rows = 16;
-    s.sync_ms = BATCH_SYNC_MS_DEFAULT;
-    if (getenv("TALLY_BATCH_SYNC_MS") != NULL)
-        s.sync_ms = strtoull(getenv("TALLY_BATCH_SYNC_MS"), NULL, 10);
+    s.sync_ms = o->batch_sync_ms > 0 ? (uint64_t)o->batch_sync_ms : BATCH_SYNC_MS_DEFAULT;
     signal(SIGPIPE, SIG_IGN);
     rc = store_tenant_dirs(o->data, o->tenant);
     if (rc == TALLY_OK)

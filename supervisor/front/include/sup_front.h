@@ -40,12 +40,14 @@ struct front_child;
 
 struct sup_front_config {
     const char *data;
-    const char *exe;          /* tallyd itself, to spawn supervisors */
-    bool strict;              /* durability */
-    int64_t wait_ms;          /* longest wait for the supervisor; 0 = 50 */
-    int64_t cold_start_ms;    /* longest wait for a supervisor being started; 0 = 5000 */
-    int64_t idle_exit_ms;     /* supervisors hibernate after this; 0 = 60000 */
-    uint32_t max_supervisors; /* 0 = 1024 */
+    const char *exe;               /* tallyd itself, to spawn supervisors */
+    bool strict;                   /* durability */
+    int64_t wait_ms;               /* longest wait for the supervisor; 0 = 50 */
+    int64_t cold_start_ms;         /* longest wait for a supervisor being started; 0 = 5000 */
+    int64_t idle_exit_ms;          /* supervisors hibernate after this; 0 = 60000 */
+    uint32_t max_supervisors;      /* 0 = 1024 */
+    int64_t batch_sync_ms;         /* batched: supervisors' journal sync delay; 0 = theirs (100) */
+    uint64_t journal_compact_rows; /* supervisors' compaction threshold; 0 = theirs (4096) */
 };
 
 struct sup_front_req;
@@ -172,6 +174,8 @@ struct sup_server_opts {
     int64_t idle_exit_ms;
     uint32_t max_supervisors;
     uint32_t max_connections;
+    int64_t batch_sync_ms;         /* batched only; 0 = the supervisors' default */
+    uint64_t journal_compact_rows; /* 0 = the supervisors' default */
 };
 
 /** Serves `o` (borrowed) until SIGINT or SIGTERM, then shuts down in order (HTTP, the
