@@ -10,8 +10,8 @@
  */
 #include "sup_front_int.h"
 
-#include <stdio.h>
-#include <stdlib.h>
+#include "tally_log.h"
+
 #include <string.h>
 
 static void park(struct front_child *fc, struct sup_front_req *r, enum sup_front_stage stage,
@@ -312,15 +312,24 @@ arm(struct front_child *fc)
     uv_timer_start(&fc->timer, on_timer, wake > now ? (uint64_t)(wake - now) : 1, 0);
 }
 
-/* TALLY_DEBUG_LEASES prints the lease traffic; read once, not per message. */
-static bool
-debug_leases(void)
+/* The lease traffic at --log-level debug, one line per message: "lease_sent" with the
+ * send's result, "lease_received" with an ERROR's code. tally_log_begin() returns
+ * false at once at higher levels, so the hot path pays one comparison. */
+static void
+log_lease(const char *event, const char *tenant, const struct proto_lease_msg *m, int rc)
 {
-    static int on = -1;
+    struct tally_log l;
 
-    if (on < 0)
-        on = getenv("TALLY_DEBUG_LEASES") != NULL;
-    return on == 1;
+    if (!tally_log_begin(&l, TALLY_LOG_DEBUG, event))
+        return;
+    tally_log_str(&l, "tenant", tenant);
+    tally_log_str(&l, "type", proto_lease_type_name(m->type));
+    tally_log_int(&l, "seq", (int64_t)m->origin.seq);
+    if (rc != TALLY_OK)
+        tally_log_str(&l, "error", tally_err_name(rc));
+    if (m->type == PROTO_LEASE_ERROR)
+        tally_log_int(&l, "code", m->error.code);
+    tally_log_end(&l);
 }
 
 void
@@ -346,10 +355,7 @@ front_child_pump(struct front_child *fc)
             size_t len = 0;
             if (proto_lease_encode(&m, 0, f->frame, sizeof(f->frame), &len) == TALLY_OK) {
                 int src = sup_manager_send(f->mgr, fc->tenant, f->frame, len);
-                if (debug_leases())
-                    fprintf(stderr, "%lld send %s seq=%llu rc=%d\n",
-                            (long long)now.mono_ms % 100000, proto_lease_type_name(m.type),
-                            (unsigned long long)m.origin.seq, src);
+                log_lease("lease_sent", fc->tenant, &m, src);
                 f->stats.lease_messages++;
                 front_obs_lease_sent(f, fc, m.origin.seq);
                 sent = true;
@@ -412,10 +418,7 @@ front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame 
 
     if (proto_lease_decode(fr, &m) != TALLY_OK)
         return;
-    if (debug_leases())
-        fprintf(stderr, "lease %s from %s seq=%llu code=%d\n", proto_lease_type_name(m.type),
-                tenant, (unsigned long long)m.origin.seq,
-                m.type == PROTO_LEASE_ERROR ? m.error.code : 0);
+    log_lease("lease_received", tenant, &m, TALLY_OK);
     fc = front_child_find(f, tenant, m.origin.child);
     if (fc == NULL)
         return;
