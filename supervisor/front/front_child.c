@@ -332,13 +332,44 @@ log_lease(const char *event, const char *tenant, const struct proto_lease_msg *m
     tally_log_end(&l);
 }
 
+/* Rounds of one pump: messages and writes feed each other, but a child that keeps
+ * producing both must not hold the loop; the rest waits for the next turn. */
+#define PUMP_ROUNDS 16
+/* At most one "lease_pump_deferred" line per this many ms, whatever the rate. */
+#define PUMP_LOG_EVERY_MS 10000
+
+/* The pump hit PUMP_ROUNDS with work left: counted, logged (rate-limited), and
+ * resumed on the next loop turn by the child's timer, so nothing is left waiting
+ * for an unrelated event. */
+static void
+pump_deferred(struct front_child *fc, int64_t now_ms)
+{
+    sup_front *f = fc->f;
+    struct tally_log l;
+
+    f->stats.pump_deferrals++;
+    if (f->pump_log_ms == 0 || now_ms - f->pump_log_ms >= PUMP_LOG_EVERY_MS) {
+        f->pump_log_ms = now_ms;
+        if (tally_log_begin(&l, TALLY_LOG_WARN, "lease_pump_deferred")) {
+            tally_log_str(&l, "tenant", fc->tenant);
+            tally_log_str(&l, "endpoint", fc->endpoint);
+            tally_log_int(&l, "rounds", PUMP_ROUNDS);
+            tally_log_int(&l, "deferrals", (int64_t)f->stats.pump_deferrals);
+            tally_log_end(&l);
+        }
+    }
+    fc->pump_soon = true;
+    uv_timer_start(&fc->timer, on_timer, 0, 0);
+}
+
 void
 front_child_pump(struct front_child *fc)
 {
     sup_front *f = fc->f;
     struct proto_lease_msg m;
     struct sup_time now = front_now();
-    int guard;
+    bool more = true;
+    int round;
 
     fc->pump_soon = false;
     /* A supervisor being started is not an unreachable one: its silence while it
@@ -349,22 +380,32 @@ front_child_pump(struct front_child *fc)
     }
     /* Messages and writes feed each other (a durable mark re-runs requests that
      * may ask for a lease): go on until a round does neither. */
-    for (guard = 0; guard < 16; guard++) {
+    for (round = 0; round < PUMP_ROUNDS && more; round++) {
         bool sent = false;
         while (sup_child_next_message(fc->child, now, &m) == TALLY_OK) {
             size_t len = 0;
-            if (proto_lease_encode(&m, 0, f->frame, sizeof(f->frame), &len) == TALLY_OK) {
-                int src = sup_manager_send(f->mgr, fc->tenant, f->frame, len);
-                log_lease("lease_sent", fc->tenant, &m, src);
-                f->stats.lease_messages++;
-                front_obs_lease_sent(f, fc, m.origin.seq);
-                sent = true;
+            int src;
+            if (proto_lease_encode(&m, 0, f->frame, sizeof(f->frame), &len) != TALLY_OK)
+                continue;
+            src = sup_manager_send(f->mgr, fc->tenant, f->frame, len);
+            log_lease("lease_sent", fc->tenant, &m, src);
+            if (src != TALLY_OK) {
+                /* Not on its way: the child's retransmit timer sends it again,
+                 * and its requests give up at their deadline meanwhile. */
+                f->stats.lease_send_failures++;
+                continue;
             }
+            f->stats.lease_messages++;
+            front_obs_lease_sent(f, fc, m.origin.seq);
+            sent = true;
         }
-        if (!front_store_flush(fc) && !sent)
-            break;
+        more = front_store_flush(fc) || sent;
     }
-    if (fc->timer_live)
+    if (!fc->timer_live)
+        return;
+    if (more)
+        pump_deferred(fc, now.mono_ms);
+    else
         arm(fc);
 }
 
