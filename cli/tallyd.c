@@ -11,6 +11,7 @@
 #include "store_paths.h"
 #include "sup_front.h"
 #include "sup_ledger.h"
+#include "tally_log.h"
 #include "tallyd_args.h"
 #include "tenant.h"
 
@@ -28,6 +29,8 @@ tallyd_main(int argc, char **argv)
     struct tallyd_opts o;
     const char *data;
     char lock[STORE_PATH_MAX];
+    struct tally_log l;
+    bool dumpable = false;
     int lock_fd = -1;
     int code, rc;
 
@@ -50,7 +53,14 @@ tallyd_main(int argc, char **argv)
     /* Secrets: files private whatever the caller's umask; no core file and no
      * ptrace by others (TALLY_DUMPABLE=1 keeps them, for debugging). */
     umask(077);
-    (void)store_process_private();
+    rc = store_process_private(&dumpable);
+    if ((rc != TALLY_OK || dumpable) && tally_log_begin(&l, TALLY_LOG_WARN, "process_dumpable")) {
+        /* Core files and ptrace by this user can read the key and tokens in flight. */
+        tally_log_str(&l, "reason", rc != TALLY_OK ? "prctl failed" : "TALLY_DUMPABLE=1");
+        if (rc != TALLY_OK)
+            tally_log_str(&l, "error", tally_strerror(rc));
+        tally_log_end(&l);
+    }
     if (o.supervise != NULL) {
         struct sup_process_opts so = {
             .data = data,

@@ -93,9 +93,10 @@ TALLY_MUST_CHECK int store_key_load(const char *dir, unsigned char **out /* OUT 
 void store_key_free(unsigned char *key);
 /** Keeps this process's memory (the key, tokens in flight) out of core files and
  *  away from ptrace by other users: prctl(PR_SET_DUMPABLE, 0). $TALLY_DUMPABLE=1
- *  skips it, for debugging with gdb or a core file. Returns true iff the process
- *  is now non-dumpable. Call once, early in main. */
-bool store_process_private(void);
+ *  skips it, for debugging with gdb or a core file: then *kept_dumpable is set and
+ *  the result is TALLY_OK. An error (prctl failed: the process may be dumpable) is
+ *  for the caller to report. Call once, early in main. */
+TALLY_MUST_CHECK int store_process_private(bool *kept_dumpable /* OUT */);
 /** TALLY_OK when the directory that will hold socket `path` (borrowed) is not
  *  writable by others (who could replace the socket or squat its name);
  *  TALLY_EPERM when it is, TALLY_ENODATA when it does not exist. */
