@@ -23,9 +23,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <uv.h>
@@ -401,6 +403,48 @@ test_tallyd_tuning_flags_checked(void **state)
     assert_non_null(strstr(ch.out, "--journal-compact-rows N"));
 }
 
+/* A supervisor whose event loop cannot be set up (no descriptor left for
+ * epoll: RLIMIT_NOFILE 5 with 0-3 open and the tenant's lock on 4) exits 74
+ * with one error line naming the call, rather than running on a broken loop. */
+static void
+test_tallyd_supervisor_loop_failure_is_reported(void **state)
+{
+    char log[400];
+    char *argv[] = {tallyd_path, "--supervise", "nofd", "--data", init_dir, NULL};
+    char *text;
+    size_t len = 0;
+    int status = 0;
+    pid_t pid;
+
+    (void)state;
+    snprintf(log, sizeof(log), "%s.nofd.log", init_dir);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit rl = {5, 5};
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int null = open("/dev/null", O_RDWR);
+        if (fd < 0 || null < 0 || dup2(null, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0 ||
+            dup2(null, 3) < 0)
+            _exit(120);
+        for (int i = 4; i < 1024; i++)
+            close(i);
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(121);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    text = test_read_file(log, &len);
+    assert_non_null(text);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 74)
+        fail_msg("status %d: %s", status, text);
+    assert_non_null(strstr(text, "\"event\":\"supervisor_loop_failed\""));
+    assert_non_null(strstr(text, "\"call\":\"uv_loop_init\""));
+    free(text);
+    unlink(log);
+}
+
 static void
 test_tallyd_port_in_use(void **state)
 {
@@ -491,6 +535,7 @@ main(void)
         cmocka_unit_test(test_tallyd_uninitialised),
         cmocka_unit_test(test_tallyd_usage_errors),
         cmocka_unit_test(test_tallyd_tuning_flags_checked),
+        cmocka_unit_test(test_tallyd_supervisor_loop_failure_is_reported),
         cmocka_unit_test(test_tallyd_port_in_use),
     };
 

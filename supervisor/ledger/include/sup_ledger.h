@@ -30,7 +30,8 @@ struct sup_process_opts {
 
 /** Runs the supervisor until it should exit; returns the exit status: 0 (idle,
  *  EOF or signal), 75 (another supervisor holds the tenant), 74 (storage error,
- *  the journal is left as it was), 78 (unknown tenant or data dir). */
+ *  the journal is left as it was, or its event loop could not be set up or torn
+ *  down: logged), 78 (unknown tenant or data dir). */
 int sup_process_run(const struct sup_process_opts *o);
 
 #endif /* SUP_PROCESS_H */
