@@ -146,6 +146,8 @@ struct sup_child_persist {
 struct sup_child_stats {
     uint64_t admits, degraded, refused, unavailable, waits, acquires, grants, denies, returns;
     uint64_t retransmits, messages, writes, resumed, leases_spent, prefetches;
+    uint64_t grants_no_room;  /* grants the link's table had no room for, handed back */
+    uint64_t grants_stranded; /* of those, left to expire (no request slot for the RETURN) */
     uint32_t links, live_leases, inflight;
     bool reachable;
 };
