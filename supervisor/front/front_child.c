@@ -381,10 +381,14 @@ front_child_pump(struct front_child *fc)
     /* Messages and writes feed each other (a durable mark re-runs requests that
      * may ask for a lease): go on until a round does neither. */
     for (round = 0; round < PUMP_ROUNDS && more; round++) {
-        bool sent = false;
+        /* A message taken from the child changed its state (a request in flight, a
+         * report on its way) whether or not the send worked, and may free work for
+         * the next round: it counts as progress either way. */
+        bool took = false;
         while (sup_child_next_message(fc->child, now, &m) == TALLY_OK) {
             size_t len = 0;
             int src;
+            took = true;
             if (proto_lease_encode(&m, 0, f->frame, sizeof(f->frame), &len) != TALLY_OK)
                 continue;
             src = sup_manager_send(f->mgr, fc->tenant, f->frame, len);
@@ -397,9 +401,8 @@ front_child_pump(struct front_child *fc)
             }
             f->stats.lease_messages++;
             front_obs_lease_sent(f, fc, m.origin.seq);
-            sent = true;
         }
-        more = front_store_flush(fc) || sent;
+        more = front_store_flush(fc) || took;
     }
     if (!fc->timer_live)
         return;
