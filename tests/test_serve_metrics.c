@@ -289,6 +289,9 @@ test_metrics_page_is_valid_and_counts(void **state)
     assert_true(serve_metric(m.body, "tally_lease_rtt_seconds_count") >= 1);
     assert_true(serve_metric(m.body, "tally_lease_messages_total") >=
                 serve_metric(m.body, "tally_lease_rtt_seconds_count"));
+    /* a healthy supervisor takes every lease message; nothing was left for a later turn */
+    assert_true(serve_metric(m.body, "tally_lease_send_failures_total") == 0);
+    assert_true(serve_metric(m.body, "tally_lease_pump_deferrals_total") == 0);
     assert_true(serve_metric(m.body, "tally_supervisors_live") == 1);
     assert_true(serve_metric(m.body, "tally_supervisor_events_total{event=\"start\"}") == 1);
     assert_true(serve_metric(m.body, "tally_links_live") == 1);
