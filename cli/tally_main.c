@@ -146,12 +146,17 @@ main(int argc, char **argv)
     struct cli c;
     size_t i;
     int at = 1;
-    int n;
+    bool dumpable = false;
+    int n, rc;
 
     umask(077);
     if (sodium_init() < 0)
         return cli_fail(EXIT_IOERR, "libsodium failed to initialise");
-    (void)store_process_private(); /* tokens and the key stay out of core files */
+    /* tokens and the key stay out of core files; TALLY_DUMPABLE=1 was asked for */
+    rc = store_process_private(&dumpable);
+    if (rc != TALLY_OK)
+        fprintf(stderr, "tally: warning: cannot keep this process out of core files: %s\n",
+                tally_strerror(rc));
     /* --data may stand anywhere (`tally init --data DIR` reads naturally): take
      * it out of argv first, then the global flags, then the verb. */
     n = 1;

@@ -1,5 +1,7 @@
 /*
- * tallyd: the daemon's thin main. It parses the command line (tallyd_args.c),
+ * tallyd: the daemon's body, tallyd_main(), called by the thin main
+ * (tallyd_main.c) and by the suites' build with the power-loss shim
+ * (tests/support/tallyd_powerloss.c). It parses the command line (tallyd_args.c),
  * checks that the data dir was initialised, hardens the process, and then either
  * serves (sup_server_run, supervisor/front/) or, with --supervise, is one tenant's
  * supervisor process, spawned by tallyd itself (sup_process_run,
@@ -9,6 +11,7 @@
 #include "store_paths.h"
 #include "sup_front.h"
 #include "sup_ledger.h"
+#include "tally_log.h"
 #include "tallyd_args.h"
 #include "tenant.h"
 
@@ -20,12 +23,14 @@
 #include <unistd.h>
 
 int
-main(int argc, char **argv)
+tallyd_main(int argc, char **argv)
 {
     struct sigaction sa;
     struct tallyd_opts o;
     const char *data;
     char lock[STORE_PATH_MAX];
+    struct tally_log l;
+    bool dumpable = false;
     int lock_fd = -1;
     int code, rc;
 
@@ -48,10 +53,24 @@ main(int argc, char **argv)
     /* Secrets: files private whatever the caller's umask; no core file and no
      * ptrace by others (TALLY_DUMPABLE=1 keeps them, for debugging). */
     umask(077);
-    (void)store_process_private();
+    rc = store_process_private(&dumpable);
+    if ((rc != TALLY_OK || dumpable) && tally_log_begin(&l, TALLY_LOG_WARN, "process_dumpable")) {
+        /* Core files and ptrace by this user can read the key and tokens in flight. */
+        tally_log_str(&l, "reason", rc != TALLY_OK ? "prctl failed" : "TALLY_DUMPABLE=1");
+        if (rc != TALLY_OK)
+            tally_log_str(&l, "error", tally_strerror(rc));
+        tally_log_end(&l);
+    }
     if (o.supervise != NULL) {
-        struct sup_process_opts so = {data, o.supervise, strcmp(o.durability, "strict") == 0,
-                                      o.idle_exit, 3};
+        struct sup_process_opts so = {
+            .data = data,
+            .tenant = o.supervise,
+            .strict = strcmp(o.durability, "strict") == 0,
+            .idle_exit_ms = o.idle_exit,
+            .channel_fd = 3,
+            .batch_sync_ms = o.batch_sync,
+            .journal_compact_rows = (uint64_t)o.compact_rows,
+        };
         return sup_process_run(&so);
     }
     snprintf(lock, sizeof(lock), "%s/tallyd.lock", data);
@@ -77,6 +96,8 @@ main(int argc, char **argv)
             .idle_exit_ms = o.idle_exit,
             .max_supervisors = (uint32_t)o.max_sups,
             .max_connections = (uint32_t)o.max_conns,
+            .batch_sync_ms = o.batch_sync,
+            .journal_compact_rows = (uint64_t)o.compact_rows,
         };
         code = sup_server_run(&so);
     }

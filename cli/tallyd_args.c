@@ -18,6 +18,7 @@ static const char usage_text[] =
     "              [--durability strict|batched] [--wait-ms MS] [--idle-exit-ms MS]\n"
     "              [--tcp ADDR:PORT] [--log-level debug|info|warn|error]\n"
     "              [--max-supervisors N] [--max-connections N]\n"
+    "              [--batch-sync-ms MS] [--journal-compact-rows N]\n"
     "              [--help] [--version]\n"
     "\n"
     "Runs the tally daemon in the foreground until SIGINT or SIGTERM.\n"
@@ -30,9 +31,10 @@ static const char usage_text[] =
     "  --tcp ADDR:PORT    also serve the binary protocol on TCP (off by default; no\n"
     "                     auth beyond the token: bind to loopback or a private net)\n"
     "  --durability MODE  strict (default): every grant and lease mark is fsynced\n"
-    "                     before use; batched: grants fsynced every 100 ms, no lease\n"
-    "                     marks (safe from kill -9; an OS crash or power loss may\n"
-    "                     forget the grants of the last 100 ms: see README)\n"
+    "                     before use; batched: grants fsynced every 100 ms\n"
+    "                     (--batch-sync-ms), no lease marks (safe from kill -9; an\n"
+    "                     OS crash or power loss may forget the grants of the last\n"
+    "                     100 ms: see README)\n"
     "  --wait-ms MS       longest wait of a request for its tenant's supervisor\n"
     "                     (default 50)\n"
     "  --idle-exit-ms MS  a supervisor with no message for this long exits; the\n"
@@ -44,6 +46,11 @@ static const char usage_text[] =
     "                     1000000): HTTP, and the binary protocol (Unix + TCP); one\n"
     "                     more gets 503 too_many_connections (HTTP) or ERROR -18\n"
     "                     \"too many connections\" (binary), then is closed\n"
+    "  --batch-sync-ms MS with --durability batched only: the longest a grant\n"
+    "                     stays unsynced (default 100, 1 to 60000): an OS crash or\n"
+    "                     power loss may forget the grants of the last MS\n"
+    "  --journal-compact-rows N  a supervisor compacts its journal once it grew by\n"
+    "                     N rows (default 4096, 16 to 100000000); tuning and tests\n"
     "\n"
     "  --log-level LEVEL  lowest level logged: debug, info (default), warn, error\n"
     "\n"
@@ -124,14 +131,32 @@ parse_ms(const char *s, int64_t min, int64_t max, int64_t dflt, int64_t *out)
 int
 tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
 {
-    static const char *const names[] = {
-        "--data",           "--http",      "--socket", "--durability", "--wait-ms",
-        "--idle-exit-ms",   "--supervise", "--tcp",    "--log-level",  "--max-supervisors",
-        "--max-connections"};
-    const char **slots[] = {
-        &o->data,           &o->http,      &o->socket, &o->durability, &o->wait_ms,
-        &o->idle_exit_ms,   &o->supervise, &o->tcp,    &o->log_level,  &o->max_supervisors,
-        &o->max_connections};
+    static const char *const names[] = {"--data",
+                                        "--http",
+                                        "--socket",
+                                        "--durability",
+                                        "--wait-ms",
+                                        "--idle-exit-ms",
+                                        "--supervise",
+                                        "--tcp",
+                                        "--log-level",
+                                        "--max-supervisors",
+                                        "--max-connections",
+                                        "--batch-sync-ms",
+                                        "--journal-compact-rows"};
+    const char **slots[] = {&o->data,
+                            &o->http,
+                            &o->socket,
+                            &o->durability,
+                            &o->wait_ms,
+                            &o->idle_exit_ms,
+                            &o->supervise,
+                            &o->tcp,
+                            &o->log_level,
+                            &o->max_supervisors,
+                            &o->max_connections,
+                            &o->batch_sync_ms,
+                            &o->journal_compact_rows};
     enum tally_log_level level;
     struct sockaddr_un sun;
     int i;
@@ -200,6 +225,15 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                   PROTO_HTTP_DEFAULT_MAX_CONNECTIONS, &o->max_conns))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --max-connections '%s': 1 to %d",
                            o->max_connections, PROTO_HTTP_LIMIT_CONNECTIONS);
+    if (o->batch_sync_ms != NULL && strcmp(o->durability, "batched") != 0)
+        return tallyd_fail(TALLYD_EXIT_USAGE, "--batch-sync-ms needs --durability batched");
+    if (!parse_ms(o->batch_sync_ms, 1, 60000, 0, &o->batch_sync))
+        return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --batch-sync-ms '%s': 1 to 60000",
+                           o->batch_sync_ms);
+    if (!parse_ms(o->journal_compact_rows, 16, 100000000, 0, &o->compact_rows))
+        return tallyd_fail(TALLYD_EXIT_USAGE,
+                           "invalid --journal-compact-rows '%s': 16 to 100000000",
+                           o->journal_compact_rows);
     if (o->supervise != NULL && !tenant_name_valid(o->supervise))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid tenant name for --supervise");
     if (o->socket != NULL && strlen(o->socket) >= sizeof(sun.sun_path))

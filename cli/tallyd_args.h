@@ -29,11 +29,15 @@ struct tallyd_opts {
     const char *log_level;
     const char *max_supervisors;
     const char *max_connections;
+    const char *batch_sync_ms;
+    const char *journal_compact_rows;
     int64_t wait;
     int64_t idle_exit;
     int64_t max_sups;
     int64_t max_conns;
-    char host[64]; /* from --http, without brackets */
+    int64_t batch_sync;   /* --batch-sync-ms, 0 when not given (strict) */
+    int64_t compact_rows; /* --journal-compact-rows, 0 when not given */
+    char host[64];        /* from --http, without brackets */
     int port;
     bool ipv6;
     char tcp_host[64]; /* from --tcp */
@@ -44,6 +48,8 @@ struct tallyd_opts {
 /** Parses argv into *o (zeroed by the caller), checking every value. Returns -1 to go on, else
  *  the exit code (after --help, --version or a usage error, which it prints). */
 int tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o);
+/** The daemon (tallyd.c): parses argv, then serves or supervises; returns the exit code. */
+int tallyd_main(int argc, char **argv);
 /** Prints "tallyd: MESSAGE" on stderr; returns code. */
 #define tallyd_fail(code, ...) tally_fail("tallyd", (code), __VA_ARGS__)
 

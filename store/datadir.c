@@ -178,14 +178,15 @@ store_key_free(unsigned char *key)
         sodium_free(key);
 }
 
-bool
-store_process_private(void)
+int
+store_process_private(bool *kept_dumpable)
 {
     const char *keep = getenv("TALLY_DUMPABLE");
 
-    if (keep != NULL && strcmp(keep, "1") == 0)
-        return false;
-    return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0;
+    *kept_dumpable = keep != NULL && strcmp(keep, "1") == 0;
+    if (*kept_dumpable)
+        return TALLY_OK;
+    return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0 ? TALLY_OK : errno_rc(errno);
 }
 
 int

@@ -5,7 +5,6 @@
  * umask, because a counter or ledger file names links and tenants.
  */
 #include "store.h"
-#include "store_powerloss.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +18,8 @@
 
 /* Detail of the last failed open: the handle that held it is gone. */
 static char open_errmsg[STORE_PATH_MAX + 512];
+/* The VFS of files opened with STORE_OPEN_PRIVATE; NULL: SQLite's default. */
+static const char *private_vfs;
 
 struct store_db {
     sqlite3 *sql;
@@ -344,8 +345,7 @@ store_db_open_ctx(const char *path, const struct store_schema *schema, unsigned 
         if (rc != TALLY_OK)
             goto out;
     }
-    /* The power-loss hook (tests only) wraps files no other process reads. */
-    vfs = (flags & STORE_OPEN_PRIVATE) && store_powerloss_enabled() ? STORE_POWERLOSS_VFS : NULL;
+    vfs = (flags & STORE_OPEN_PRIVATE) ? private_vfs : NULL;
     rc = store_db_rc(
         db, sqlite3_open_v2(path, &db->sql, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, vfs));
     if (rc != TALLY_OK)
@@ -367,6 +367,12 @@ out:
         snprintf(open_errmsg, sizeof(open_errmsg), "%s", db->errmsg);
     store_db_close(db);
     return rc;
+}
+
+void
+store_private_vfs_set(const char *name)
+{
+    private_vfs = name;
 }
 
 void

@@ -1,6 +1,6 @@
 /*
- * The result table and the counted allocator. The counter is a plain integer
- * because every process uses one thread per loop and tests run one thread.
+ * The result table and tally_strdup. The allocator itself is in alloc.c, an
+ * object of its own so that the suites can replace it (tests/support/alloc_hook.c).
  */
 #include "tally_common.h"
 
@@ -31,58 +31,6 @@ tally_err_name(int rc)
 #undef TALLY_RC_NAME
     }
     return "TALLY_UNKNOWN";
-}
-
-static uint64_t alloc_count;
-static uint64_t alloc_fail_at;
-
-static int
-alloc_should_fail(void)
-{
-    alloc_count++;
-    return alloc_fail_at != 0 && alloc_count == alloc_fail_at;
-}
-
-void
-tally_alloc_fail_at(uint64_t fail_at)
-{
-    alloc_fail_at = fail_at == 0 ? 0 : alloc_count + fail_at;
-}
-
-uint64_t
-tally_alloc_count(void)
-{
-    return alloc_count;
-}
-
-void *
-tally_malloc(size_t n)
-{
-    if (alloc_should_fail())
-        return NULL;
-    return malloc(n);
-}
-
-void *
-tally_calloc(size_t count, size_t n)
-{
-    if (alloc_should_fail())
-        return NULL;
-    return calloc(count, n);
-}
-
-void *
-tally_realloc(void *p, size_t n)
-{
-    if (alloc_should_fail())
-        return NULL;
-    return realloc(p, n);
-}
-
-void
-tally_free(void *p)
-{
-    free(p);
 }
 
 char *

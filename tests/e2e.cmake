@@ -1,5 +1,5 @@
 # End to end with the real processes: tallyd, child counters, supervisors.
 tally_add_test(test_e2e_leases test_e2e_leases.c LABELS e2e slow)
-target_link_libraries(test_e2e_leases PRIVATE tally_ledger_internal tally_child tally_proto PkgConfig::SQLITE3)
+target_link_libraries(test_e2e_leases PRIVATE tally_ledger_internal tally_child_internal tally_proto PkgConfig::SQLITE3)
 add_dependencies(test_e2e_leases tallyd tally_cli)
 set_tests_properties(test_e2e_leases PROPERTIES TIMEOUT 900)

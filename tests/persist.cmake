@@ -1,10 +1,10 @@
 # Data at rest: the record codecs of the journal and of the child files, and the upgrade of
 # files written by format 1 (tests/fixtures/v1) to today's format.
 tally_add_test(test_sup_codec test_sup_codec.c LABELS unit)
-target_link_libraries(test_sup_codec PRIVATE tally_ledger_internal tally_child)
+target_link_libraries(test_sup_codec PRIVATE tally_ledger_internal tally_child_internal)
 
 tally_add_test(test_store_upgrade test_store_upgrade.c LABELS unit)
-target_link_libraries(test_store_upgrade PRIVATE tally_ledger_internal tally_child
+target_link_libraries(test_store_upgrade PRIVATE tally_ledger_internal tally_child_internal
                       PkgConfig::SQLITE3)
 
 # The same through the real tallyd: format-1 files served, newer files refused.

@@ -5,17 +5,17 @@ tally_add_test(test_proto_lease test_proto_lease.c proto_lease_sample.c LABELS u
 target_link_libraries(test_proto_lease PRIVATE tally_proto)
 
 tally_add_test(test_sup_ledger test_sup_ledger.c sup_sim_fx.c LABELS unit)
-target_link_libraries(test_sup_ledger PRIVATE tally_ledger_internal tally_child)
+target_link_libraries(test_sup_ledger PRIVATE tally_ledger_internal tally_child_internal)
 
 tally_add_test(test_sup_journal test_sup_journal.c sup_sim_fx.c LABELS unit)
-target_link_libraries(test_sup_journal PRIVATE tally_ledger_internal tally_child)
+target_link_libraries(test_sup_journal PRIVATE tally_ledger_internal tally_child_internal)
 
 tally_add_test(test_sup_child test_sup_child.c sup_sim_cx.c LABELS unit)
-target_link_libraries(test_sup_child PRIVATE tally_child)
+target_link_libraries(test_sup_child PRIVATE tally_child_internal)
 
 tally_add_test(test_sup_child_durable test_sup_child_durable.c sup_sim_cx.c LABELS unit)
-target_link_libraries(test_sup_child_durable PRIVATE tally_child)
+target_link_libraries(test_sup_child_durable PRIVATE tally_child_internal)
 
 tally_add_test(test_sup_sim test_sup_sim.c sup_sim.c sup_sim_child.c sup_sim_check.c
                sup_sim_end.c sup_sim_strand.c LABELS slow)
-target_link_libraries(test_sup_sim PRIVATE tally_ledger_internal tally_child)
+target_link_libraries(test_sup_sim PRIVATE tally_ledger_internal tally_child_internal)

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "tally.h"
+#include "test_alloc.h"
 #include "test_daemon.h"
 #include "test_support.h"
 

@@ -414,8 +414,7 @@ chaos(int what)
     snprintf(limit, sizeof(limit), "%d/365d", n);
     make_env(&e, limit, "100000/365d");
     /* Compact the journal every few dozen records, so kills land during compactions too. */
-    setenv("TALLY_JOURNAL_COMPACT_ROWS", "16", 1);
-    start(&e, NULL);
+    start(&e, "--journal-compact-rows=16");
     for (round = 0; round < 12; round++) {
         struct test_load_result r;
         pid_t loader;
@@ -439,7 +438,8 @@ chaos(int what)
         }
         if (what & 2) {
             test_daemon_kill9(&e.d);
-            start(&e, NULL); /* stale socket, orphan supervisor, held locks: all recovered */
+            /* stale socket, orphan supervisor, held locks: all recovered */
+            start(&e, "--journal-compact-rows=16");
         }
         assert_int_equal(read(pipefd[0], &r, sizeof(r)), (ssize_t)sizeof(r));
         close(pipefd[0]);
@@ -460,7 +460,6 @@ chaos(int what)
         assert_true(admitted <= n);
     }
     assert_int_equal(test_daemon_stop(&e.d), 0);
-    unsetenv("TALLY_JOURNAL_COMPACT_ROWS");
     journal_cells(e.data);
     {
         size_t len = 0;

@@ -1,7 +1,8 @@
 /*
  * What `--durability batched` loses to a power loss, measured (README
- * "Failure modes", durability). tallyd and its supervisor run with the
- * power-loss hook (TALLY_TEST_POWERLOSS=1, store/powerloss_vfs.c): journal
+ * "Failure modes", durability). tallyd and its supervisor run as
+ * tallyd_powerloss, the daemon built with the power-loss hook
+ * (tests/support/powerloss_vfs.c): journal
  * and child-file writes that were never fsynced live only in the process,
  * so kill -9 of every process drops exactly what an OS crash would. Under a
  * steady load on one tenant whose plan allows N per hour, everything is
@@ -10,8 +11,9 @@
  * whole window, counted by the clients: strict admits at most N; batched at
  * most N plus what was admitted in the last SYNC_MS + LATE_MS before each
  * loss (the supervisor fsyncs its journal at most SYNC_MS after a commit, and
- * admissions from a forgotten grant come after it). With the sync timer off,
- * the loss is most of what was granted since the start: the hook bites.
+ * admissions from a forgotten grant come after it). With the sync timer
+ * pushed past the run (--batch-sync-ms 60000), the loss is most of what was
+ * granted since the start: the hook bites.
  */
 /* clang-format off */
 #include <stdarg.h>
@@ -46,6 +48,7 @@ struct env {
     char token_a[64]; /* tenant a, plan N = LIMIT_N */
     char token_b[64]; /* tenant b, plan N = LIMIT_END */
     const char *tenant;
+    const char *extra; /* one more tallyd flag, or NULL */
     struct fail_load l[LOADS];
 };
 
@@ -76,7 +79,7 @@ setup(void **state)
     serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "b", "--plan", "small", NULL);
     serve_tally_ok(&e->s, e->token_a, sizeof(e->token_a), "link", "create", "a", NULL);
     serve_tally_ok(&e->s, e->token_b, sizeof(e->token_b), "link", "create", "b", NULL);
-    assert_int_equal(setenv("TALLY_TEST_POWERLOSS", "1", 1), 0);
+    test_daemon_use_bin(TALLYD_POWERLOSS);
     return 0;
 }
 
@@ -91,8 +94,7 @@ teardown(void **state)
         test_daemon_kill9(&e->s.d);
     (void)test_wait_supervisors(e->s.data, "a", 0, 5000);
     (void)test_wait_supervisors(e->s.data, "b", 0, 5000);
-    unsetenv("TALLY_TEST_POWERLOSS");
-    unsetenv("TALLY_BATCH_SYNC_MS");
+    test_daemon_use_bin(NULL);
     fail_keep_log(e->s.d.log);
     serve_env_release(&e->s);
     free(e);
@@ -192,13 +194,13 @@ run_window(struct env *e, const char *durability, int kills, int64_t limit, stru
 
     memset(r, 0, sizeof(*r));
     snprintf(mode, sizeof(mode), "--durability=%s", durability);
-    serve_start(&e->s, mode, NULL);
+    serve_start(&e->s, mode, e->extra);
     start_loads(e, limit == LIMIT_N ? 0 : 2); /* slower as the plan runs out */
     for (int k = 0; k < kills; k++) {
         int64_t t_kill;
         load_then_kill(e, limit == LIMIT_N ? LIMIT_N / 8 : 0, r);
         t_kill = serve_now_ms();
-        serve_start(&e->s, mode, NULL);
+        serve_start(&e->s, mode, e->extra);
         if (k + 1 < kills) {
             /* until the restarted processes admit again */
             while ((c = take_all(e)).admitted == 0) {
@@ -261,16 +263,17 @@ test_batched_loses_at_most_its_last_sync_interval(void **state)
     assert_true(r.before + r.after <= LIMIT_N + r.tail);
 }
 
-/* The hook works, and the timer is what bounds the loss: with it off
- * (TALLY_BATCH_SYNC_MS=0, SQLite's checkpoints only) a power loss forgets
- * nearly every grant since the supervisor started. */
+/* The hook works, and the timer is what bounds the loss: with it set past the
+ * run (--batch-sync-ms 60000, longer than load_then_kill may load; SQLite's
+ * checkpoints only) a power loss forgets nearly every grant since the
+ * supervisor started. */
 static void
 test_batched_without_sync_timer_loses_the_whole_tail(void **state)
 {
     struct env *e = *state;
     struct run r;
 
-    assert_int_equal(setenv("TALLY_BATCH_SYNC_MS", "0", 1), 0);
+    e->extra = "--batch-sync-ms=60000";
     e->tenant = "a";
     run_window(e, "batched", 1, LIMIT_N, &r);
     assert_true(r.before + r.after - LIMIT_N >= r.before / 2);

@@ -180,6 +180,17 @@ test_corrupt_journal_is_named_and_refused(void **state)
     /* good: one start per run of tallyd, never a restart */
     assert_int_equal(serve_log_count(&e->s, "\"supervisor_start\",\"tenant\":\"good\""), 2);
     assert_int_equal(serve_log_count(&e->s, "\"supervisor_restart\",\"tenant\":\"good\""), 0);
+    /* bad's retransmits that meet its restart backoff (2 s by now, longer than the child's
+     * 1 s retransmit interval) are not sent: counted as such, not as lease messages */
+    for (int64_t t0 = serve_now_ms();; serve_sleep_ms(200)) {
+        struct serve_http m;
+        serve_http_get(e->s.http_port, "/metrics", NULL, &m);
+        assert_int_equal(m.status, 200);
+        if (serve_metric(m.body, "tally_lease_send_failures_total") >= 1)
+            break;
+        if (serve_now_ms() - t0 > 10000)
+            fail_msg("no lease send failure counted in 10 s of a 2 s restart backoff");
+    }
     serve_stop(&e->s);
     still_garbage(e, "tenants/bad/ledger.db");
 }

@@ -93,8 +93,6 @@ setup(void **state)
     for (int k = 0; k < LINKS; k++)
         serve_tally_ok(&e->s, e->tok[k], sizeof(e->tok[k]), "link", "create", "acme", NULL);
     atomic_init(&e->timed_from, INT64_MAX);
-    /* compactions every 16 journal rows: kills land in the middle of some */
-    setenv("TALLY_JOURNAL_COMPACT_ROWS", "16", 1);
     return 0;
 }
 
@@ -130,7 +128,6 @@ teardown(void **state)
             fprintf(stderr, "could not keep %s\n", e->s.d.log);
     }
     serve_env_release(&e->s);
-    unsetenv("TALLY_JOURNAL_COMPACT_ROWS");
     free(e);
     return 0;
 }
@@ -138,7 +135,8 @@ teardown(void **state)
 static void
 start(struct env *e)
 {
-    if (test_daemon_start(&e->s.d, e->s.data, e->wait, NULL) != 0) {
+    /* compactions every 16 journal rows: kills land in the middle of some */
+    if (test_daemon_start(&e->s.d, e->s.data, e->wait, "--journal-compact-rows=16", NULL) != 0) {
         char *log = serve_log(&e->s);
         fail_msg("tallyd did not start: %s", log != NULL ? log : "(no log)");
     }

@@ -16,7 +16,10 @@
  * its policies the same way, b is untouched, and after the operator's repair
  * (stop, fsck, mount, start) every file is intact and a is served again. A
  * tallyd started on a data dir that is read-only as a whole cannot keep
- * state: it refuses to start with one line naming the dir.
+ * state: it refuses to start with one line naming the dir. /healthz says so
+ * (503) while the data dir is read-only under a running tallyd, and while a
+ * tenant's supervisor cannot start (its lock held by another process), and
+ * is 200 again once each is repaired.
  */
 /* clang-format off */
 #include <stdarg.h>
@@ -28,10 +31,12 @@
 /* clang-format on */
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -489,6 +494,68 @@ test_readonly_data_dir_refuses_to_start(void **state)
     free(o);
 }
 
+/* GET /healthz until it answers `status` with `body` (the data dir is probed at
+ * most once a second), at most 5 s. */
+static void
+healthz_becomes(const struct env *e, int status, const char *body)
+{
+    struct serve_http r;
+    int64_t t0 = serve_now_ms();
+
+    for (;;) {
+        serve_http_get(e->s.http_port, "/healthz", NULL, &r);
+        if (r.status == status && strcmp(r.body, body) == 0)
+            return;
+        if (serve_now_ms() - t0 > 5000)
+            fail_msg("/healthz: %d %s, want %d %s", r.status, r.body, status, body);
+        serve_sleep_ms(100);
+    }
+}
+
+static void
+test_healthz_reports_readonly_data_and_failing_supervisors(void **state)
+{
+    static const char ok[] = "{\"status\":\"ok\"}";
+    struct env *e = *state;
+    struct serve_http r;
+    char dir[300], lock[400];
+    int fd;
+
+    serve_start(&e->s, NULL, NULL);
+    serve_http_get(e->s.http_port, "/healthz", NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, ok);
+    /* the whole data dir read-only under the running tallyd */
+    bind_ro(e, e->s.data);
+    healthz_becomes(e, 503, "{\"status\":\"unhealthy\",\"detail\":\"data dir not writable\"}");
+    unbind(e);
+    healthz_becomes(e, 200, ok);
+    /* tenant a's supervisor lock held here: every start of it is refused */
+    snprintf(dir, sizeof(dir), "%s/tenants", e->s.data);
+    (void)mkdir(dir, 0700);
+    snprintf(dir, sizeof(dir), "%s/tenants/a", e->s.data);
+    (void)mkdir(dir, 0700);
+    snprintf(lock, sizeof(lock), "%s/supervisor.lock", dir);
+    fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+    serve_check(&e->s, e->token_a, "closed", &r);
+    assert_int_equal(r.status, 503);
+    healthz_becomes(e, 503,
+                    "{\"status\":\"unhealthy\",\"detail\":\"supervisors failing to start\"}");
+    close(fd);
+    /* the next start (after its backoff) takes the lock and answers */
+    for (int64_t t0 = serve_now_ms();; serve_sleep_ms(100)) {
+        serve_check(&e->s, e->token_a, "closed", &r);
+        if (r.status == 200)
+            break;
+        if (serve_now_ms() - t0 > 10000)
+            fail_msg("a is not served again within 10 s of the lock's release: %d", r.status);
+    }
+    healthz_becomes(e, 200, ok);
+    serve_stop(&e->s);
+}
+
 int
 main(void)
 {
@@ -497,6 +564,8 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fs_turned_readonly_follows_policy, setup, teardown),
         cmocka_unit_test_setup_teardown(test_readonly_data_dir_refuses_to_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_healthz_reports_readonly_data_and_failing_supervisors,
+                                        setup, teardown),
     };
 
     return cmocka_run_group_tests_name("fail_readonly", tests, NULL, NULL);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "proto_http.h"
+#include "test_alloc.h"
 #include "test_http_client.h"
 
 #define FILL_COUNT 1000 /* pipelined requests for /fill */

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "proto_http.h"
+#include "test_alloc.h"
 
 static void
 nop_handler(void *app_data, const struct proto_http_request *req, struct proto_http_response *resp)

@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 
 #include "proto_http.h"
+#include "test_alloc.h"
 #include "test_http_client.h"
 
 #define DEFER_COUNT 1000 /* deferred requests on one connection */

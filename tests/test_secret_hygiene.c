@@ -95,7 +95,9 @@ dumpable_after(const char *env)
             setenv("TALLY_DUMPABLE", env, 1);
         else
             unsetenv("TALLY_DUMPABLE");
-        (void)store_process_private();
+        bool kept = false;
+        if (store_process_private(&kept) != TALLY_OK || kept != (env != NULL && env[0] == '1'))
+            _exit(100);
         _exit(prctl(PR_GET_DUMPABLE, 0, 0, 0, 0));
     }
     assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -110,6 +112,40 @@ test_processes_are_not_dumpable_unless_asked(void **state)
     assert_int_equal(dumpable_after(NULL), 0);
     assert_int_equal(dumpable_after("0"), 0);
     assert_int_equal(dumpable_after("1"), 1);
+}
+
+/* tallyd says when it stays dumpable (TALLY_DUMPABLE=1): one warn event,
+ * process_dumpable, from the daemon and from each supervisor; none otherwise. */
+static void
+test_dumpable_daemon_says_so(void **state)
+{
+    struct test_daemon d;
+    char root[128], data[200];
+    char *log;
+    size_t len = 0;
+
+    (void)state;
+    test_tmpdir(root, sizeof(root));
+    snprintf(data, sizeof(data), "%s/data", root);
+    assert_int_equal(test_tally(data, &o, "init", NULL), 0);
+    assert_int_equal(test_daemon_start(&d, data, NULL), 0);
+    assert_int_equal(test_daemon_stop(&d), 0);
+    log = test_read_file(d.log, &len);
+    assert_non_null(log);
+    assert_null(strstr(log, "process_dumpable"));
+    free(log);
+    unlink(d.log);
+    setenv("TALLY_DUMPABLE", "1", 1);
+    assert_int_equal(test_daemon_start(&d, data, NULL), 0);
+    unsetenv("TALLY_DUMPABLE");
+    assert_int_equal(test_daemon_stop(&d), 0);
+    log = test_read_file(d.log, &len);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "\"level\":\"warn\",\"event\":\"process_dumpable\",\"reason\":"
+                                "\"TALLY_DUMPABLE=1\""));
+    free(log);
+    unlink(d.log);
+    test_rmtree(root);
 }
 
 /* Every entry under dir: directories 0700, files 0600 (or stricter), the
@@ -297,6 +333,7 @@ main(void)
     static const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_pages_are_read_only_and_not_dumped),
         cmocka_unit_test(test_processes_are_not_dumpable_unless_asked),
+        cmocka_unit_test(test_dumpable_daemon_says_so),
         cmocka_unit_test(test_daemon_files_tokens_and_memory),
         cmocka_unit_test(test_socket_dir_writable_by_others_is_refused),
     };

@@ -289,6 +289,9 @@ test_metrics_page_is_valid_and_counts(void **state)
     assert_true(serve_metric(m.body, "tally_lease_rtt_seconds_count") >= 1);
     assert_true(serve_metric(m.body, "tally_lease_messages_total") >=
                 serve_metric(m.body, "tally_lease_rtt_seconds_count"));
+    /* a healthy supervisor takes every lease message; nothing was left for a later turn */
+    assert_true(serve_metric(m.body, "tally_lease_send_failures_total") == 0);
+    assert_true(serve_metric(m.body, "tally_lease_pump_deferrals_total") == 0);
     assert_true(serve_metric(m.body, "tally_supervisors_live") == 1);
     assert_true(serve_metric(m.body, "tally_supervisor_events_total{event=\"start\"}") == 1);
     assert_true(serve_metric(m.body, "tally_links_live") == 1);
@@ -516,6 +519,39 @@ test_log_level(void **state)
     assert_int_equal(serve_log_count(&e->s, "\"event\":"), 0);
 }
 
+/* --log-level debug shows the lease traffic as JSON events: the child's ACQUIRE
+ * as "lease_sent" and the supervisor's GRANT as "lease_received", tenant named,
+ * never a token; at the default level (info) neither appears. */
+static void
+test_debug_lease_events(void **state)
+{
+    struct env *e = *state;
+    struct tally_result res;
+    tally_client *c = NULL;
+    char *log;
+
+    serve_start(&e->s, NULL, NULL);
+    assert_int_equal(tally_client_open(e->s.d.socket, 10000, &c), TALLY_OK);
+    assert_int_equal(tally_check(c, e->token, "open", 0, &res), TALLY_OK);
+    assert_int_equal(res.status, TALLY_ADMITTED);
+    tally_client_close(c);
+    serve_stop(&e->s);
+    assert_int_equal(serve_log_count(&e->s, "\"event\":\"lease_"), 0);
+    assert_int_equal(
+        test_daemon_start(&e->s.d, e->s.data, "--wait-ms=3000", "--log-level=debug", NULL), 0);
+    assert_int_equal(tally_client_open(e->s.d.socket, 10000, &c), TALLY_OK);
+    assert_int_equal(tally_check(c, e->token, "open", 0, &res), TALLY_OK);
+    assert_int_equal(res.status, TALLY_ADMITTED);
+    tally_client_close(c);
+    serve_stop(&e->s);
+    assert_true(serve_log_count(&e->s, "\"event\":\"lease_sent\",\"tenant\":\"acme\"") >= 1);
+    assert_true(serve_log_count(&e->s, "\"event\":\"lease_received\"") >= 1);
+    assert_true(serve_log_count(&e->s, "\"type\":\"ACQUIRE\"") >= 1);
+    log = serve_log(&e->s);
+    assert_null(strstr(log, e->token));
+    free(log);
+}
+
 int
 main(void)
 {
@@ -527,6 +563,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_degraded_transitions_are_one_line_each, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_log_level, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_debug_lease_events, setup, teardown),
     };
 
     return cmocka_run_group_tests_name("serve_metrics", tests, NULL, NULL);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "store_config.h"
+#include "test_alloc.h"
 #include "test_support.h"
 
 static char dir[64];

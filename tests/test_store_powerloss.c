@@ -1,10 +1,11 @@
 /*
- * The power-loss hook (store/powerloss_vfs.c) and store_db_sync(), on real
- * SQLite files: a child process opens a file with STORE_OPEN_PRIVATE, commits
+ * The power-loss hook (tests/support/powerloss_vfs.c) and store_db_sync(), on
+ * real SQLite files: a child process opens a file with STORE_OPEN_PRIVATE, commits
  * ten rows, reads them back (held writes are visible), tells the parent how
  * many it sees and kills itself with SIGKILL. What the parent then finds on
  * disk is what an OS crash would have left: nothing under synchronous=NORMAL,
- * the rows up to a store_db_sync() call, every row under FULL.
+ * the rows up to a store_db_sync() call, every row under FULL. A file opened
+ * without STORE_OPEN_PRIVATE keeps SQLite's default VFS (store_private_vfs_set).
  */
 /* clang-format off */
 #include <stdarg.h>
@@ -24,7 +25,7 @@
 #include <unistd.h>
 
 #include "store.h"
-#include "store_powerloss.h"
+#include "test_powerloss.h"
 #include "test_support.h"
 
 #define ROWS 10
@@ -68,8 +69,7 @@ child(const char *path, unsigned flags, int sync_after, int fd)
     store_db *db = NULL;
     int64_t seen = -1;
 
-    if (store_db_open(path, &schema, STORE_OPEN_CREATE | STORE_OPEN_PRIVATE | flags, &db) ==
-        TALLY_OK) {
+    if (store_db_open(path, &schema, STORE_OPEN_CREATE | flags, &db) == TALLY_OK) {
         for (int i = 1; i <= ROWS; i++) {
             sqlite3_stmt *st = store_db_stmt(db, 0);
             sqlite3_bind_int64(st, 1, i);
@@ -125,7 +125,19 @@ static void
 test_powerloss_hook_is_on(void **state)
 {
     (void)state;
-    assert_true(store_powerloss_enabled());
+    assert_true(test_powerloss_register());
+}
+
+/* A file other processes open (no STORE_OPEN_PRIVATE) bypasses the shim: its
+ * NORMAL commits reach the OS and survive the process. */
+static void
+test_shared_files_keep_the_default_vfs(void **state)
+{
+    struct fx *fx = *state;
+    int64_t seen = 0;
+
+    assert_int_equal(crash_and_count(fx->path, 0, 0, &seen), ROWS);
+    assert_int_equal(seen, ROWS);
 }
 
 static void
@@ -134,7 +146,7 @@ test_normal_commits_vanish_with_the_process(void **state)
     struct fx *fx = *state;
     int64_t seen = 0;
 
-    assert_int_equal(crash_and_count(fx->path, 0, 0, &seen), 0);
+    assert_int_equal(crash_and_count(fx->path, STORE_OPEN_PRIVATE, 0, &seen), 0);
     assert_int_equal(seen, ROWS); /* the process itself saw every row */
 }
 
@@ -144,7 +156,7 @@ test_sync_makes_earlier_commits_durable(void **state)
     struct fx *fx = *state;
     int64_t seen = 0;
 
-    assert_int_equal(crash_and_count(fx->path, 0, 4, &seen), 4);
+    assert_int_equal(crash_and_count(fx->path, STORE_OPEN_PRIVATE, 4, &seen), 4);
     assert_int_equal(seen, ROWS);
 }
 
@@ -154,7 +166,8 @@ test_full_commits_survive(void **state)
     struct fx *fx = *state;
     int64_t seen = 0;
 
-    assert_int_equal(crash_and_count(fx->path, STORE_OPEN_SYNC_FULL, 0, &seen), ROWS);
+    assert_int_equal(crash_and_count(fx->path, STORE_OPEN_PRIVATE | STORE_OPEN_SYNC_FULL, 0, &seen),
+                     ROWS);
     assert_int_equal(seen, ROWS);
 }
 
@@ -166,7 +179,7 @@ test_crashes_accumulate_only_synced_rows(void **state)
 
     /* three crashes in a row on the same file: 7 synced each time, 3 lost each time */
     for (int i = 1; i <= 3; i++) {
-        assert_int_equal(crash_and_count(fx->path, 0, 7, &seen), 7 * i);
+        assert_int_equal(crash_and_count(fx->path, STORE_OPEN_PRIVATE, 7, &seen), 7 * i);
         assert_int_equal(seen, 7 * (i - 1) + ROWS);
     }
 }
@@ -181,9 +194,10 @@ main(void)
         cmocka_unit_test_setup_teardown(test_sync_makes_earlier_commits_durable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_commits_survive, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crashes_accumulate_only_synced_rows, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_files_keep_the_default_vfs, setup, teardown),
     };
 
-    if (setenv("TALLY_TEST_POWERLOSS", "1", 1) != 0)
+    if (!test_powerloss_register())
         return 1;
     return cmocka_run_group_tests_name("store_powerloss", tests, NULL, NULL);
 }

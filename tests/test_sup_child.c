@@ -21,7 +21,9 @@
 #include <string.h>
 
 #include "sup_child.h"
+#include "sup_child_int.h"
 #include "sup_sim_cx.h"
+#include "test_alloc.h"
 #include "test_support.h"
 
 static int
@@ -362,6 +364,42 @@ test_child_live_leases_bounded(void **state)
     cx_close(&x);
 }
 
+/* A grant that finds every entry of its link's table busy (here: each waiting for its row's
+ * DELETE) is not dropped in silence: it goes straight back in a RETURN with nothing used, so the
+ * supervisor credits it, and the child counts it. */
+static void
+test_child_grant_without_room_is_handed_back(void **state)
+{
+    struct sup_child_stats st;
+    struct proto_lease_msg m, r;
+    struct child_link *k;
+    uint64_t id = 0;
+    struct cx x;
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(&x);
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+    m = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    k = sup__child_link_find(x.c, LINK_A, NULL);
+    assert_non_null(k);
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        k->l[j].state = CL_RETIRED;
+        k->l[j].id = 9000 + (uint64_t)j;
+        k->l[j].row = true;
+    }
+    (void)cx_grant(&x, &m, 10, 5000, 0, &id);
+    r = cx_expect(&x, PROTO_LEASE_RETURN);
+    assert_true(r.ret.lease_id == id);
+    assert_int_equal(r.ret.used, 0);
+    sup_child_stats(x.c, x.now, &st);
+    assert_int_equal(st.grants_no_room, 1);
+    assert_int_equal(st.grants_stranded, 0);
+    for (int j = 0; j < CHILD_LEASES; j++)
+        memset(&k->l[j], 0, sizeof(k->l[j])); /* the pretend rows were never written */
+    cx_close(&x);
+}
+
 static void
 test_child_slots(void **state)
 {
@@ -562,6 +600,7 @@ main(void)
         cmocka_unit_test(test_child_hot_path_allocates_nothing),
         cmocka_unit_test(test_child_link_table_grows),
         cmocka_unit_test(test_child_link_table_full_refuses),
+        cmocka_unit_test(test_child_grant_without_room_is_handed_back),
         cmocka_unit_test(test_child_bad_arguments_and_oom),
     };
 

@@ -20,6 +20,7 @@
 
 #include "sup_lease.h"
 #include "sup_sim_fx.h"
+#include "test_alloc.h"
 #include "test_support.h"
 
 static uint64_t seed;

@@ -23,9 +23,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <uv.h>
@@ -361,6 +363,88 @@ test_tallyd_usage_errors(void **state)
     assert_memory_equal(ch.out, "tallyd ", 7);
 }
 
+/* --batch-sync-ms and --journal-compact-rows: whole numbers in range, the
+ * first only with --durability batched; each mistake one line and exit 64. */
+static void
+test_tallyd_tuning_flags_checked(void **state)
+{
+    static const char *const bad_sync[] = {
+        "--batch-sync-ms=0",  "--batch-sync-ms=60001", "--batch-sync-ms=1.5",
+        "--batch-sync-ms=-1", "--batch-sync-ms=x",     "--batch-sync-ms=99999999999999999999",
+    };
+    static const char *const bad_rows[] = {
+        "--journal-compact-rows=15",
+        "--journal-compact-rows=100000001",
+        "--journal-compact-rows=1e3",
+    };
+    struct child ch;
+    size_t i;
+
+    (void)state;
+    for (i = 0; i < sizeof(bad_sync) / sizeof(bad_sync[0]); i++) {
+        assert_int_equal(run_tallyd(&ch, "--data", init_dir, "--durability=batched", bad_sync[i]),
+                         64);
+        assert_int_equal(count_lines(ch.err), 1);
+        assert_non_null(strstr(ch.err, "tallyd: invalid --batch-sync-ms"));
+    }
+    assert_int_equal(run_tallyd(&ch, "--data", init_dir, "--batch-sync-ms=100", NULL), 64);
+    assert_int_equal(count_lines(ch.err), 1);
+    assert_string_equal(ch.err, "tallyd: --batch-sync-ms needs --durability batched\n");
+    assert_int_equal(
+        run_tallyd(&ch, "--data", init_dir, "--durability=strict", "--batch-sync-ms=100"), 64);
+    assert_non_null(strstr(ch.err, "needs --durability batched"));
+    for (i = 0; i < sizeof(bad_rows) / sizeof(bad_rows[0]); i++) {
+        assert_int_equal(run_tallyd(&ch, "--data", init_dir, bad_rows[i], NULL), 64);
+        assert_int_equal(count_lines(ch.err), 1);
+        assert_non_null(strstr(ch.err, "tallyd: invalid --journal-compact-rows"));
+    }
+    assert_int_equal(run_tallyd(&ch, "--help", NULL, NULL, NULL), 0);
+    assert_non_null(strstr(ch.out, "--batch-sync-ms MS"));
+    assert_non_null(strstr(ch.out, "--journal-compact-rows N"));
+}
+
+/* A supervisor whose event loop cannot be set up (no descriptor left for
+ * epoll: RLIMIT_NOFILE 5 with 0-3 open and the tenant's lock on 4) exits 74
+ * with one error line naming the call, rather than running on a broken loop. */
+static void
+test_tallyd_supervisor_loop_failure_is_reported(void **state)
+{
+    char log[400];
+    char *argv[] = {tallyd_path, "--supervise", "nofd", "--data", init_dir, NULL};
+    char *text;
+    size_t len = 0;
+    int status = 0;
+    pid_t pid;
+
+    (void)state;
+    snprintf(log, sizeof(log), "%s.nofd.log", init_dir);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit rl = {5, 5};
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int null = open("/dev/null", O_RDWR);
+        if (fd < 0 || null < 0 || dup2(null, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0 ||
+            dup2(null, 3) < 0)
+            _exit(120);
+        for (int i = 4; i < 1024; i++)
+            close(i);
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(121);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    text = test_read_file(log, &len);
+    assert_non_null(text);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 74)
+        fail_msg("status %d: %s", status, text);
+    assert_non_null(strstr(text, "\"event\":\"supervisor_loop_failed\""));
+    assert_non_null(strstr(text, "\"call\":\"uv_loop_init\""));
+    free(text);
+    unlink(log);
+}
+
 static void
 test_tallyd_port_in_use(void **state)
 {
@@ -450,6 +534,8 @@ main(void)
         cmocka_unit_test(test_tallyd_ipv6),
         cmocka_unit_test(test_tallyd_uninitialised),
         cmocka_unit_test(test_tallyd_usage_errors),
+        cmocka_unit_test(test_tallyd_tuning_flags_checked),
+        cmocka_unit_test(test_tallyd_supervisor_loop_failure_is_reported),
         cmocka_unit_test(test_tallyd_port_in_use),
     };
 

@@ -19,6 +19,7 @@
 
 #include "tenant.h"
 #include "tenant_config.h"
+#include "test_alloc.h"
 
 /* Copies s so that its NUL is the last byte before a PROT_NONE page. */
 static char *

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "tenant_count.h"
+#include "test_alloc.h"
 #include "test_support.h"
 
 #define SCHEDULES 3000

@@ -25,7 +25,7 @@ enum store_open_flags {
     STORE_OPEN_CREATE = 1 << 0,    /* create the file (mode 0600) if missing */
     STORE_OPEN_SYNC_FULL = 1 << 1, /* synchronous=FULL (strict); NORMAL otherwise */
     STORE_OPEN_PRIVATE = 1 << 2    /* only this process opens the file (a journal, a child
-                                      file): the power-loss test hook may hold its writes */
+                                      file): store_private_vfs_set() may name its VFS */
 };
 
 struct store_schema {
@@ -55,6 +55,12 @@ TALLY_MUST_CHECK int store_db_open_ctx(const char *path, const struct store_sche
                                        store_db **out /* OUT */);
 /** Finalizes the statements and closes the file. NULL is a no-op. */
 void store_db_close(store_db *db);
+/** Names the SQLite VFS (registered by the caller, e.g. a shim over the default one) for the
+ *  files opened from now on with STORE_OPEN_PRIVATE, which no other process opens and so may
+ *  see writes that other processes would not; NULL (the default) is SQLite's default VFS.
+ *  `name` is borrowed for the life of the process. Call from the main thread before the
+ *  first open. */
+void store_private_vfs_set(const char *name);
 /** The statement numbered `idx` of the schema, reset and unbound, valid until close. */
 sqlite3_stmt *store_db_stmt(store_db *db, int idx);
 /** Maps a SQLite result code to a tally result code, keeping the detail for
@@ -98,9 +104,10 @@ TALLY_MUST_CHECK int store_key_load(const char *dir, unsigned char **out /* OUT 
 void store_key_free(unsigned char *key);
 /** Keeps this process's memory (the key, tokens in flight) out of core files and
  *  away from ptrace by other users: prctl(PR_SET_DUMPABLE, 0). $TALLY_DUMPABLE=1
- *  skips it, for debugging with gdb or a core file. Returns true iff the process
- *  is now non-dumpable. Call once, early in main. */
-bool store_process_private(void);
+ *  skips it, for debugging with gdb or a core file: then *kept_dumpable is set and
+ *  the result is TALLY_OK. An error (prctl failed: the process may be dumpable) is
+ *  for the caller to report. Call once, early in main. */
+TALLY_MUST_CHECK int store_process_private(bool *kept_dumpable /* OUT */);
 /** TALLY_OK when the directory that will hold socket `path` (borrowed) is not
  *  writable by others (who could replace the socket or squat its name);
  *  TALLY_EPERM when it is, TALLY_ENODATA when it does not exist. */

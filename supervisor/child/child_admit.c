@@ -377,7 +377,7 @@ make_room(sup_child *c, struct child_link *k, int64_t now_mono)
     retire(c, least);
 }
 
-struct child_lease *
+int
 sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_lease_grant *g,
                      const struct child_req *r, int64_t now_mono)
 {
@@ -404,7 +404,7 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
         }
     }
     if (cl == NULL)
-        return NULL;
+        return TALLY_EFULL;
     memset(cl, 0, sizeof(*cl));
     cl->state = CL_LIVE;
     cl->id = g->lease_id;
@@ -428,5 +428,5 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
     }
     if (cl->deadline_mono <= now_mono)
         sup__child_retire(c, k, cl);
-    return cl;
+    return TALLY_OK;
 }

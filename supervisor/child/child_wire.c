@@ -333,6 +333,25 @@ on_error(sup_child *c, struct child_req *r, const struct proto_lease_error *e, s
     }
 }
 
+/* A grant the link's table has no room for (every entry live or waiting for its row's DELETE
+ * to be durable) is never used: it goes straight back in a RETURN with nothing used, which
+ * the supervisor credits in full. With no request slot free either, it is left to expire as
+ * spent at its TTL: it strands its n tokens that long and never admits twice (I4). */
+static void
+give_back(sup_child *c, int32_t index, const struct proto_lease_grant *g, int64_t now_mono)
+{
+    struct child_req *r = sup__child_req_new(c, PROTO_LEASE_RETURN, index, now_mono);
+
+    c->stats.grants_no_room++;
+    if (r == NULL) {
+        c->stats.grants_stranded++;
+        return;
+    }
+    r->msg.ret.lease_id = g->lease_id;
+    r->msg.ret.used = 0;
+    c->stats.returns++;
+}
+
 static void
 on_grant(sup_child *c, struct child_req *r, const struct proto_lease_msg *m, struct sup_time now)
 {
@@ -340,8 +359,9 @@ on_grant(sup_child *c, struct child_req *r, const struct proto_lease_msg *m, str
     struct child_req copy = *r;
 
     req_complete(c, r, now.mono_ms);
-    if (sup__child_lease_by_id(k, m->grant.lease_id) == NULL)
-        (void)sup__child_lease_add(c, k, &m->grant, &copy, now.mono_ms);
+    if (sup__child_lease_by_id(k, m->grant.lease_id) == NULL &&
+        sup__child_lease_add(c, k, &m->grant, &copy, now.mono_ms) != TALLY_OK)
+        give_back(c, copy.link, &m->grant, now.mono_ms);
     k->pass = (m->grant.flags & PROTO_LEASE_GRANT_PASS) != 0;
     k->deny_until = 0;
     c->stats.grants++;

@@ -132,10 +132,12 @@ int64_t sup__child_want(const sup_child *c, const struct child_link *k, int64_t 
 void sup__child_rate_update(struct child_link *k, int64_t now_mono);
 /** Asks for an ACQUIRE on `k` with at least `need`, unless one is wanted or in flight. */
 void sup__child_want_acquire(struct child_link *k, int64_t need);
-/** Places a granted lease; returns it, NULL if it arrived dead (then it is reported). */
-struct child_lease *sup__child_lease_add(sup_child *c, struct child_link *k,
-                                         const struct proto_lease_grant *g,
-                                         const struct child_req *r, int64_t now_mono);
+/** Places a granted lease (retired at once, and reported, if it arrived dead). TALLY_OK, or
+ *  TALLY_EFULL when every entry of `k` is live or waiting for its row's DELETE: nothing was
+ *  placed and the caller must hand the lease back. */
+TALLY_MUST_CHECK int sup__child_lease_add(sup_child *c, struct child_link *k,
+                                          const struct proto_lease_grant *g,
+                                          const struct child_req *r, int64_t now_mono);
 struct child_lease *sup__child_lease_by_id(struct child_link *k, uint64_t id);
 /** True iff nothing of `k` would be lost by forgetting it. */
 bool sup__child_link_idle(const struct child_link *k);

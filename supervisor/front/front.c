@@ -213,6 +213,8 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
     mc.durability = cfg->strict ? "strict" : "batched";
     mc.idle_exit_ms = cfg->idle_exit_ms;
     mc.max_supervisors = cfg->max_supervisors;
+    mc.batch_sync_ms = cfg->strict ? 0 : cfg->batch_sync_ms;
+    mc.journal_compact_rows = cfg->journal_compact_rows;
     rc = sup_manager_open(loop, &mc, &mgr_cbs, f, &f->mgr);
     if (rc != TALLY_OK)
         goto out;

@@ -10,8 +10,8 @@
  */
 #include "sup_front_int.h"
 
-#include <stdio.h>
-#include <stdlib.h>
+#include "tally_log.h"
+
 #include <string.h>
 
 static void park(struct front_child *fc, struct sup_front_req *r, enum sup_front_stage stage,
@@ -325,15 +325,54 @@ arm(struct front_child *fc)
     uv_timer_start(&fc->timer, on_timer, wake > now ? (uint64_t)(wake - now) : 1, 0);
 }
 
-/* TALLY_DEBUG_LEASES prints the lease traffic; read once, not per message. */
-static bool
-debug_leases(void)
+/* The lease traffic at --log-level debug, one line per message: "lease_sent" with the
+ * send's result, "lease_received" with an ERROR's code. tally_log_begin() returns
+ * false at once at higher levels, so the hot path pays one comparison. */
+static void
+log_lease(const char *event, const char *tenant, const struct proto_lease_msg *m, int rc)
 {
-    static int on = -1;
+    struct tally_log l;
 
-    if (on < 0)
-        on = getenv("TALLY_DEBUG_LEASES") != NULL;
-    return on == 1;
+    if (!tally_log_begin(&l, TALLY_LOG_DEBUG, event))
+        return;
+    tally_log_str(&l, "tenant", tenant);
+    tally_log_str(&l, "type", proto_lease_type_name(m->type));
+    tally_log_int(&l, "seq", (int64_t)m->origin.seq);
+    if (rc != TALLY_OK)
+        tally_log_str(&l, "error", tally_err_name(rc));
+    if (m->type == PROTO_LEASE_ERROR)
+        tally_log_int(&l, "code", m->error.code);
+    tally_log_end(&l);
+}
+
+/* Rounds of one pump: messages and writes feed each other, but a child that keeps
+ * producing both must not hold the loop; the rest waits for the next turn. */
+#define PUMP_ROUNDS 16
+/* At most one "lease_pump_deferred" line per this many ms, whatever the rate. */
+#define PUMP_LOG_EVERY_MS 10000
+
+/* The pump hit PUMP_ROUNDS with work left: counted, logged (rate-limited), and
+ * resumed on the next loop turn by the child's timer, so nothing is left waiting
+ * for an unrelated event. */
+static void
+pump_deferred(struct front_child *fc, int64_t now_ms)
+{
+    sup_front *f = fc->f;
+    struct tally_log l;
+
+    f->stats.pump_deferrals++;
+    if (f->pump_log_ms == 0 || now_ms - f->pump_log_ms >= PUMP_LOG_EVERY_MS) {
+        f->pump_log_ms = now_ms;
+        if (tally_log_begin(&l, TALLY_LOG_WARN, "lease_pump_deferred")) {
+            tally_log_str(&l, "tenant", fc->tenant);
+            tally_log_str(&l, "endpoint", fc->endpoint);
+            tally_log_int(&l, "rounds", PUMP_ROUNDS);
+            tally_log_int(&l, "deferrals", (int64_t)f->stats.pump_deferrals);
+            tally_log_end(&l);
+        }
+    }
+    fc->pump_soon = true;
+    uv_timer_start(&fc->timer, on_timer, 0, 0);
 }
 
 void
@@ -342,7 +381,8 @@ front_child_pump(struct front_child *fc)
     sup_front *f = fc->f;
     struct proto_lease_msg m;
     struct sup_time now = front_now();
-    int guard;
+    bool more = true;
+    int round;
 
     fc->pump_soon = false;
     /* A supervisor being started is not an unreachable one: its silence while it
@@ -353,25 +393,35 @@ front_child_pump(struct front_child *fc)
     }
     /* Messages and writes feed each other (a durable mark re-runs requests that
      * may ask for a lease): go on until a round does neither. */
-    for (guard = 0; guard < 16; guard++) {
-        bool sent = false;
+    for (round = 0; round < PUMP_ROUNDS && more; round++) {
+        /* A message taken from the child changed its state (a request in flight, a
+         * report on its way) whether or not the send worked, and may free work for
+         * the next round: it counts as progress either way. */
+        bool took = false;
         while (sup_child_next_message(fc->child, now, &m) == TALLY_OK) {
             size_t len = 0;
-            if (proto_lease_encode(&m, 0, f->frame, sizeof(f->frame), &len) == TALLY_OK) {
-                int src = sup_manager_send(f->mgr, fc->tenant, f->frame, len);
-                if (debug_leases())
-                    fprintf(stderr, "%lld send %s seq=%llu rc=%d\n",
-                            (long long)now.mono_ms % 100000, proto_lease_type_name(m.type),
-                            (unsigned long long)m.origin.seq, src);
-                f->stats.lease_messages++;
-                front_obs_lease_sent(f, fc, m.origin.seq);
-                sent = true;
+            int src;
+            took = true;
+            if (proto_lease_encode(&m, 0, f->frame, sizeof(f->frame), &len) != TALLY_OK)
+                continue;
+            src = sup_manager_send(f->mgr, fc->tenant, f->frame, len);
+            log_lease("lease_sent", fc->tenant, &m, src);
+            if (src != TALLY_OK) {
+                /* Not on its way: the child's retransmit timer sends it again,
+                 * and its requests give up at their deadline meanwhile. */
+                f->stats.lease_send_failures++;
+                continue;
             }
+            f->stats.lease_messages++;
+            front_obs_lease_sent(f, fc, m.origin.seq);
         }
-        if (!front_store_flush(fc) && !sent)
-            break;
+        more = front_store_flush(fc) || took;
     }
-    if (fc->timer_live)
+    if (!fc->timer_live)
+        return;
+    if (more)
+        pump_deferred(fc, now.mono_ms);
+    else
         arm(fc);
 }
 
@@ -425,10 +475,7 @@ front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame 
 
     if (proto_lease_decode(fr, &m) != TALLY_OK)
         return;
-    if (debug_leases())
-        fprintf(stderr, "lease %s from %s seq=%llu code=%d\n", proto_lease_type_name(m.type),
-                tenant, (unsigned long long)m.origin.seq,
-                m.type == PROTO_LEASE_ERROR ? m.error.code : 0);
+    log_lease("lease_received", tenant, &m, TALLY_OK);
     fc = front_child_find(f, tenant, m.origin.child);
     if (fc == NULL)
         return;

@@ -12,6 +12,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "sup_front_int.h"
 #include "tally_log.h"
@@ -131,6 +132,30 @@ front_obs_reply(sup_front *f, struct sup_front_req *r, const struct proto_check_
     default:
         return; /* a refusal says nothing about the authority */
     }
+}
+
+/* A supervisor start that failed this long ago no longer makes /healthz fail: a
+ * tenant nobody asks for again should not keep the whole service unhealthy. */
+#define HEALTH_START_FAIL_MS 30000
+/* The data dir is probed at most this often, however often /healthz is asked. */
+#define HEALTH_PROBE_MS 1000
+
+enum sup_front_health
+sup_front_health(sup_front *f)
+{
+    struct sup_front_stats fs;
+    uint64_t now = uv_now(f->loop);
+
+    if (f->health_probe_ms == 0 || now - f->health_probe_ms >= HEALTH_PROBE_MS) {
+        f->health_probe_ms = now == 0 ? 1 : now;
+        f->data_unwritable = access(f->data, W_OK) != 0;
+    }
+    if (f->data_unwritable)
+        return SUP_FRONT_DATA_UNWRITABLE;
+    sup_front_stats(f, &fs);
+    if (fs.sup.failing > 0 && now - fs.sup.start_failed_ms < HEALTH_START_FAIL_MS)
+        return SUP_FRONT_SUPERVISORS_FAILING;
+    return SUP_FRONT_HEALTHY;
 }
 
 void

@@ -343,12 +343,27 @@ sup_http_handle(struct sup_http *h, const struct proto_http_request *req,
                 struct proto_http_response *resp)
 {
     static const char ok[] = "{\"status\":\"ok\"}";
+    static const char readonly[] =
+        "{\"status\":\"unhealthy\",\"detail\":\"data dir not writable\"}";
+    static const char failing[] =
+        "{\"status\":\"unhealthy\",\"detail\":\"supervisors failing to start\"}";
 
     switch (req->route_id) {
     case ROUTE_HEALTHZ:
-        resp->status = 200;
-        proto_http_response_write(resp, ok, sizeof(ok) - 1);
-        return;
+        switch (sup_front_health(h->front)) {
+        case SUP_FRONT_DATA_UNWRITABLE:
+            resp->status = 503;
+            proto_http_response_write(resp, readonly, sizeof(readonly) - 1);
+            return;
+        case SUP_FRONT_SUPERVISORS_FAILING:
+            resp->status = 503;
+            proto_http_response_write(resp, failing, sizeof(failing) - 1);
+            return;
+        default:
+            resp->status = 200;
+            proto_http_response_write(resp, ok, sizeof(ok) - 1);
+            return;
+        }
     case ROUTE_CHECK:
         handle_check(h, req, resp);
         return;

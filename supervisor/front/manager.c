@@ -45,6 +45,7 @@ struct sup_proc {
     uint64_t last_used_ms;
     uint64_t not_before_ms; /* backoff: no spawn before this loop time */
     bool answered;          /* a frame came back since the spawn */
+    bool start_failed;      /* the last start ended before an answer; counted in stats.failing */
     uint32_t in_flight;     /* frames sent since the spawn minus frames received */
     int64_t backoff_ms;
     bool waiting_room;      /* needs a process, the ceiling is reached */
@@ -75,6 +76,25 @@ struct sup_manager {
 };
 
 static void admit_waiting(sup_manager *m);
+
+/* A start that ended before the supervisor's first answer (it crashed replaying, was
+ * refused the tenant's lock, or could not be spawned), or the first answer after such
+ * starts: stats.failing is what /healthz reads as "supervisors failing to start". */
+static void
+start_failed(sup_manager *m, struct sup_proc *p, bool failed)
+{
+    if (failed) {
+        m->stats.start_failures++;
+        m->stats.start_failed_ms = uv_now(m->loop);
+    }
+    if (failed != p->start_failed) {
+        p->start_failed = failed;
+        if (failed)
+            m->stats.failing++;
+        else
+            m->stats.failing--;
+    }
+}
 
 static struct sup_proc *
 proc_find(const sup_manager *m, const char *tenant)
@@ -207,6 +227,8 @@ on_proc_exit(uv_process_t *proc, int64_t status, int term_signal)
         p->backoff_ms = 0;
     } else {
         m->stats.crashes++;
+        if (!p->answered)
+            start_failed(m, p, true);
         if (now - p->started_ms > HEALTHY_RUN_MS)
             p->backoff_ms = 0;
         p->backoff_ms = p->backoff_ms == 0 ? m->cfg.backoff_min_ms : p->backoff_ms * 2;
@@ -234,6 +256,8 @@ on_conn_frame(proto_conn *c, const struct proto_frame *f, void *data)
 
     (void)c;
     p->answered = true;
+    if (p->start_failed)
+        start_failed(p->m, p, false);
     p->last_used_ms = uv_now(p->m->loop);
     if (p->in_flight > 0)
         p->in_flight--;
@@ -383,8 +407,9 @@ static int
 spawn(sup_manager *m, struct sup_proc *p)
 {
     static const struct proto_conn_cbs conn_cbs = {on_conn_frame, on_conn_close};
-    char idle[32];
-    char *args[12];
+    char idle[32], sync_ms[32], compact[32];
+    char *args[16];
+    int n;
     uv_stdio_container_t stdio[4];
     uv_process_options_t opts;
     proto_conn *conn = NULL;
@@ -408,7 +433,18 @@ spawn(sup_manager *m, struct sup_proc *p)
     args[8] = idle;
     args[9] = "--log-level"; /* the supervisor logs at tallyd's level */
     args[10] = (char *)tally_log_level_name(tally_log_get_level());
-    args[11] = NULL;
+    n = 11;
+    if (m->cfg.batch_sync_ms > 0) {
+        snprintf(sync_ms, sizeof(sync_ms), "%lld", (long long)m->cfg.batch_sync_ms);
+        args[n++] = "--batch-sync-ms";
+        args[n++] = sync_ms;
+    }
+    if (m->cfg.journal_compact_rows > 0) {
+        snprintf(compact, sizeof(compact), "%llu", (unsigned long long)m->cfg.journal_compact_rows);
+        args[n++] = "--journal-compact-rows";
+        args[n++] = compact;
+    }
+    args[n] = NULL;
     memset(stdio, 0, sizeof(stdio));
     stdio[0].flags = UV_IGNORE;
     stdio[1].flags = UV_INHERIT_FD;
@@ -440,6 +476,7 @@ spawn(sup_manager *m, struct sup_proc *p)
         proto_conn_unref(conn);
         p->backoff_ms = m->cfg.backoff_max_ms;
         p->not_before_ms = uv_now(m->loop) + (uint64_t)p->backoff_ms;
+        start_failed(m, p, true);
         return TALLY_EUNAVAIL;
     }
     if (proto_conn_start(conn) != TALLY_OK) {

@@ -118,6 +118,14 @@ leases(struct proto_http_response *resp, const struct sup_front_stats *fs)
 {
     counter(resp, "tally_lease_messages_total", "Lease messages sent to supervisors.",
             fs->lease_messages);
+    counter(resp, "tally_lease_send_failures_total",
+            "Lease messages that could not be sent (supervisor down or in restart backoff); "
+            "they are sent again.",
+            fs->lease_send_failures);
+    counter(resp, "tally_lease_pump_deferrals_total",
+            "Lease pumps that reached their round limit with work left, resumed on the next "
+            "loop turn.",
+            fs->pump_deferrals);
     histogram(resp, "tally_lease_rtt_seconds",
               "Lease round trips: a request to a supervisor until its answer.", &fs->lease_rtt);
     family(resp, "tally_supervisor_events_total", "counter", "Supervisor processes by event.");

@@ -217,6 +217,8 @@ start_front(struct server *d)
     fc.wait_ms = d->o->wait_ms;
     fc.idle_exit_ms = d->o->idle_exit_ms;
     fc.max_supervisors = d->o->max_supervisors;
+    fc.batch_sync_ms = d->o->batch_sync_ms;
+    fc.journal_compact_rows = d->o->journal_compact_rows;
     rc = sup_front_open(&d->loop, &fc, &d->front);
     if (rc != TALLY_OK)
         return fail(rc == TALLY_ENOKEY || rc == TALLY_EKEYMODE || rc == TALLY_ESCHEMA

@@ -50,6 +50,9 @@ struct front_child {
 
 struct sup_front {
     uv_loop_t *loop;
+    int64_t pump_log_ms;      /* monotonic: the last "lease_pump_deferred" line */
+    uint64_t health_probe_ms; /* loop time of the last data dir probe (0: never) */
+    bool data_unwritable;     /* what that probe found */
     struct sup_front_config cfg;
     char data[4096];
     char exe[4096];

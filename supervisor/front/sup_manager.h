@@ -28,14 +28,16 @@ typedef struct sup_manager sup_manager;
 
 struct sup_manager_config {
     const char *data_dir;
-    const char *exe;          /* path of the tallyd binary (uv_exepath) */
-    const char *durability;   /* "strict" or "batched", passed on */
-    int64_t idle_exit_ms;     /* passed on; 0 = default 60000 */
-    int64_t backoff_min_ms;   /* 0 = 10 */
-    int64_t backoff_max_ms;   /* 0 = 2000 */
-    uint32_t max_supervisors; /* running at once, going-away ones included; 0 = 1024; at
-                                 the ceiling the least recently used hibernates and the
-                                 tenant that needs room waits for its exit */
+    const char *exe;               /* path of the tallyd binary (uv_exepath) */
+    const char *durability;        /* "strict" or "batched", passed on */
+    int64_t idle_exit_ms;          /* passed on; 0 = default 60000 */
+    int64_t backoff_min_ms;        /* 0 = 10 */
+    int64_t backoff_max_ms;        /* 0 = 2000 */
+    uint32_t max_supervisors;      /* running at once, going-away ones included; 0 = 1024; at
+                                      the ceiling the least recently used hibernates and the
+                                      tenant that needs room waits for its exit */
+    int64_t batch_sync_ms;         /* passed on as --batch-sync-ms (batched only); 0 = not passed */
+    uint64_t journal_compact_rows; /* passed on as --journal-compact-rows; 0 = not passed */
 };
 
 struct sup_manager_cbs {

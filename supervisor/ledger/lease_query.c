@@ -1,10 +1,9 @@
 /*
- * Reading the ledger without changing it: counters for metrics, visitors over cells and leases
- * for the simulation's invariant checks, slots held per link, and a digest of the durable state.
- * The digest hashes what the state means at the ledger's clock (windows that ended, GCRA entries
- * in the past, expired slots and idle links count as absent), each entity on its own, adding the
- * hashes up so that table order does not matter; a live ledger, its replay and a snapshot's
- * replay must agree on it.
+ * Reading the ledger without changing it: counters for metrics, slots held per link, and a digest
+ * of the durable state. The digest hashes what the state means at the ledger's clock (windows that
+ * ended, GCRA entries in the past, expired slots and idle links count as absent), each entity on
+ * its own, adding the hashes up so that table order does not matter; a live ledger, its replay and
+ * a snapshot's replay must agree on it.
  */
 #include "sup_lease_int.h"
 
@@ -33,101 +32,6 @@ sup_ledger_slots_held(const sup_ledger *l, const char *link, int64_t now_ms)
     if (k == NULL || k->slot_v == NULL)
         return 0;
     return tenant_slot_held(&k->slots, sup__eval_ms(l, now_ms));
-}
-
-static int64_t
-limit_of(const struct tenant_limits *ls, int64_t period_ms)
-{
-    for (uint32_t i = 0; ls != NULL && i < ls->count; i++) {
-        if (ls->v[i].period_ms == period_ms)
-            return ls->v[i].n;
-    }
-    return 0;
-}
-
-static int
-visit_budget(const struct sup_budget *b, enum tenant_scope scope, const char *endpoint,
-             const char *link, const struct tenant_limits *ls,
-             int (*cb)(void *ctx, const struct sup_cell_info *c), void *ctx)
-{
-    for (int i = 0; i < TENANT_MAX_WINDOWS; i++) {
-        const struct sup_cell *c = &b->cells[i];
-        struct sup_cell_info info;
-        int rc;
-
-        if (c->period_ms == 0)
-            continue;
-        info.scope = scope;
-        info.endpoint = endpoint;
-        info.link = link;
-        info.limit = limit_of(ls, c->period_ms);
-        info.period_ms = c->period_ms;
-        info.window_id = c->window_id;
-        info.granted = c->granted;
-        info.credited = c->credited;
-        info.debt = c->debt;
-        info.leases_out = b->leases_out;
-        rc = cb(ctx, &info);
-        if (rc != 0)
-            return rc;
-    }
-    return 0;
-}
-
-int
-sup_ledger_each_cell(const sup_ledger *l, int (*cb)(void *ctx, const struct sup_cell_info *c),
-                     void *ctx)
-{
-    int rc = visit_budget(&l->plan_b, TENANT_SCOPE_PLAN, "", "", &l->plan.limits, cb, ctx);
-
-    for (size_t i = 0; i < l->ep_count && rc == 0; i++) {
-        const struct sup_endpoint *ep = &l->eps[i];
-
-        if (ep->policy.algorithm == TENANT_ALG_WINDOW)
-            rc = visit_budget(&ep->b, TENANT_SCOPE_ENDPOINT_TENANT, ep->policy.name, "",
-                              &ep->policy.tenant_limits, cb, ctx);
-    }
-    for (uint32_t i = 0; i < l->max_links && rc == 0; i++) {
-        const struct sup_link *k = l->links[i];
-
-        if (k == NULL)
-            continue;
-        rc = visit_budget(&k->b, TENANT_SCOPE_LINK, "", k->id, &l->plan.link_limits, cb, ctx);
-        for (const struct sup_pair *p = k->pairs; p != NULL && rc == 0; p = p->next) {
-            const struct sup_endpoint *ep = sup__endpoint_find(l, p->endpoint);
-
-            if (ep != NULL && ep->policy.algorithm == TENANT_ALG_WINDOW)
-                rc = visit_budget(&p->b, TENANT_SCOPE_ENDPOINT_LINK, p->endpoint, k->id,
-                                  &ep->policy.limits, cb, ctx);
-        }
-    }
-    return rc;
-}
-
-int
-sup_ledger_each_lease(const sup_ledger *l, int (*cb)(void *ctx, const struct sup_lease_info *lease),
-                      void *ctx)
-{
-    for (uint32_t i = 0; i < l->lease_hw; i++) {
-        const struct sup_lease *s = &l->leases[i];
-        struct sup_lease_info info;
-        int rc;
-
-        if (s->id == 0)
-            continue;
-        info.id = s->id;
-        info.child = s->peer < l->peer_count ? l->peers[s->peer]->name : "";
-        info.endpoint = s->endpoint;
-        info.link = s->link->id;
-        info.incarnation = s->incarnation;
-        info.n = s->n;
-        info.granted_ms = s->granted_ms;
-        info.deadline_ms = s->deadline_ms;
-        rc = cb(ctx, &info);
-        if (rc != 0)
-            return rc;
-    }
-    return 0;
 }
 
 /* ---- digest ---- */

@@ -335,6 +335,19 @@ close_walk(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
+/* A libuv failure of the process itself (not of storage): the call and libuv's words. */
+static void
+log_uv_error(const struct sp *s, const char *event, const char *call, int uv_rc)
+{
+    struct tally_log l;
+
+    if (!sp_log_begin(s, &l, TALLY_LOG_ERROR, event))
+        return;
+    tally_log_str(&l, "call", call);
+    tally_log_str(&l, "error", uv_strerror(uv_rc));
+    tally_log_end(&l);
+}
+
 static int
 exit_code_for(int rc)
 {
@@ -359,20 +372,17 @@ sup_process_run(const struct sup_process_opts *o)
     struct tally_log l;
     int64_t started = sp_wall_ms();
     int lock_fd = -1;
+    bool loop_live = false;
     int rc;
 
     memset(&s, 0, sizeof(s));
     s.o = o;
     s.batch.v = s.recs;
     s.batch.cap = BATCH_RECORDS;
-    s.compact_rows = COMPACT_ROWS_DEFAULT;
-    if (getenv("TALLY_JOURNAL_COMPACT_ROWS") != NULL)
-        s.compact_rows = strtoull(getenv("TALLY_JOURNAL_COMPACT_ROWS"), NULL, 10);
+    s.compact_rows = o->journal_compact_rows > 0 ? o->journal_compact_rows : COMPACT_ROWS_DEFAULT;
     if (s.compact_rows < 16)
         s.compact_rows = 16;
-    s.sync_ms = BATCH_SYNC_MS_DEFAULT;
-    if (getenv("TALLY_BATCH_SYNC_MS") != NULL)
-        s.sync_ms = strtoull(getenv("TALLY_BATCH_SYNC_MS"), NULL, 10);
+    s.sync_ms = o->batch_sync_ms > 0 ? (uint64_t)o->batch_sync_ms : BATCH_SYNC_MS_DEFAULT;
     signal(SIGPIPE, SIG_IGN);
     rc = store_tenant_dirs(o->data, o->tenant);
     if (rc == TALLY_OK)
@@ -384,7 +394,13 @@ sup_process_run(const struct sup_process_opts *o)
                      "supervisor_refused", rc, NULL);
         return exit_code_for(rc);
     }
-    uv_loop_init(&s.loop);
+    rc = uv_loop_init(&s.loop);
+    if (rc != 0) {
+        log_uv_error(&s, "supervisor_loop_failed", "uv_loop_init", rc);
+        s.exit_code = 74;
+        goto out;
+    }
+    loop_live = true;
     uv_timer_init(&s.loop, &s.sync_timer);
     s.sync_timer.data = &s;
     rc = open_all(&s);
@@ -431,10 +447,19 @@ out:
         proto_conn_close(s.conn);
         s.conn = NULL; /* on_close drops the reference */
     }
-    uv_walk(&s.loop, close_walk, NULL);
     s.stopping = true;
-    uv_run(&s.loop, UV_RUN_DEFAULT);
-    (void)uv_loop_close(&s.loop);
+    if (loop_live) {
+        uv_walk(&s.loop, close_walk, NULL);
+        uv_run(&s.loop, UV_RUN_DEFAULT);
+        /* Every handle was closed and the loop ran dry: UV_EBUSY means one was
+         * left behind, a bug worth a line and a non-zero status. */
+        rc = uv_loop_close(&s.loop);
+        if (rc != 0) {
+            log_uv_error(&s, "supervisor_loop_close_failed", "uv_loop_close", rc);
+            if (s.exit_code == 0)
+                s.exit_code = 74;
+        }
+    }
     sup_ledger_close(s.ledger);
     store_db_close(s.journal);
     store_snapshot_free(s.snap);

@@ -226,10 +226,11 @@ int64_t sup_ledger_next_expiry_ms(const sup_ledger *l);
 /** Counters into *out. */
 void sup_ledger_stats(const sup_ledger *l, struct sup_ledger_stats *out /* OUT */);
 /** Calls cb for every cell of every budget (windows only). A non-zero return stops and is
- *  returned. */
+ *  returned. The suites only (lease_visit.c, compiled in through tally_ledger_internal). */
 int sup_ledger_each_cell(const sup_ledger *l, int (*cb)(void *ctx, const struct sup_cell_info *c),
                          void *ctx);
-/** Calls cb for every outstanding lease. A non-zero return stops and is returned. */
+/** Calls cb for every outstanding lease. A non-zero return stops and is returned. The suites
+ *  only, as sup_ledger_each_cell. */
 int sup_ledger_each_lease(const sup_ledger *l,
                           int (*cb)(void *ctx, const struct sup_lease_info *lease), void *ctx);
 /** Slots of `link` held at now_ms (0 for an unknown link). */

@@ -20,10 +20,10 @@
 #define BATCH_RECORDS   256
 #define RELOAD_CHECK_MS 250 /* a change made with tally is in force within 1 s */
 /* The journal is compacted once it has grown by this many rows and by at least
- * the size of the last snapshot (TALLY_JOURNAL_COMPACT_ROWS overrides it). */
+ * the size of the last snapshot (sup_process_opts.journal_compact_rows overrides it). */
 #define COMPACT_ROWS_DEFAULT 4096
-/* Batched mode: the longest a commit stays unsynced (TALLY_BATCH_SYNC_MS
- * overrides it; 0 leaves syncing to SQLite's checkpoints, for measurements). */
+/* Batched mode: the longest a commit stays unsynced (sup_process_opts.batch_sync_ms,
+ * tallyd --batch-sync-ms, overrides it). */
 #define BATCH_SYNC_MS_DEFAULT 100
 
 struct sp {

@@ -68,19 +68,14 @@ TALLY_EXPORT const char *tally_strerror(int rc);
 TALLY_EXPORT const char *tally_err_name(int rc);
 
 /*
- * Allocator. Everything in tally allocates through these so tests can count
- * allocations and fail the n-th one (curl's torture mode). Not thread-safe to
- * reconfigure; call the hooks from tests before starting threads.
+ * Allocator. Everything in tally allocates through these (tenant/alloc.c: plain
+ * malloc) so that the suites can link their own definitions, which count
+ * allocations and fail the n-th one (curl's torture mode; tests/support/alloc_hook.c).
  */
 TALLY_EXPORT void *tally_malloc(size_t n);
 TALLY_EXPORT void *tally_calloc(size_t count, size_t n);
 TALLY_EXPORT void *tally_realloc(void *p, size_t n);
 TALLY_EXPORT void tally_free(void *p);
 TALLY_EXPORT char *tally_strdup(const char *s);
-
-/** Test hook: fail the allocation numbered `fail_at` (1-based, 0 disables). */
-void tally_alloc_fail_at(uint64_t fail_at);
-/** Test hook: allocations made since start. */
-uint64_t tally_alloc_count(void);
 
 #endif /* TALLY_COMMON_H */

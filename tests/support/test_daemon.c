@@ -41,6 +41,15 @@ socket_answers(const char *path)
     return ok;
 }
 
+/* The daemon's executable when not the built tallyd (test_daemon_use_bin). */
+static const char *daemon_bin;
+
+void
+test_daemon_use_bin(const char *path)
+{
+    daemon_bin = path;
+}
+
 int
 test_daemon_start(struct test_daemon *d, const char *data, ...)
 {
@@ -55,7 +64,10 @@ test_daemon_start(struct test_daemon *d, const char *data, ...)
     snprintf(d->data, sizeof(d->data), "%s", data);
     snprintf(d->socket, sizeof(d->socket), "%s/tally.sock", data);
     snprintf(d->log, sizeof(d->log), "%s.tallyd.log", data);
-    test_bin("tallyd", bin, sizeof(bin));
+    if (daemon_bin != NULL)
+        snprintf(bin, sizeof(bin), "%s", daemon_bin);
+    else
+        test_bin("tallyd", bin, sizeof(bin));
     argv[argc++] = bin;
     argv[argc++] = "--data";
     argv[argc++] = d->data;

@@ -16,6 +16,9 @@ struct test_daemon {
     char log[300]; /* stderr of tallyd, appended */
 };
 
+/** Runs `path` (borrowed for the process's life; NULL: the built tallyd) as the daemon of the
+ *  following test_daemon_start() calls: a test build such as tallyd_powerloss. */
+void test_daemon_use_bin(const char *path);
 /** Starts tallyd --data DATA --socket DATA/tally.sock --http 127.0.0.1:0 plus the
  *  NULL-terminated extra arguments; waits up to 10 s for the socket to accept.
  *  Returns 0 or -1 (the log says why). */

@@ -15,6 +15,7 @@
 /* clang-format on */
 
 #include "test_http_client.h"
+#include "test_alloc.h"
 
 #include <stdio.h>
 #include <stdlib.h>

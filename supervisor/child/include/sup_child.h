@@ -152,6 +152,8 @@ struct sup_child_persist {
 struct sup_child_stats {
     uint64_t admits, degraded, refused, unavailable, waits, acquires, grants, denies, returns;
     uint64_t retransmits, messages, writes, resumed, leases_spent, prefetches;
+    uint64_t grants_no_room;  /* grants the link's table had no room for, handed back */
+    uint64_t grants_stranded; /* of those, left to expire (no request slot for the RETURN) */
     uint32_t links, live_leases, inflight;
     bool reachable;
 };
@@ -230,7 +232,8 @@ void sup_child_shutdown(sup_child *c, struct sup_time now);
 void sup_child_stats(const sup_child *c, struct sup_time now,
                      struct sup_child_stats *out /* OUT */);
 
-/* A lease as the simulation sees it (tests and metrics). */
+/* A lease as the simulation sees it (the suites only: child_visit.c, linked through
+ * tally_child_internal). */
 struct sup_child_lease_info {
     const char *link; /* borrowed, valid during the callback */
     uint64_t lease_id;

@@ -30,22 +30,28 @@ typedef struct sup_front sup_front;
 
 /* The supervisor processes, as counted by the manager (sup_manager.h). */
 struct sup_manager_stats {
-    uint64_t starts;   /* processes spawned */
-    uint64_t restarts; /* spawns after a crash or lock refusal */
-    uint64_t exits;    /* idle exits */
-    uint64_t crashes;  /* non-zero exits and signals */
-    uint32_t live;     /* running now */
+    uint64_t starts;          /* processes spawned */
+    uint64_t restarts;        /* spawns after a crash or lock refusal */
+    uint64_t exits;           /* idle exits */
+    uint64_t crashes;         /* non-zero exits and signals */
+    uint32_t live;            /* running now */
+    uint64_t start_failures;  /* starts that ended before a first answer (crash, lock refusal,
+                                 failed spawn) */
+    uint32_t failing;         /* tenants whose last start failed, until their supervisor answers */
+    uint64_t start_failed_ms; /* loop time of the last failed start (0: none yet) */
 };
 struct front_child;
 
 struct sup_front_config {
     const char *data;
-    const char *exe;          /* tallyd itself, to spawn supervisors */
-    bool strict;              /* durability */
-    int64_t wait_ms;          /* longest wait for the supervisor; 0 = 50 */
-    int64_t cold_start_ms;    /* longest wait for a supervisor being started; 0 = 5000 */
-    int64_t idle_exit_ms;     /* supervisors hibernate after this; 0 = 60000 */
-    uint32_t max_supervisors; /* 0 = 1024 */
+    const char *exe;               /* tallyd itself, to spawn supervisors */
+    bool strict;                   /* durability */
+    int64_t wait_ms;               /* longest wait for the supervisor; 0 = 50 */
+    int64_t cold_start_ms;         /* longest wait for a supervisor being started; 0 = 5000 */
+    int64_t idle_exit_ms;          /* supervisors hibernate after this; 0 = 60000 */
+    uint32_t max_supervisors;      /* 0 = 1024 */
+    int64_t batch_sync_ms;         /* batched: supervisors' journal sync delay; 0 = theirs (100) */
+    uint64_t journal_compact_rows; /* supervisors' compaction threshold; 0 = theirs (4096) */
 };
 
 struct sup_front_req;
@@ -106,7 +112,10 @@ struct sup_front_stats {
     uint64_t degraded;
     uint64_t refused_by_scope[6];
     uint64_t waits;
-    uint64_t lease_messages; /* lease frames sent to supervisors */
+    uint64_t lease_messages;      /* lease frames sent to supervisors */
+    uint64_t lease_send_failures; /* lease frames not sent (supervisor down, in backoff): the
+                                     child's retransmit timers send them again */
+    uint64_t pump_deferrals;      /* pumps cut short by their round limit, resumed next turn */
     uint64_t reloads;
     uint64_t reload_failures;
     uint32_t reload_fail_streak;
@@ -143,6 +152,16 @@ void sup_front_stats(const sup_front *f, struct sup_front_stats *out /* OUT */);
  *  `tenant` is not "", each endpoint of that tenant with a child counter. */
 void sup_front_stats_reply(sup_front *f, const char *tenant,
                            struct proto_stats_reply *out /* OUT */);
+enum sup_front_health {
+    SUP_FRONT_HEALTHY = 0,
+    SUP_FRONT_DATA_UNWRITABLE,     /* the data dir cannot be written (read-only, permissions) */
+    SUP_FRONT_SUPERVISORS_FAILING, /* a supervisor failed to start within the last 30 s and
+                                      has not answered since */
+};
+/** The service's health for /healthz (front_obs.c). The data dir is probed with
+ *  access(W_OK) at most once a second (a read-only mount fails it even for root);
+ *  the supervisors from the manager's counters. Loop thread. */
+enum sup_front_health sup_front_health(sup_front *f);
 /** Returns leases (RETURN to the supervisors), flushes the child files, closes
  *  every child and the manager, then calls cb. */
 void sup_front_close(sup_front *f, void (*cb)(void *data), void *data);
@@ -172,6 +191,8 @@ struct sup_server_opts {
     int64_t idle_exit_ms;
     uint32_t max_supervisors;
     uint32_t max_connections;
+    int64_t batch_sync_ms;         /* batched only; 0 = the supervisors' default */
+    uint64_t journal_compact_rows; /* 0 = the supervisors' default */
 };
 
 /** Serves `o` (borrowed) until SIGINT or SIGTERM, then shuts down in order (HTTP, the

@@ -20,11 +20,18 @@ struct sup_process_opts {
     bool strict;          /* synchronous=FULL; NORMAL otherwise (batched) */
     int64_t idle_exit_ms; /* 0 = 60000 */
     int channel_fd;       /* 3 */
+    /* Batched: the longest a commit stays unsynced, in ms (tallyd --batch-sync-ms);
+     * 0 = 100. Ignored when strict. */
+    int64_t batch_sync_ms;
+    /* Journal rows since the last compaction that trigger the next (tallyd
+     * --journal-compact-rows); 0 = 4096, at least 16. */
+    uint64_t journal_compact_rows;
 };
 
 /** Runs the supervisor until it should exit; returns the exit status: 0 (idle,
  *  EOF or signal), 75 (another supervisor holds the tenant), 74 (storage error,
- *  the journal is left as it was), 78 (unknown tenant or data dir). */
+ *  the journal is left as it was, or its event loop could not be set up or torn
+ *  down: logged), 78 (unknown tenant or data dir). */
 int sup_process_run(const struct sup_process_opts *o);
 
 #endif /* SUP_PROCESS_H */

@@ -1,5 +1,5 @@
 /*
- * A power-loss simulation for SQLite (store_powerloss.h), a test hook only:
+ * A power-loss simulation for SQLite (test_powerloss.h), for the suites only:
  * a VFS shim over the default VFS that holds every write to a main database
  * or WAL file in memory until that file's next xSync. Reads see the held
  * writes, so the process works as usual; xSync (and xTruncate, xClose, which
@@ -11,13 +11,13 @@
  * keeps none. The shared-memory wal-index passes through untouched: SQLite
  * rebuilds it from the WAL when the first connection opens after a crash.
  */
-#include "store_powerloss.h"
+#include "test_powerloss.h"
 
-#include <pthread.h>
 #include <sqlite3.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
+
+#include "store.h"
 
 struct held {
     sqlite3_int64 off;
@@ -339,7 +339,7 @@ pl_current_time64(sqlite3_vfs *vfs, sqlite3_int64 *out)
 
 static sqlite3_vfs pl_vfs = {
     .iVersion = 2,
-    .zName = STORE_POWERLOSS_VFS,
+    .zName = TEST_POWERLOSS_VFS,
     .xOpen = pl_open,
     .xDelete = pl_delete,
     .xAccess = pl_access,
@@ -351,28 +351,20 @@ static sqlite3_vfs pl_vfs = {
     .xCurrentTimeInt64 = pl_current_time64,
 };
 
-static bool registered;
-
-static void
-register_once(void)
+bool
+test_powerloss_register(void)
 {
-    const char *on = getenv("TALLY_TEST_POWERLOSS");
+    static bool registered;
 
-    if (on == NULL || strcmp(on, "1") != 0)
-        return;
+    if (registered)
+        return true;
     real_vfs = sqlite3_vfs_find(NULL);
     if (real_vfs == NULL)
-        return;
+        return false;
     pl_vfs.szOsFile = (int)(REAL_OFFSET + (size_t)real_vfs->szOsFile);
     pl_vfs.mxPathname = real_vfs->mxPathname;
     registered = sqlite3_vfs_register(&pl_vfs, 0) == SQLITE_OK;
-}
-
-bool
-store_powerloss_enabled(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-    (void)pthread_once(&once, register_once);
+    if (registered)
+        store_private_vfs_set(TEST_POWERLOSS_VFS);
     return registered;
 }
