@@ -239,3 +239,11 @@ sup_front_stats_reply(sup_front *f, const char *tenant, struct proto_stats_reply
         e->unavailable = cs.unavailable;
     }
 }
+
+void
+sup_front_stats(const sup_front *f, struct sup_front_stats *out)
+{
+    *out = f->stats;
+    out->children = f->n_children;
+    sup_manager_stats(f->mgr, &out->sup);
+}

@@ -5,6 +5,8 @@
 #ifndef SUP_FRONT_INT_H
 #define SUP_FRONT_INT_H
 
+#include <time.h>
+
 #include "proto_lease.h"
 #include "store_snapshot.h"
 #include "sup_child.h"
@@ -79,7 +81,19 @@ struct sup_front {
     int64_t open_failed_mono_ms;
 };
 
-struct sup_time front_now(void);
+/* Both clocks, read now: monotonic for durations and deadlines, wall for window ids. */
+static inline struct sup_time
+front_now(void)
+{
+    struct sup_time t;
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t.mono_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    t.wall_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return t;
+}
 /** The manager, for metrics. */
 sup_manager *sup_front_manager(sup_front *f);
 /** The child of (tenant, endpoint), created (file, incarnation, resumed leases) on
