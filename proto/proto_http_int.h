@@ -4,6 +4,10 @@
  * listener and accepting; http_server.c the connections, their timers and
  * lifecycle; http_request.c feeds http_parser and
  * enforces the request limits; http_response.c builds and serialises answers.
+ * http_server.c is the centre: http_listen.c hands it each accepted connection
+ * and hears from it when a handle is gone; http_request.c tells it when a
+ * request begins so that its deadline starts. Those are callbacks between one
+ * connection's parts, written as direct calls.
  */
 #ifndef PROTO_HTTP_INT_H
 #define PROTO_HTTP_INT_H

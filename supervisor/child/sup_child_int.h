@@ -2,6 +2,15 @@
  * Struct layouts and internals shared by the child_*.c files (the child counter). Not installed.
  * The child owns its link table (links allocated when they first appear), a fixed table of
  * requests in flight and the degraded window state; nothing else is allocated.
+ *
+ * The files are facets of one state machine, and some call each other both ways on purpose:
+ * child_core.c (the tables) asks child_admit.c whether a link is idle and to retire a lease,
+ * and child_admit.c finds links in child_core.c; child_sched.c (queues and timers) rolls
+ * windows and asks for leases through child_admit.c, which marks each link it changes for the
+ * scheduler with sup__child_touch(). child_slot.c borrows child_wire.c's request table, and a
+ * slot release arriving in a reply is handed back to child_slot.c. Splitting them further would
+ * put one transition's steps in two places; the entry points are in sup_child.h, and every
+ * mutual call is a module-internal sup__child_* function declared below.
  */
 #ifndef SUP_CHILD_INT_H
 #define SUP_CHILD_INT_H

@@ -14,7 +14,7 @@
  * spawned when an exit makes room: tenants asking for tokens (a request may be
  * waiting) before those only returning or heartbeating, oldest first.
  */
-#include "sup_manager.h"
+#include "sup_manager_int.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -24,56 +24,6 @@
 #include "proto_stream.h"
 #include "tally_log.h"
 #include "tenant.h"
-
-#define HEALTHY_RUN_MS 10000
-/* Restarts of a supervisor that found its tenant locked by another never wait longer. */
-#define LOCKED_RETRY_MS 250
-/* Frames kept for a tenant waiting for room; more are dropped (retransmitted). */
-#define PENDING_MAX (64u << 10)
-/* A supervisor with frames unanswered is asked to hibernate only once the
- * oldest waiter has waited this long (a reply would be lost with its channel). */
-#define BUSY_VICTIM_MS 500
-
-struct sup_proc {
-    char tenant[TENANT_NAME_MAX + 1];
-    sup_manager *m;
-    uv_process_t process;
-    bool process_live;    /* spawned, exit_cb not yet run */
-    bool process_closing; /* uv_close called on the handle */
-    proto_conn *conn;
-    uint64_t started_ms;
-    uint64_t last_used_ms;
-    uint64_t not_before_ms; /* backoff: no spawn before this loop time */
-    bool answered;          /* a frame came back since the spawn */
-    bool start_failed;      /* the last start ended before an answer; counted in stats.failing */
-    uint32_t in_flight;     /* frames sent since the spawn minus frames received */
-    int64_t backoff_ms;
-    bool waiting_room;      /* needs a process, the ceiling is reached */
-    bool waiting_acquire;   /* ... and asks for tokens: served first */
-    uint64_t waiting_since; /* loop time: the oldest waiter is spawned first */
-    uint8_t *pending;       /* frames to send once spawned (waiting_room) */
-    size_t pending_len;
-    uint32_t pending_frames;
-};
-
-struct sup_manager {
-    uv_loop_t *loop;
-    struct sup_manager_config cfg;
-    char data_dir[4096];
-    char exe[4096];
-    char durability[16];
-    struct sup_manager_cbs cbs;
-    void *data;
-    struct sup_proc **procs;
-    uint32_t n_procs;
-    uint32_t cap_procs;
-    struct sup_manager_stats stats;
-    uint32_t n_waiting; /* procs with waiting_room: make_room has nothing to do at 0 */
-    bool closing;
-    int pending_handles;
-    void (*close_cb)(void *data);
-    void *close_data;
-};
 
 static void admit_waiting(sup_manager *m);
 
@@ -166,46 +116,6 @@ on_process_closed(uv_handle_t *h)
     maybe_finish_close(m);
 }
 
-/* One line per exit: why, and when the next start may happen. */
-static void
-log_exit(const struct sup_proc *p, int pid, int64_t status, int term_signal, uint64_t ran_ms)
-{
-    struct tally_log l;
-    bool idle = status == SUP_EXIT_IDLE && term_signal == 0;
-    const char *reason = idle                                        ? "idle"
-                         : status == SUP_EXIT_LOCKED && !term_signal ? "locked"
-                         : term_signal != 0                          ? "signal"
-                                                                     : "error";
-
-    if (!tally_log_begin(&l, idle ? TALLY_LOG_INFO : TALLY_LOG_WARN, "supervisor_exit"))
-        return;
-    tally_log_str(&l, "tenant", p->tenant);
-    tally_log_int(&l, "pid", pid);
-    tally_log_str(&l, "reason", reason);
-    if (term_signal != 0)
-        tally_log_int(&l, "signal", term_signal);
-    else
-        tally_log_int(&l, "status", status);
-    tally_log_int(&l, "ran_ms", (int64_t)ran_ms);
-    if (!idle)
-        tally_log_int(&l, "restart_in_ms", p->backoff_ms);
-    tally_log_end(&l);
-}
-
-static void
-log_start(const struct sup_proc *p, bool restart)
-{
-    struct tally_log l;
-
-    if (!tally_log_begin(&l, TALLY_LOG_INFO, restart ? "supervisor_restart" : "supervisor_start"))
-        return;
-    tally_log_str(&l, "tenant", p->tenant);
-    tally_log_int(&l, "pid", p->process.pid);
-    if (restart)
-        tally_log_int(&l, "backoff_ms", p->backoff_ms);
-    tally_log_end(&l);
-}
-
 static void
 on_proc_exit(uv_process_t *proc, int64_t status, int term_signal)
 {
@@ -240,7 +150,7 @@ on_proc_exit(uv_process_t *proc, int64_t status, int term_signal)
             p->backoff_ms = LOCKED_RETRY_MS;
         p->not_before_ms = now + (uint64_t)p->backoff_ms;
     }
-    log_exit(p, pid, status, term_signal, now - p->started_ms);
+    sup__manager_log_exit(p, pid, status, term_signal, now - p->started_ms);
     admit_waiting(m); /* before on_down: the oldest waiter gets the room */
     if (!m->closing && m->cbs.on_down != NULL)
         m->cbs.on_down(m->data, p->tenant, code);
@@ -286,20 +196,6 @@ proc_going(const struct sup_proc *p)
     return p->process_live && (p->conn == NULL || proto_conn_is_closing(p->conn));
 }
 
-static void
-log_hibernate(const struct sup_proc *p, const sup_manager *m)
-{
-    struct tally_log l;
-
-    if (!tally_log_begin(&l, TALLY_LOG_INFO, "supervisor_hibernate"))
-        return;
-    tally_log_str(&l, "tenant", p->tenant);
-    tally_log_int(&l, "pid", p->process.pid);
-    tally_log_str(&l, "reason", "max_supervisors");
-    tally_log_int(&l, "max_supervisors", m->cfg.max_supervisors);
-    tally_log_end(&l);
-}
-
 /* Asks the least recently used supervisors to hibernate until the running ones
  * that stay, plus the tenants waiting for a process, fit under the ceiling. One
  * that has not answered yet is never asked: each start serves at least the
@@ -335,7 +231,7 @@ make_room(sup_manager *m)
         }
         if (lru == NULL)
             return;
-        log_hibernate(lru, m);
+        sup__manager_log_hibernate(lru, m);
         proto_conn_close(lru->conn); /* EOF: the supervisor persists and exits 0 */
         going++;
     }
@@ -496,7 +392,7 @@ spawn(sup_manager *m, struct sup_proc *p)
     if (restart)
         m->stats.restarts++;
     m->stats.live++;
-    log_start(p, restart);
+    sup__manager_log_start(p, restart);
     return TALLY_OK;
 }
 

@@ -1,6 +1,17 @@
 /*
- * Internals shared by front.c (auth, configuration, requests) and
- * front_child.c (child counters, their files, timers and parked requests).
+ * Internals shared by the front's files. A request goes top to bottom:
+ * front.c (auth, configuration, the policy) -> front_child.c (the child
+ * decides, or the request parks for a lease or a slot) -> front_reply.c (the
+ * answer, counted and observed by front_obs.c). Around the children:
+ * front_child_life.c (the table of children: find, create, close) and
+ * front_store.c (each child's file, written on the thread pool).
+ *
+ * Three of them call each other on purpose: front_child.c finds a child for a
+ * supervisor's reply through front_child_life.c, which pumps and unparks when
+ * it closes one; front_child.c hands the child's writes to front_store.c, whose
+ * completion (on the loop) resumes the child: re-runs the requests a durable
+ * write unblocked and pumps again, or frees a closed child. That is a
+ * completion callback, written as a direct call.
  */
 #ifndef SUP_FRONT_INT_H
 #define SUP_FRONT_INT_H

@@ -2,6 +2,13 @@
  * Struct layouts and internals shared by the lease_*.c files (the supervisor's ledger). Not
  * installed. Ownership: the ledger owns every table below; links, pairs and children are
  * allocated when they first appear and freed at close (links also when evicted idle).
+ *
+ * Two pairs of files call each other on purpose. lease_ledger.c (the tables) and lease_cells.c
+ * (the counts in them): evicting an idle link asks the cells whether its windows are over, and
+ * a cell's budget is found through the tables. lease_apply.c (records) and lease_snapshot.c
+ * (compaction): applying a SNAPSHOT record is the snapshot's own inverse, and the snapshot
+ * copies the durable reply cache that applying builds. Each pair is one concept with its data
+ * on one side and its operations on the other.
  */
 #ifndef SUP_LEASE_INT_H
 #define SUP_LEASE_INT_H

@@ -2,6 +2,8 @@
  * Internals shared by the supervisor process's files: process.c (the loop, the
  * channel, timers, configuration) and process_journal.c (the journal: commits,
  * batched syncs, compaction, replay). Not installed.
+ * process_journal.c logs, stops and reads the clock through process.c's sp_* helpers, and
+ * process.c drives the journal: one process, its I/O on one side of the file boundary.
  */
 #ifndef SUP_PROCESS_INT_H
 #define SUP_PROCESS_INT_H
