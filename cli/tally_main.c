@@ -24,7 +24,7 @@ static const char usage_text[] =
     "  endpoint list | show NAME [--plan PLAN] | remove NAME [--plan PLAN]\n"
     "  apply FILE [--dry-run]                 make plans and endpoints match FILE\n"
     "  export                                 print plans and endpoints in that format\n"
-    "  tenant add ID --plan PLAN | list | show ID | remove ID\n"
+    "  tenant add ID --plan PLAN | set ID --plan PLAN | list | show ID | remove ID\n"
     "  link create TENANT [--endpoint NAME ...] [--expires DURATION] [--json]\n"
     "  link revoke TOKEN-OR-ID | list TENANT\n"
     "  check TOKEN ENDPOINT [--cost C]        (TOKEN '-' reads it from stdin)\n"
@@ -124,7 +124,7 @@ is_change(const char *verb, int argc, char **argv)
     if (strcmp(verb, "plan") == 0 || strcmp(verb, "endpoint") == 0)
         return strcmp(sub, "set") == 0 || strcmp(sub, "remove") == 0;
     if (strcmp(verb, "tenant") == 0)
-        return strcmp(sub, "add") == 0 || strcmp(sub, "remove") == 0;
+        return strcmp(sub, "add") == 0 || strcmp(sub, "set") == 0 || strcmp(sub, "remove") == 0;
     if (strcmp(verb, "link") == 0)
         return strcmp(sub, "create") == 0 || strcmp(sub, "revoke") == 0;
     return false;

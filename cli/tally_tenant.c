@@ -49,6 +49,56 @@ tenant_show(store_db *db, const char *id)
     return EXIT_OK;
 }
 
+static int link_check_endpoints(store_db *db, const char *plan, const char *list);
+
+/* What `tenant set --plan` checks in each link of the tenant: its endpoint restrictions
+ * must have a policy under the new plan. */
+struct plan_check {
+    store_db *db;
+    const char *plan;
+    int code; /* EXIT_OK until a link fails (printed) */
+};
+
+static int
+check_link_plan(void *ctx, const struct store_link *l)
+{
+    struct plan_check *pc = ctx;
+
+    if (l->revoked_ms != 0 || l->endpoints[0] == '\0' || pc->code != EXIT_OK)
+        return TALLY_OK;
+    pc->code = link_check_endpoints(pc->db, pc->plan, l->endpoints);
+    return TALLY_OK;
+}
+
+/* `tally tenant set ID --plan PLAN`, inside the transaction: the tenant's live links must
+ * fit the new plan's --max-links and their endpoint restrictions must exist under it. A
+ * running tallyd is told before the command returns, so a smaller plan is in force then. */
+static int
+tenant_set_plan(store_db *db, const char *id, const char *plan, int *rc)
+{
+    struct plan_check pc = {db, plan, EXIT_OK};
+    struct tenant_plan p;
+    int64_t live = 0;
+
+    *rc = store_plan_get(db, plan, &p);
+    if (*rc == TALLY_ENOTFOUND)
+        return cli_fail(EXIT_FAIL, "plan %s: not found", plan);
+    if (*rc == TALLY_OK)
+        *rc = store_link_live_count(db, id, cli_now_ms(), &live);
+    if (*rc != TALLY_OK)
+        return EXIT_OK;
+    if (live > (p.max_links > 0 ? p.max_links : TENANT_MAX_LINKS))
+        return cli_fail(EXIT_FAIL,
+                        "tenant %s has %lld live links, more than plan %s allows (--max-links "
+                        "%lld): revoke some first",
+                        id, (long long)live, plan, (long long)p.max_links);
+    *rc = store_link_each(db, id, check_link_plan, &pc);
+    if (*rc != TALLY_OK || pc.code != EXIT_OK)
+        return pc.code;
+    *rc = store_tenant_set_plan(db, id, plan);
+    return EXIT_OK;
+}
+
 int
 cli_tenant(struct cli *c)
 {
@@ -63,13 +113,14 @@ cli_tenant(struct cli *c)
     if (strcmp(sub, "list") == 0) {
         if (c->argc != 1)
             return cli_fail(EXIT_USAGE, "usage: tally tenant list");
-    } else if (strcmp(sub, "add") == 0 || strcmp(sub, "show") == 0 || strcmp(sub, "remove") == 0) {
+    } else if (strcmp(sub, "add") == 0 || strcmp(sub, "set") == 0 || strcmp(sub, "show") == 0 ||
+               strcmp(sub, "remove") == 0) {
         if (c->argc < 2 || tenant_name_check("tenant", c->argv[1], err, sizeof(err)) != TALLY_OK)
             return cli_fail(EXIT_USAGE, "%s",
                             c->argc < 2 ? "missing tenant id (see tally --help)" : err);
         for (i = 2; i < c->argc; i++) {
             bool missing = false;
-            const char *v = strcmp(sub, "add") == 0
+            const char *v = strcmp(sub, "add") == 0 || strcmp(sub, "set") == 0
                                 ? tenant_opt_value(c->argc, c->argv, &i, "--plan", &missing)
                                 : NULL;
             if (v == NULL)
@@ -80,8 +131,10 @@ cli_tenant(struct cli *c)
         }
         if (strcmp(sub, "add") == 0 && plan == NULL)
             return cli_fail(EXIT_USAGE, "usage: tally tenant add ID --plan PLAN");
+        if (strcmp(sub, "set") == 0 && plan == NULL)
+            return cli_fail(EXIT_USAGE, "usage: tally tenant set ID --plan PLAN");
     } else {
-        return cli_fail(EXIT_USAGE, "usage: tally tenant add|list|show|remove ...");
+        return cli_fail(EXIT_USAGE, "usage: tally tenant add|set|list|show|remove ...");
     }
     code = cli_open(c, &db);
     if (code != EXIT_OK)
@@ -104,6 +157,13 @@ cli_tenant(struct cli *c)
             }
             if (rc == TALLY_OK)
                 rc = store_tenant_add(db, c->argv[1], plan, cli_now_ms());
+        } else if (strcmp(sub, "set") == 0) {
+            code = tenant_set_plan(db, c->argv[1], plan, &rc);
+            if (code != EXIT_OK) {
+                store_db_rollback(db);
+                store_db_close(db);
+                return code;
+            }
         } else {
             rc = store_tenant_remove(db, c->argv[1]);
         }

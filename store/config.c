@@ -63,6 +63,7 @@ enum config_stmt {
     S_EP_EACH,
     S_TENANT_ADD,
     S_TENANT_GET,
+    S_TENANT_SET_PLAN,
     S_TENANT_REMOVE,
     S_TENANT_EACH,
     S_LINK_INSERT,
@@ -101,6 +102,7 @@ static const char *const config_statements[S__COUNT] = {
     [S_EP_EACH] = "SELECT " EP_COLS " FROM endpoint ORDER BY plan, name",
     [S_TENANT_ADD] = "INSERT INTO tenant(id, plan, created_ms) VALUES(?1,?2,?3)",
     [S_TENANT_GET] = "SELECT " TENANT_COLS " FROM tenant WHERE id=?1",
+    [S_TENANT_SET_PLAN] = "UPDATE tenant SET plan=?2 WHERE id=?1",
     [S_TENANT_REMOVE] = "DELETE FROM tenant WHERE id=?1",
     [S_TENANT_EACH] = "SELECT " TENANT_COLS " FROM tenant ORDER BY id",
     [S_LINK_INSERT] = "INSERT INTO link(" LINK_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7)",
@@ -392,6 +394,21 @@ store_tenant_add(store_db *db, const char *id, const char *plan, int64_t now_ms)
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, plan, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, now_ms);
+    return step_change(db, st);
+}
+
+int
+store_tenant_set_plan(store_db *db, const char *id, const char *plan)
+{
+    struct tenant_plan p;
+    sqlite3_stmt *st;
+    int rc = store_plan_get(db, plan, &p);
+
+    if (rc != TALLY_OK)
+        return rc;
+    st = store_db_stmt(db, S_TENANT_SET_PLAN);
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, plan, -1, SQLITE_STATIC);
     return step_change(db, st);
 }
 

@@ -7,6 +7,8 @@
  */
 #include "store_snapshot.h"
 
+#include "tenant_index.h"
+
 #include <sodium.h>
 #include <sqlite3.h>
 #include <string.h>
@@ -26,6 +28,7 @@ struct store_snapshot {
     uint32_t *table; /* link index + 1, 0 = empty; size mask + 1 */
     uint32_t *by_id; /* the same, keyed by link id */
     size_t mask;
+    struct tenant_index tenant_ix; /* tenant id -> index into tenants */
     int64_t version;
 };
 
@@ -201,6 +204,28 @@ build_table(store_snapshot *s)
     return TALLY_OK;
 }
 
+static const char *
+tenant_key(const void *ctx, uint32_t item)
+{
+    const store_snapshot *s = ctx;
+
+    return s->tenants[item].id;
+}
+
+/* Tenants by id in O(1): a reload compares every child's tenant, and a request may look its
+ * tenant up; a scan would cost O(tenants) each time. */
+static int
+index_tenants(store_snapshot *s)
+{
+    size_t i;
+    int rc = tenant_index_init(&s->tenant_ix, (uint32_t)(s->n_tenants > 0 ? s->n_tenants : 1));
+
+    for (i = 0; rc == TALLY_OK && i < s->n_tenants; i++)
+        s->tenant_ix.slot[tenant_index_pos(&s->tenant_ix, s->tenants[i].id, tenant_key, s)] =
+            (uint32_t)(i + 1);
+    return rc;
+}
+
 int64_t
 store_data_version(store_db *db)
 {
@@ -260,6 +285,8 @@ store_snapshot_load(store_db *db, const char *tenant, store_snapshot **out)
         rc = load_links(db, s, tenant);
     if (rc == TALLY_OK)
         rc = build_table(s);
+    if (rc == TALLY_OK)
+        rc = index_tenants(s);
     if (rc != TALLY_OK)
         goto out;
     *out = s;
@@ -283,6 +310,7 @@ store_snapshot_free(store_snapshot *s)
     tally_free(s->pool);
     tally_free(s->table);
     tally_free(s->by_id);
+    tenant_index_release(&s->tenant_ix);
     tally_free(s);
 }
 
@@ -328,13 +356,12 @@ store_snap_link_allows(const struct store_snap_link *l, const char *endpoint, in
 const struct store_snap_tenant *
 store_snapshot_tenant(const store_snapshot *s, const char *id)
 {
-    size_t i;
+    int64_t i;
 
-    for (i = 0; i < s->n_tenants; i++) {
-        if (strcmp(s->tenants[i].id, id) == 0)
-            return &s->tenants[i];
-    }
-    return NULL;
+    if (s->tenant_ix.slot == NULL)
+        return NULL;
+    i = tenant_index_find(&s->tenant_ix, id, tenant_key, s);
+    return i >= 0 ? &s->tenants[i] : NULL;
 }
 
 const struct tenant_endpoint *

@@ -306,3 +306,15 @@ tenant_hash_short(const unsigned char hash[TENANT_HASH_BYTES], char out[13])
 {
     sodium_bin2hex(out, 13, hash, 6);
 }
+
+bool
+tenant_limits_equal(const struct tenant_limits *a, const struct tenant_limits *b)
+{
+    if (a->count != b->count)
+        return false;
+    for (uint32_t i = 0; i < a->count; i++) {
+        if (a->v[i].n != b->v[i].n || a->v[i].period_ms != b->v[i].period_ms)
+            return false;
+    }
+    return true;
+}

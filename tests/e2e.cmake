@@ -3,3 +3,7 @@ tally_add_test(test_e2e_leases test_e2e_leases.c LABELS e2e slow)
 target_link_libraries(test_e2e_leases PRIVATE tally_ledger_internal tally_child_internal tally_proto PkgConfig::SQLITE3)
 add_dependencies(test_e2e_leases tallyd tally_cli)
 set_tests_properties(test_e2e_leases PROPERTIES TIMEOUT 900)
+
+# A lowered limit in force before `tally` returns: endpoint, plan, per-link, smaller plan.
+tally_add_test(test_e2e_limits test_e2e_limits.c serve_util.c LABELS e2e)
+add_dependencies(test_e2e_limits tallyd tally_cli)

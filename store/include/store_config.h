@@ -51,6 +51,9 @@ struct store_tenant {
 TALLY_MUST_CHECK int store_tenant_add(store_db *db, const char *id, const char *plan,
                                       int64_t now_ms);
 TALLY_MUST_CHECK int store_tenant_get(store_db *db, const char *id, struct store_tenant *out);
+/** Moves tenant `id` to `plan` (which must exist: TALLY_ENOTFOUND otherwise, as for an
+ *  unknown tenant). Call inside a transaction that has checked the tenant's links. */
+TALLY_MUST_CHECK int store_tenant_set_plan(store_db *db, const char *id, const char *plan);
 /** Removes the tenant and its links. */
 TALLY_MUST_CHECK int store_tenant_remove(store_db *db, const char *id);
 typedef int (*store_tenant_cb)(void *ctx, const struct store_tenant *t);

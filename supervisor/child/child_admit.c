@@ -3,11 +3,11 @@
  * lease of its link with the earliest deadline that still has room (used + cost <= n, now before
  * the deadline, and in strict mode used + cost <= the durable mark); no allocation, no I/O, no
  * clock. Admitting may ask for more ahead of need: an ACQUIRE at the low watermark
- * max(rate * lead, n/4) (docs/LEASE-PROTOCOL.md §3) so a steady stream never waits, and the next mark when
- * used crosses mark - chunk/2. Without a lease that fits, a cached refusal answers (envoy's
- * over-limit cache), or the request waits for the ACQUIRE in flight, or, when the supervisor is
- * out of reach (or the wait is over), it is decided by the endpoint's on_unavailable policy: 503
- * when closed, the degraded local limit when open, counted as debt for the supervisor.
+ * max(rate * lead, n/4) (docs/LEASE-PROTOCOL.md §3) so a steady stream never waits, and the next
+ * mark when used crosses mark - chunk/2. Without a lease that fits, a cached refusal answers
+ * (envoy's over-limit cache), or the request waits for the ACQUIRE in flight, or, when the
+ * supervisor is out of reach (or the wait is over), it is decided by the endpoint's on_unavailable
+ * policy: 503 when closed, the degraded local limit when open, counted as debt for the supervisor.
  * Lease sizes start small and grow (slow start: doubled when a lease runs out within T_renew,
  * halved when one ends more than half unused), or follow the measured rate: rate * T_renew.
  */
@@ -384,13 +384,15 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
     struct child_lease *cl = NULL;
     /* The drift bound, plus one tick: clocks are read in whole milliseconds. */
     int64_t margin = (g->ttl_ms * c->epsilon_ppm + 999999) / 1000000 + 1;
+    /* Asked for before a recall (sup_child_recall): sized under the old limits, never used. */
+    bool recalled = r->seq <= c->recall_seq;
 
     /* At most CHILD_LIVE_MAX live leases per link, the new one included (the bound on stranded
      * tokens, I4): the one with the fewest tokens left makes room and is reported. Without it, a
      * link whose requests cost more than any lease it holds would collect leases too small for
      * them, one per request. */
     sup__child_link_roll(c, k, now_mono);
-    while (live_count(k, now_mono, NULL) >= CHILD_LIVE_MAX)
+    while (!recalled && live_count(k, now_mono, NULL) >= CHILD_LIVE_MAX)
         make_room(c, k, now_mono);
     for (int j = 0; j < CHILD_LEASES && cl == NULL; j++) {
         if (k->l[j].state == CL_FREE)
@@ -418,7 +420,7 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
     cl->sent_mono = r->first_mono;
     cl->deadline_mono = r->first_mono + g->ttl_ms - margin;
     cl->deadline_wall = r->first_wall + g->ttl_ms - margin;
-    if (c->persist_marks && cl->n > c->mark_chunk_min) {
+    if (c->persist_marks && cl->n > c->mark_chunk_min && !recalled) {
         mark_ahead(c, cl, 1); /* the first chunk, written before the first admission */
     } else {
         /* No row: a small lease (a quiet link's) is not worth an fsync before its first use.
@@ -426,7 +428,24 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
          * strands at most its n, and never admits twice. */
         cl->mark_durable = cl->mark_want = cl->mark_sent = cl->n;
     }
-    if (cl->deadline_mono <= now_mono)
+    if (recalled || cl->deadline_mono <= now_mono)
         sup__child_retire(c, k, cl);
     return TALLY_OK;
+}
+
+void
+sup_child_recall(sup_child *c, struct sup_time now)
+{
+    c->recall_seq = c->next_seq;
+    c->stats.recalls++;
+    for (uint32_t i = 0; i < c->link_hw; i++) {
+        struct child_link *k = c->links[i];
+        if (k == NULL)
+            continue;
+        for (int j = 0; j < CHILD_LEASES; j++)
+            sup__child_retire(c, k, &k->l[j]);
+        k->deny_until = 0;
+        k->pass = false;
+        sup__child_touch(c, (int32_t)i, now.mono_ms);
+    }
 }

@@ -196,8 +196,8 @@ link_tick(sup_child *c, struct child_link *k, int64_t now_mono)
 
         if (cl->state != CL_LIVE)
             continue;
-        /* Idle for a second: give the tokens back (docs/LEASE-PROTOCOL.md §3), unless the supervisor said
-         * the few left are worth keeping (KEEP): they go back at the deadline. */
+        /* Idle for a second: give the tokens back (docs/LEASE-PROTOCOL.md §3), unless the
+         * supervisor said the few left are worth keeping (KEEP): they go back at the deadline. */
         if (idle && !cl->foreign && !cl->keep && now_mono - cl->got_mono >= c->idle_ms) {
             sup__child_retire(c, k, cl);
             continue;

@@ -112,9 +112,10 @@ struct sup_child {
     int64_t last_use;   /* latest last_use of any link */
 
     struct child_req req[SUP_CHILD_INFLIGHT];
-    uint64_t next_seq;  /* last seq handed out */
-    uint64_t hello_seq; /* the HELLO in flight, 0 = none */
-    bool welcomed;      /* WELCOME received for this incarnation */
+    uint64_t next_seq;   /* last seq handed out */
+    uint64_t recall_seq; /* grants answering seqs up to this one are never used (recall) */
+    uint64_t hello_seq;  /* the HELLO in flight, 0 = none */
+    bool welcomed;       /* WELCOME received for this incarnation */
     bool connected;
     int64_t last_reply_mono;
     int64_t hb_next_mono;

@@ -29,6 +29,51 @@ forget_refusals(sup_front *f)
         sup_child_forget_refusals(f->children[i]->child);
 }
 
+/* True when what bounds the requests of `fc` differs between two configurations: the
+ * tenant's plan (its limits, per-link limits, concurrency), the endpoint's limits or
+ * algorithm for that plan, or the tenant or endpoint is gone. */
+static bool
+limits_changed(const store_snapshot *old, const store_snapshot *cur, const struct front_child *fc)
+{
+    const struct store_snap_tenant *ta = store_snapshot_tenant(old, fc->tenant);
+    const struct store_snap_tenant *tb = store_snapshot_tenant(cur, fc->tenant);
+    const struct tenant_endpoint *ea, *eb;
+
+    if (ta == NULL || tb == NULL)
+        return true;
+    if (!tenant_limits_equal(&ta->plan->limits, &tb->plan->limits) ||
+        !tenant_limits_equal(&ta->plan->link_limits, &tb->plan->link_limits) ||
+        ta->plan->concurrency != tb->plan->concurrency)
+        return true;
+    ea = store_snapshot_endpoint(old, ta->plan->name, fc->endpoint);
+    eb = store_snapshot_endpoint(cur, tb->plan->name, fc->endpoint);
+    if (ea == NULL || eb == NULL)
+        return true;
+    return !tenant_limits_equal(&ea->limits, &eb->limits) ||
+           !tenant_limits_equal(&ea->tenant_limits, &eb->tenant_limits) ||
+           ea->algorithm != eb->algorithm;
+}
+
+/* A changed limit is in force from this reload on: the children it bounds stop using the
+ * leases granted under the old one (their unused tokens go back to the supervisor, which
+ * has read the new configuration before it grants again: it checks before every ACQUIRE).
+ * Admitted in the window then never exceeds the new limit plus what was admitted before the
+ * change, for a lowered limit as for a smaller plan or a removed endpoint. */
+static void
+recall_changed(sup_front *f, const store_snapshot *old, const store_snapshot *cur)
+{
+    struct sup_time now = front_now();
+
+    for (uint32_t i = 0; i < f->n_children; i++) {
+        struct front_child *fc = f->children[i];
+        if (!limits_changed(old, cur, fc))
+            continue;
+        sup_child_recall(fc->child, now);
+        f->stats.recalls++;
+        front_child_pump_soon(fc);
+    }
+}
+
 int
 sup_front_reload(sup_front *f, bool force)
 {
@@ -57,6 +102,7 @@ sup_front_reload(sup_front *f, bool force)
      * next poll, for a refusal the supervisor sent just before it saw the change
      * and that arrives after this reload. */
     if (f->snap != NULL && store_snapshot_version(f->snap) != store_snapshot_version(snap)) {
+        recall_changed(f, f->snap, snap);
         forget_refusals(f);
         f->obs.forget_again = true;
     }

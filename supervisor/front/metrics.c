@@ -141,6 +141,9 @@ leases(struct proto_http_response *resp, const struct sup_front_stats *fs)
     gauge(resp, "tally_child_counters", "Child counters (tenant, endpoint) loaded.", fs->children);
     gauge(resp, "tally_links_live", "Links in the loaded configuration.", fs->live_links);
     counter(resp, "tally_config_reloads_total", "Configuration reloads.", fs->reloads);
+    counter(resp, "tally_lease_recalls_total",
+            "Child counters that gave up their leases because a limit on them changed.",
+            fs->recalls);
 }
 
 static void

@@ -61,6 +61,8 @@ void tenant_limit_format(const struct tenant_limit *l, char *buf, size_t len);
 TALLY_MUST_CHECK int tenant_limits_add(struct tenant_limits *ls, const struct tenant_limit *l);
 /** Parses a comma-separated list ("600/1m,36000/1h"; "" is the empty list). */
 TALLY_MUST_CHECK int tenant_limits_parse(const char *s, struct tenant_limits *out /* OUT */);
+/** True iff the two lists hold the same windows in the same order. */
+bool tenant_limits_equal(const struct tenant_limits *a, const struct tenant_limits *b);
 /** Canonical comma-separated text of `ls` into buf of `len` bytes ("" when empty). */
 void tenant_limits_format(const struct tenant_limits *ls, char *buf, size_t len);
 /** Parses a cost: a decimal integer 1..TENANT_COST_MAX. TALLY_OK or TALLY_ECOST. */

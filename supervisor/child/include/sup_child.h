@@ -1,8 +1,8 @@
 /*
- * sup_child: the child counter for one (tenant, endpoint), a pure state machine (docs/LEASE-PROTOCOL.md §3
- * "Child admit path", docs/LEASE-PROTOCOL.md). It holds leases per link and admits locally from
- * them: the hot path sup_child_admit does no I/O, reads no clock and allocates nothing once the
- * link is known. Everything else is an intent the caller carries out:
+ * sup_child: the child counter for one (tenant, endpoint), a pure state machine
+ * (docs/LEASE-PROTOCOL.md §3 "Child admit path", docs/LEASE-PROTOCOL.md). It holds leases per link
+ * and admits locally from them: the hot path sup_child_admit does no I/O, reads no clock and
+ * allocates nothing once the link is known. Everything else is an intent the caller carries out:
  *   messages: sup_child_next_message() until TALLY_ENOTFOUND; encode and send each one;
  *   timers:   arm one timer at sup_child_next_wake_ms() (monotonic) and call sup_child_tick();
  *   writes:   sup_child_next_persist() until TALLY_ENOTFOUND; write each to the child's SQLite
@@ -152,6 +152,7 @@ struct sup_child_persist {
 struct sup_child_stats {
     uint64_t admits, degraded, refused, unavailable, waits, acquires, grants, denies, returns;
     uint64_t retransmits, messages, writes, resumed, leases_spent, prefetches;
+    uint64_t recalls;         /* sup_child_recall calls */
     uint64_t grants_no_room;  /* grants the link's table had no room for, handed back */
     uint64_t grants_stranded; /* of those, left to expire (no request slot for the RETURN) */
     uint32_t links, live_leases, inflight;
@@ -168,6 +169,12 @@ TALLY_MUST_CHECK int sup_child_open(const struct sup_child_config *cfg, sup_chil
 TALLY_MUST_CHECK int sup_child_set_policy(sup_child *c, const struct tenant_endpoint *policy);
 /** Drops every cached refusal: the configuration changed (a raised limit), so the next
  *  request of each refused link asks the supervisor again. */
+/** Stops using every lease the child holds or has asked for, at once: live leases are
+ *  retired (reported as usual, so the supervisor credits what is unused), and a grant that
+ *  answers a request sent before this call is handed back unused when it arrives. Cached
+ *  refusals are forgotten. For a configuration change: no lease sized under an old limit
+ *  admits anything after the change. The caller pumps the child afterwards. */
+void sup_child_recall(sup_child *c, struct sup_time now);
 void sup_child_forget_refusals(sup_child *c);
 /** Frees the child; NULL is a no-op. Leases still held are left to expire as spent. */
 void sup_child_close(sup_child *c);

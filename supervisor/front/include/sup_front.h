@@ -117,6 +117,7 @@ struct sup_front_stats {
                                      child's retransmit timers send them again */
     uint64_t pump_deferrals;      /* pumps cut short by their round limit, resumed next turn */
     uint64_t reloads;
+    uint64_t recalls; /* child counters that dropped their leases for a changed limit */
     uint64_t reload_failures;
     uint32_t reload_fail_streak;
     uint64_t shadow_refused;     /* refusals admitted because the endpoint is in shadow mode */
