@@ -161,7 +161,8 @@ for c in $CASES; do
     CASE="T${TENANTS}-K${DRAWN}-s${ZIPF}"
     D="$W/data"
     echo "== $CASE: $TENANTS tenants x $LINKS links on disk, Zipf($ZIPF) over $DRAWN of them," \
-        "$CONNS x $DEPTH in flight; tallyd on CPU $SRV_CPU, load on CPU $CLI_CPU"
+        "$CONNS x $DEPTH in flight; tallyd on CPU $SRV_CPU, load on CPU $CLI_CPU;" \
+        "load average $(cut -d' ' -f1-3 /proc/loadavg)"
     rm -rf "$D" "$W/tok"
     "$TALLY" --data "$D" init >/dev/null 2>&1
     "$TALLY" --data "$D" plan set pro --limit 1000000/1h >/dev/null
@@ -202,5 +203,7 @@ if [ -s "$W/bench.err" ]; then
     tail -n 8 "$W/bench.err"
 fi
 
+"$ROOT/bench/report_tenants.sh" "$TSV"
 "$ROOT/bench/plot_tenants.sh" "$TSV" "$IMG/multitenant.png"
-echo "== many tenants done in $(($(date +%s) - T0)) s; $TSV, $IMG/multitenant.png"
+echo "== many tenants done in $(($(date +%s) - T0)) s (load average $(cut -d' ' -f1-3 /proc/loadavg));" \
+    "$TSV, $IMG/multitenant.png"
