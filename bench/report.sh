@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/report.sh OUT: the tables of a bench/run (markdown, also in OUT/table.md)
-# from OUT/median.tsv, http.tsv, growth.tsv and tenants.tsv.
+# from OUT/median.tsv, http.tsv, growth.tsv, tenants.tsv and multitenant.tsv.
 set -euo pipefail
 OUT=$1
 {
@@ -65,5 +65,8 @@ if [ -s "$OUT/tenants.tsv" ]; then
     awk -F'\t' '{ printf "| %s | %d | %.1f | %.1f | %s | %.1f | %.1f |\n", $1, $2, $3, $4, $5, $6 / 1024, $7 / 1024 }' \
         "$OUT/tenants.tsv"
     echo
+fi
+if [ -s "$OUT/multitenant.tsv" ]; then
+    "$(dirname "$0")/report_tenants.sh" "$OUT/multitenant.tsv"
 fi
 } | tee "$OUT/table.md"

@@ -15,8 +15,21 @@
  * Lua limiter in FILE is loaded once (SCRIPT LOAD) and each request is
  * EVALSHA sha 1 rl:TOKEN LIMIT PERIOD_MS, same connections, pipeline, tokens
  * and last line; the script answers {1, 0} admitted or {0, wait} refused.
+ *
+ * Tokens are taken round-robin unless --zipf S is given: then the file holds
+ * --links-per-tenant L tokens per tenant, tenant by tenant (as
+ * tally-bench-links writes it), and each request draws a tenant from a Zipf(S)
+ * law over ranks (rank 1 the most popular; --draw-tenants K ranks, default every
+ * tenant of the file; the tenants behind the ranks are a seeded shuffle, so
+ * rank is not file order), then one of its L links uniformly. The draw is a
+ * seeded PRNG (--seed N) consumed in sending order whatever the target, so
+ * tallyd and redis-server get the same token stream for the same seed.
+ * With --seconds S, --timeout-ms MS bounds the run: it stops waiting MS after
+ * sending stopped, or after MS without any answer; the requests still in flight
+ * then count as timed out (other=N includes them, timeouts=N alone).
  */
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -52,6 +65,88 @@ struct redis_cfg {
 };
 
 #define RING 4096
+
+/* The request draw: round-robin, or Zipf over tenants and uniform over links. */
+struct draw {
+    uint64_t rng; /* splitmix64 state */
+    double *cdf;  /* NULL: round-robin; else cumulative Zipf weights of ranks */
+    long ranks;   /* tenants drawn */
+    long links;   /* links per tenant */
+    long *tenant; /* rank -> tenant index in the file */
+    long next;    /* round-robin position */
+};
+
+static uint64_t
+splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static long
+draw_below(uint64_t *x, long n)
+{
+    return (long)(splitmix64(x) % (uint64_t)n); /* bias < n / 2^64: negligible */
+}
+
+/* Zipf(s) over `ranks` of the file's tenants, each with `links` tokens. */
+static int
+draw_init_zipf(struct draw *d, double s, long links, long ranks, long ntokens, uint64_t seed)
+{
+    long tenants = ntokens / links, r;
+    double sum = 0;
+    uint64_t shuffle = seed ^ 0x5a17c0de5a17c0deULL;
+
+    if (links < 1 || ntokens % links != 0 || ranks > tenants || s <= 0)
+        return -1;
+    if (ranks <= 0)
+        ranks = tenants;
+    d->cdf = malloc((size_t)ranks * sizeof(*d->cdf));
+    d->tenant = malloc((size_t)tenants * sizeof(*d->tenant));
+    if (d->cdf == NULL || d->tenant == NULL)
+        return -1;
+    for (r = 0; r < tenants; r++)
+        d->tenant[r] = r;
+    for (r = tenants - 1; r > 0; r--) { /* Fisher-Yates: which tenant has which rank */
+        long j = draw_below(&shuffle, r + 1), t = d->tenant[r];
+        d->tenant[r] = d->tenant[j];
+        d->tenant[j] = t;
+    }
+    for (r = 0; r < ranks; r++) {
+        sum += pow((double)(r + 1), -s);
+        d->cdf[r] = sum;
+    }
+    for (r = 0; r < ranks; r++)
+        d->cdf[r] /= sum;
+    d->ranks = ranks;
+    d->links = links;
+    d->rng = seed;
+    return 0;
+}
+
+/* The index of the next request's token. */
+static long
+draw_next(struct draw *d, long ntokens)
+{
+    double u;
+    long lo = 0, hi;
+
+    if (d->cdf == NULL)
+        return d->next++ % ntokens;
+    u = (double)(splitmix64(&d->rng) >> 11) * 0x1p-53;
+    hi = d->ranks - 1;
+    while (lo < hi) { /* the first rank whose cumulative weight exceeds u */
+        long mid = lo + (hi - lo) / 2;
+        if (d->cdf[mid] > u)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return d->tenant[lo] * d->links + draw_below(&d->rng, d->links);
+}
 
 static int64_t
 now_ns(void)
@@ -215,7 +310,12 @@ main(int argc, char **argv)
     long conns = 1, pipeline = 1, total = 100000;
     double seconds = 0; /* > 0: stop sending after this long, count what finished */
     char **tokens;
-    int ntokens = 0, next_token = 0;
+    int ntokens = 0;
+    struct draw dr = {0};
+    double zipf = 0;
+    long links_per_tenant = 1, draw_tenants = 0, timeout_ms = 10000, timeouts = 0;
+    uint64_t seed = 1;
+    int64_t last_answer, stop_at = 0;
     struct bconn *c;
     int64_t *lat;
     long sent = 0, done = 0, admitted = 0, refused = 0, other = 0;
@@ -253,6 +353,16 @@ main(int argc, char **argv)
             rd.period_ms = argv[i + 1];
         else if (strcmp(argv[i], "--timeline") == 0)
             timeline = argv[i + 1];
+        else if (strcmp(argv[i], "--zipf") == 0)
+            zipf = strtod(argv[i + 1], NULL);
+        else if (strcmp(argv[i], "--links-per-tenant") == 0)
+            links_per_tenant = strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--draw-tenants") == 0)
+            draw_tenants = strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--seed") == 0)
+            seed = strtoull(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--timeout-ms") == 0)
+            timeout_ms = strtol(argv[i + 1], NULL, 10);
         else
             break;
     }
@@ -261,16 +371,26 @@ main(int argc, char **argv)
     if (i < argc || (sock == NULL) == (tcp == NULL) || tokens_path == NULL || conns < 1 ||
         conns > 1000 || pipeline < 1 || pipeline > 64 || total < 1 ||
         (rd.addr != NULL) != (rd.script != NULL) || (rd.addr != NULL && tcp != rd.addr) ||
-        (timeline != NULL && (rd.addr != NULL || seconds <= 0))) {
+        (timeline != NULL && (rd.addr != NULL || seconds <= 0)) || zipf < 0 ||
+        links_per_tenant < 1 || draw_tenants < 0 || timeout_ms < 1) {
         fprintf(stderr, "usage: tally-bench (--socket PATH | --tcp ADDR:PORT | --redis "
                         "ADDR:PORT|PATH --script FILE.lua [--limit N] [--period-ms P]) "
                         "--tokens FILE [--endpoint NAME] [--connections C<=1000] "
-                        "[--pipeline D<=64] [--requests N] [--seconds S [--timeline FILE]]\n");
+                        "[--pipeline D<=64] [--requests N] [--seconds S [--timeline FILE] "
+                        "[--timeout-ms MS]] [--zipf S [--links-per-tenant L] "
+                        "[--draw-tenants K] [--seed N]]\n");
         return 64;
     }
     tokens = load_tokens(tokens_path, &ntokens);
     if (ntokens == 0) {
         fprintf(stderr, "tally-bench: no tokens in %s\n", tokens_path);
+        return 66;
+    }
+    if (zipf > 0 && draw_init_zipf(&dr, zipf, links_per_tenant, draw_tenants, ntokens, seed) != 0) {
+        fprintf(stderr,
+                "tally-bench: %d tokens are not whole tenants of %ld links, or fewer "
+                "than %ld tenants\n",
+                ntokens, links_per_tenant, draw_tenants);
         return 66;
     }
     if (timeline != NULL) {
@@ -291,6 +411,7 @@ main(int argc, char **argv)
             return 69;
     }
     t0 = now_ns();
+    last_answer = t0;
     while (done + lost < total) {
         struct pollfd pf[1000];
         int ready;
@@ -301,19 +422,21 @@ main(int argc, char **argv)
             pf[i].revents = 0;
             if (c[i].fd < 0 && !redial(&c[i], sock, tcp))
                 continue;
-            if (seconds > 0 && sent < total && now_ns() - t0 > (int64_t)(seconds * 1e9))
+            if (seconds > 0 && sent < total && now_ns() - t0 > (int64_t)(seconds * 1e9)) {
                 total = sent; /* time is up: wait for what is in flight */
+                stop_at = now_ns();
+            }
             while (c[i].inflight < pipeline && sent < total) {
                 uint32_t id = ++c[i].next_id;
                 if (rd.addr != NULL) {
                     char key[PROTO_TOKEN_WIRE_MAX + 8];
-                    snprintf(key, sizeof(key), "rl:%s", tokens[next_token++ % ntokens]);
+                    snprintf(key, sizeof(key), "rl:%s", tokens[draw_next(&dr, ntokens)]);
                     c[i].wlen += resp_evalsha(c[i].wbuf + c[i].wlen, sizeof(c[i].wbuf) - c[i].wlen,
                                               rd.sha, key, rd.limit, rd.period_ms);
                 } else {
                     struct proto_check m;
                     memset(&m, 0, sizeof(m));
-                    snprintf(m.token, sizeof(m.token), "%s", tokens[next_token++ % ntokens]);
+                    snprintf(m.token, sizeof(m.token), "%s", tokens[draw_next(&dr, ntokens)]);
                     snprintf(m.endpoint, sizeof(m.endpoint), "%s", endpoint);
                     c[i].wlen += proto_check_encode(c[i].wbuf + c[i].wlen, id, &m);
                 }
@@ -334,9 +457,21 @@ main(int argc, char **argv)
         }
         if (done + lost >= total)
             break;
-        ready = poll(pf, (nfds_t)conns, timeline != NULL ? 20 : 10000);
-        if (ready < 0 || (ready == 0 && timeline == NULL)) {
-            fprintf(stderr, "tally-bench: no answer for 10 s\n");
+        ready = poll(pf, (nfds_t)conns,
+                     timeline != NULL ? 20
+                     : seconds > 0    ? 100
+                                      : (int)timeout_ms);
+        if (ready > 0)
+            last_answer = now_ns(); /* near enough: something to read */
+        if (timeline == NULL && seconds > 0 &&
+            now_ns() - (stop_at > 0 && stop_at > last_answer ? stop_at : last_answer) >
+                timeout_ms * 1000000) {
+            timeouts = sent - done - lost; /* given up on: no answer in time */
+            other += timeouts;
+            break;
+        }
+        if (ready < 0 || (ready == 0 && timeline == NULL && seconds <= 0)) {
+            fprintf(stderr, "tally-bench: no answer for %ld ms\n", timeout_ms);
             return 69;
         }
         for (i = 0; i < conns; i++) {
@@ -403,13 +538,14 @@ main(int argc, char **argv)
     if (other > 0)
         fprintf(stderr,
                 "tally-bench: %ld answers neither admitted nor refused (unauthorized=%ld "
-                "unavailable=%ld bad_request=%ld internal=%ld)\n",
+                "unavailable=%ld bad_request=%ld internal=%ld timeouts=%ld)\n",
                 other, by_status[PROTO_UNAUTHORIZED], by_status[PROTO_UNAVAILABLE],
-                by_status[PROTO_BAD_REQUEST], by_status[PROTO_INTERNAL]);
-    printf("decisions_per_s=%.0f p50_us=%.1f p99_us=%.1f p999_us=%.1f admitted=%ld refused=%ld\n",
-           (double)total * 1e9 / (double)(t1 - t0), (double)lat[total / 2] / 1000.0,
+                by_status[PROTO_BAD_REQUEST], by_status[PROTO_INTERNAL], timeouts);
+    printf("decisions_per_s=%.0f p50_us=%.1f p99_us=%.1f p999_us=%.1f admitted=%ld refused=%ld "
+           "other=%ld timeouts=%ld\n",
+           (double)(admitted + refused) * 1e9 / (double)(t1 - t0), (double)lat[total / 2] / 1000.0,
            (double)lat[total * 99 / 100] / 1000.0, (double)lat[total * 999 / 1000] / 1000.0,
-           admitted, refused);
+           admitted, refused, other, timeouts);
     for (i = 0; i < conns; i++) {
         close(c[i].fd);
         free(c[i].sent_ns);
@@ -420,5 +556,7 @@ main(int argc, char **argv)
     free(c);
     free(lat);
     free(tl);
+    free(dr.cdf);
+    free(dr.tenant);
     return 0;
 }
