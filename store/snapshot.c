@@ -240,6 +240,19 @@ store_data_version(store_db *db)
     return v;
 }
 
+/* A supervisor's snapshot: its own tenant only, however many there are (a start must not
+ * read every tenant of the deployment). A missing tenant leaves the list empty. */
+static int
+add_one_tenant(store_db *db, store_snapshot *s, const char *tenant)
+{
+    struct store_tenant t;
+    int rc = store_tenant_get(db, tenant, &t);
+
+    if (rc == TALLY_ENOTFOUND)
+        return TALLY_OK;
+    return rc == TALLY_OK ? add_tenant(s, &t) : rc;
+}
+
 static int
 load_links(store_db *db, store_snapshot *s, const char *tenant)
 {
@@ -280,7 +293,7 @@ store_snapshot_load(store_db *db, const char *tenant, store_snapshot **out)
     if (rc == TALLY_OK)
         rc = store_endpoint_each(db, add_endpoint, s);
     if (rc == TALLY_OK)
-        rc = store_tenant_each(db, add_tenant, s);
+        rc = tenant != NULL ? add_one_tenant(db, s, tenant) : store_tenant_each(db, add_tenant, s);
     if (rc == TALLY_OK)
         rc = load_links(db, s, tenant);
     if (rc == TALLY_OK)

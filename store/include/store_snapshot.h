@@ -29,9 +29,10 @@ struct store_snap_link {
     bool revoked;
 };
 
-/** Loads every plan, policy and tenant, and the links of `tenant` (NULL: of every
- *  tenant). One read transaction, so the copy is consistent. *out is owned by the
- *  caller, release with store_snapshot_free(). */
+/** Loads every plan and policy; with `tenant` NULL every tenant and every link, else only
+ *  that tenant and its links (a supervisor's copy; an unknown tenant leaves none). One read
+ *  transaction, so the copy is consistent. *out is owned by the caller, release with
+ *  store_snapshot_free(). */
 TALLY_MUST_CHECK int store_snapshot_load(store_db *db, const char *tenant,
                                          store_snapshot **out /* OUT */);
 void store_snapshot_free(store_snapshot *s);
