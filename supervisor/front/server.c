@@ -219,6 +219,8 @@ start_front(struct server *d)
     fc.max_supervisors = d->o->max_supervisors;
     fc.batch_sync_ms = d->o->batch_sync_ms;
     fc.journal_compact_rows = d->o->journal_compact_rows;
+    fc.child_idle_ms = d->o->child_idle_ms;
+    fc.max_open_children = d->o->max_open_children;
     rc = sup_front_open(&d->loop, &fc, &d->front);
     if (rc != TALLY_OK)
         return fail(rc == TALLY_ENOKEY || rc == TALLY_EKEYMODE || rc == TALLY_ESCHEMA
