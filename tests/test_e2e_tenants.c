@@ -5,6 +5,7 @@
  *  - An idle child closes its file (/metrics tally_child_counters_open drops to
  *    0 and /proc/PID/fd no longer lists it) and its next requests resume it
  *    exactly: k admitted of N before, exactly N - k after.
+ *  - SIGTERM while child files are being opened: tallyd exits 0.
  *  - With --max-open-children 8, asking 48 tenants in turn keeps tallyd's
  *    descriptors under a bound far below one file per tenant.
  *  - A hot tenant under steady load keeps its p99 while 100 new child counters a
@@ -268,6 +269,30 @@ test_idle_child_closes_and_resumes_exactly(void **state)
     serve_stop(&e->s);
 }
 
+/* ---- shutdown while files are being opened ---- */
+
+static void
+test_shutdown_while_opening(void **state)
+{
+    struct env *e = *state;
+    int fds[40];
+
+    add_endpoints(e->s.data, "api", "sd", 40);
+    serve_start(&e->s, NULL, NULL);
+    for (int i = 0; i < 40; i++) {
+        char ep[32];
+        snprintf(ep, sizeof(ep), "sd%03d", i);
+        fds[i] = check_send(e->s.http_port, e->token, ep);
+    }
+    /* SIGTERM with opens in flight: tallyd exits 0 (ASan clean, its loop closes with
+     * nothing left on it). */
+    serve_stop(&e->s);
+    for (int i = 0; i < 40; i++) {
+        int st = check_read(fds[i]);
+        assert_true(st == 200 || st == 503 || st == -1);
+    }
+}
+
 /* ---- descriptors stay bounded ---- */
 
 #define FD_TENANTS  48
@@ -499,6 +524,7 @@ main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_idle_child_closes_and_resumes_exactly, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_shutdown_while_opening, setup, teardown),
         cmocka_unit_test_setup_teardown(test_descriptors_stay_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_new_children_do_not_slow_a_hot_tenant, setup,
                                         teardown),
