@@ -182,11 +182,14 @@ log_open_failed(sup_front *f, const char *tenant, const char *endpoint, int rc, 
     tally_log_end(&l);
 }
 
+/* A child may close when nothing waits on it and its supervisor answers: a child
+ * in degraded or unavailable mode keeps its file (and its degraded admissions, to
+ * be reported as debt) until the supervisor is back. */
 static bool
-closable(const struct front_child *fc)
+closable(const struct front_child *fc, struct sup_time now)
 {
     return fc->state == FRONT_CHILD_OPEN && fc->parked == NULL && !fc->store.busy &&
-           fc->store.n == 0;
+           fc->store.n == 0 && fc->mode == FRONT_MODE_NORMAL && sup_child_reachable(fc->child, now);
 }
 
 /* OPEN -> DRAINING: the child gives its leases back; front_child_drain_check
@@ -210,10 +213,11 @@ static void
 enforce_cap(sup_front *f)
 {
     struct front_child *fc = f->lru_tail;
+    struct sup_time now = front_now();
 
     while (fc != NULL && f->n_files - f->n_leaving > f->cfg.max_open_children) {
         struct front_child *prev = fc->lru_prev;
-        if (closable(fc))
+        if (closable(fc, now))
             drain(fc);
         fc = prev;
     }
@@ -414,12 +418,12 @@ static void
 on_idle_timer(uv_timer_t *t)
 {
     sup_front *f = t->data;
-    int64_t now = front_now().mono_ms;
+    struct sup_time now = front_now();
     struct front_child *fc = f->lru_tail;
 
-    while (fc != NULL && now - fc->used_mono_ms >= f->cfg.child_idle_ms) {
+    while (fc != NULL && now.mono_ms - fc->used_mono_ms >= f->cfg.child_idle_ms) {
         struct front_child *prev = fc->lru_prev;
-        if (closable(fc))
+        if (closable(fc, now))
             drain(fc);
         fc = prev;
     }
