@@ -216,7 +216,7 @@ front_child_submit(struct front_child *fc, struct sup_front_req *r)
     /* The file is being opened (or closed, then opened again) on the thread pool:
      * the request waits for it as for a supervisor's cold start. */
     park(fc, r, SUP_FRONT_OPENING, front_now().mono_ms + fc->f->cfg.cold_start_ms);
-    if (fc->child == NULL)
+    if (!fc->pump_soon) /* else the pump due now arms the timer for its deadline */
         arm(fc);
 }
 
