@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -263,6 +264,37 @@ on_signal(uv_signal_t *s, int signum)
     stop(d);
 }
 
+/* Descriptors: about 3 per open child file (the file, its WAL, its shared-memory
+ * index), one per supervisor channel, one per connection (HTTP and binary), and
+ * some to spare. The soft limit is raised towards the hard one to fit them all; when
+ * even the child files and supervisors cannot fit, one line says so at start. */
+static void
+fit_descriptors(const struct sup_server_opts *o)
+{
+    uint64_t children =
+        o->max_open_children > 0 ? o->max_open_children : SUP_FRONT_MAX_OPEN_CHILDREN_DEFAULT;
+    uint64_t sups = o->max_supervisors > 0 ? o->max_supervisors : 1024;
+    uint64_t core = 3 * children + sups + 64;
+    uint64_t want = core + 2 * (uint64_t)o->max_connections;
+    struct rlimit rl;
+    struct tally_log l;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+        (void)getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < core &&
+        tally_log_begin(&l, TALLY_LOG_WARN, "descriptors_low")) {
+        tally_log_int(&l, "limit", (int64_t)rl.rlim_cur);
+        tally_log_int(&l, "needed", (int64_t)core);
+        tally_log_str(&l, "hint", "raise ulimit -n or lower --max-open-children");
+        tally_log_end(&l);
+    }
+}
+
 int
 sup_server_run(const struct sup_server_opts *o)
 {
@@ -287,6 +319,7 @@ sup_server_run(const struct sup_server_opts *o)
 
     memset(d, 0, sizeof(*d));
     d->o = o;
+    fit_descriptors(o);
 
     if (uv_loop_init(&d->loop) != 0)
         return fail(SUP_SERVER_FAIL, "cannot create the event loop");
