@@ -235,6 +235,36 @@ metric(const struct env *e, const char *series)
     return serve_metric(h.body, series);
 }
 
+/* ---- the flags ---- */
+
+static int
+tallyd_args(struct test_out *o, const char *a, const char *b)
+{
+    char bin[512];
+    char *argv[] = {bin, (char *)a, (char *)b, NULL};
+
+    test_bin("tallyd", bin, sizeof(bin));
+    return test_run(argv, NULL, o);
+}
+
+static void
+test_flags_are_validated_and_documented(void **state)
+{
+    static struct test_out o;
+    static const char *const bad[] = {"--child-idle-ms=0",      "--child-idle-ms=86400001",
+                                      "--child-idle-ms=soon",   "--max-open-children=0",
+                                      "--max-open-children=-1", "--max-open-children=1000001"};
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(tallyd_args(&o, bad[i], "--data=/nonexistent"), 64);
+        assert_non_null(strstr(o.err, "invalid --"));
+    }
+    assert_int_equal(tallyd_args(&o, "--help", NULL), 0);
+    assert_non_null(strstr(o.out, "--child-idle-ms MS"));
+    assert_non_null(strstr(o.out, "--max-open-children N"));
+}
+
 /* ---- an idle child closes its file and resumes exactly ---- */
 
 static void
@@ -524,6 +554,7 @@ int
 main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_flags_are_validated_and_documented),
         cmocka_unit_test_setup_teardown(test_idle_child_closes_and_resumes_exactly, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_while_opening, setup, teardown),
