@@ -326,8 +326,8 @@ front_child_opened(struct front_child *fc, int rc)
     struct sup_front_req *batch;
 
     if (fc->closed) { /* shut down meanwhile: nothing waits any more */
-        front_store_close(fc);
-        f->n_files--;
+        if (fc->store.db == NULL)
+            f->n_files--; /* the open failed: nothing to close */
         front_child_release(fc);
         return;
     }
@@ -388,7 +388,8 @@ front_child_file_closed(struct front_child *fc)
     sup_front *f = fc->f;
 
     f->n_files--;
-    f->n_leaving--;
+    if (fc->state == FRONT_CHILD_DRAINING || fc->state == FRONT_CHILD_CLOSING)
+        f->n_leaving--;
     f->stats.child_closes++;
     if (fc->closed) {
         front_child_release(fc);
@@ -443,6 +444,14 @@ front_child_release(struct front_child *fc)
 {
     sup_front *f = fc->f;
 
+    if (fc->store.db != NULL) {
+        /* Closed off the loop too (the close checkpoints: reads and fsyncs);
+         * front_child_file_closed comes back here without the file. */
+        sup_child_close(fc->child);
+        fc->child = NULL;
+        front_store_close_start(fc);
+        return;
+    }
     child_free(fc);
     if (--f->children_pending == 0 && f->children_done != NULL)
         f->children_done(f);

@@ -175,7 +175,8 @@ void front_child_unpark(struct front_child *fc, struct sup_front_req *r);
 void front_children_close(sup_front *f, void (*done)(sup_front *f));
 /** Re-runs the requests of `link` parked for a lease, in arrival order. */
 void front_child_rerun_link(struct front_child *fc, const char *link);
-/** Frees a closed child whose last write is done (counts down the close). */
+/** A closed child whose last write is done: its file is closed on the thread pool, then
+ *  it is freed (counting down the close). */
 void front_child_release(struct front_child *fc);
 
 /* The child's file (front_store.c). */
