@@ -65,6 +65,11 @@ log_start(const struct server *d, int port)
     tally_log_int(&l, "idle_exit_ms", d->o->idle_exit_ms);
     tally_log_int(&l, "max_supervisors", d->o->max_supervisors);
     tally_log_int(&l, "max_connections", d->o->max_connections);
+    tally_log_int(&l, "child_idle_ms",
+                  d->o->child_idle_ms > 0 ? d->o->child_idle_ms : SUP_FRONT_CHILD_IDLE_MS_DEFAULT);
+    tally_log_int(&l, "max_open_children",
+                  d->o->max_open_children > 0 ? d->o->max_open_children
+                                              : SUP_FRONT_MAX_OPEN_CHILDREN_DEFAULT);
     tally_log_str(&l, "version", TALLY_VERSION);
     tally_log_int(&l, "pid", (int64_t)getpid());
     tally_log_end(&l);
