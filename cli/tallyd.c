@@ -98,6 +98,8 @@ tallyd_main(int argc, char **argv)
             .max_connections = (uint32_t)o.max_conns,
             .batch_sync_ms = o.batch_sync,
             .journal_compact_rows = (uint64_t)o.compact_rows,
+            .child_idle_ms = o.child_idle,
+            .max_open_children = (uint32_t)o.max_open,
         };
         code = sup_server_run(&so);
     }

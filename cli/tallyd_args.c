@@ -19,6 +19,7 @@ static const char usage_text[] =
     "              [--tcp ADDR:PORT] [--log-level debug|info|warn|error]\n"
     "              [--max-supervisors N] [--max-connections N]\n"
     "              [--batch-sync-ms MS] [--journal-compact-rows N]\n"
+    "              [--child-idle-ms MS] [--max-open-children N]\n"
     "              [--help] [--version]\n"
     "\n"
     "Runs the tally daemon in the foreground until SIGINT or SIGTERM.\n"
@@ -51,6 +52,14 @@ static const char usage_text[] =
     "                     power loss may forget the grants of the last MS\n"
     "  --journal-compact-rows N  a supervisor compacts its journal once it grew by\n"
     "                     N rows (default 4096, 16 to 100000000); tuning and tests\n"
+    "  --child-idle-ms MS a child counter (tenant, endpoint) with no request for\n"
+    "                     this long returns its leases, closes its file and is\n"
+    "                     freed; its next request opens it again (default 60000,\n"
+    "                     1 to 86400000)\n"
+    "  --max-open-children N  child counter files open at once, about 3\n"
+    "                     descriptors each (default 1024, 1 to 1000000): above it\n"
+    "                     the least recently used idle one closes first; the soft\n"
+    "                     ulimit -n is raised (up to the hard one) to fit them\n"
     "\n"
     "  --log-level LEVEL  lowest level logged: debug, info (default), warn, error\n"
     "\n"
@@ -143,7 +152,9 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                                         "--max-supervisors",
                                         "--max-connections",
                                         "--batch-sync-ms",
-                                        "--journal-compact-rows"};
+                                        "--journal-compact-rows",
+                                        "--child-idle-ms",
+                                        "--max-open-children"};
     const char **slots[] = {&o->data,
                             &o->http,
                             &o->socket,
@@ -156,7 +167,9 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                             &o->max_supervisors,
                             &o->max_connections,
                             &o->batch_sync_ms,
-                            &o->journal_compact_rows};
+                            &o->journal_compact_rows,
+                            &o->child_idle_ms,
+                            &o->max_open_children};
     enum tally_log_level level;
     struct sockaddr_un sun;
     int i;
@@ -234,6 +247,12 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
         return tallyd_fail(TALLYD_EXIT_USAGE,
                            "invalid --journal-compact-rows '%s': 16 to 100000000",
                            o->journal_compact_rows);
+    if (!parse_ms(o->child_idle_ms, 1, 86400000, 60000, &o->child_idle))
+        return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --child-idle-ms '%s': 1 to 86400000",
+                           o->child_idle_ms);
+    if (!parse_ms(o->max_open_children, 1, 1000000, 1024, &o->max_open))
+        return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --max-open-children '%s': 1 to 1000000",
+                           o->max_open_children);
     if (o->supervise != NULL && !tenant_name_valid(o->supervise))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid tenant name for --supervise");
     if (o->socket != NULL && strlen(o->socket) >= sizeof(sun.sun_path))

@@ -31,12 +31,16 @@ struct tallyd_opts {
     const char *max_connections;
     const char *batch_sync_ms;
     const char *journal_compact_rows;
+    const char *child_idle_ms;
+    const char *max_open_children;
     int64_t wait;
     int64_t idle_exit;
     int64_t max_sups;
     int64_t max_conns;
     int64_t batch_sync;   /* --batch-sync-ms, 0 when not given (strict) */
     int64_t compact_rows; /* --journal-compact-rows, 0 when not given */
+    int64_t child_idle;   /* --child-idle-ms */
+    int64_t max_open;     /* --max-open-children */
     char host[64];        /* from --http, without brackets */
     int port;
     bool ipv6;

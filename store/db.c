@@ -15,9 +15,15 @@
 #include <unistd.h>
 
 #define STORE_BUSY_TIMEOUT_MS 5000
+/* A WAL is checkpointed once it holds this many pages (4 KiB each: about 800 KiB)
+ * and cut back to journal_size_limit (1 MiB) afterwards, so a file in steady use keeps at
+ * most about 1 MiB of WAL next to it whatever it has written. Closing the last
+ * connection checkpoints and removes the WAL. */
+#define STORE_WAL_AUTOCHECKPOINT_PAGES 200
 
-/* Detail of the last failed open: the handle that held it is gone. */
-static char open_errmsg[STORE_PATH_MAX + 512];
+/* Detail of the last failed open on this thread: the handle that held it is gone.
+ * Per thread, because child files are opened on libuv's thread pool. */
+static _Thread_local char open_errmsg[STORE_PATH_MAX + 512];
 /* The VFS of files opened with STORE_OPEN_PRIVATE; NULL: SQLite's default. */
 static const char *private_vfs;
 
@@ -236,6 +242,10 @@ configure(store_db *db, unsigned flags)
                                                           : "PRAGMA synchronous=NORMAL");
     if (rc == TALLY_OK)
         rc = store_db_exec(db, "PRAGMA foreign_keys=ON");
+    if (rc == TALLY_OK)
+        rc = store_db_exec(db, "PRAGMA journal_size_limit=1048576");
+    if (rc == TALLY_OK)
+        (void)sqlite3_wal_autocheckpoint(db->sql, STORE_WAL_AUTOCHECKPOINT_PAGES);
     return rc;
 }
 

@@ -25,8 +25,10 @@ forget_refusals(sup_front *f)
 {
     uint32_t i;
 
-    for (i = 0; i < f->n_children; i++)
-        sup_child_forget_refusals(f->children[i]->child);
+    for (i = 0; i < f->n_children; i++) {
+        if (f->children[i]->child != NULL)
+            sup_child_forget_refusals(f->children[i]->child);
+    }
 }
 
 /* True when what bounds the requests of `fc` differs between two configurations: the
@@ -66,7 +68,7 @@ recall_changed(sup_front *f, const store_snapshot *old, const store_snapshot *cu
 
     for (uint32_t i = 0; i < f->n_children; i++) {
         struct front_child *fc = f->children[i];
-        if (!limits_changed(old, cur, fc))
+        if (fc->child == NULL || !limits_changed(old, cur, fc))
             continue;
         sup_child_recall(fc->child, now);
         f->stats.recalls++;
@@ -160,6 +162,10 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
         f->cfg.wait_ms = SUP_CHILD_WAIT_MS_DEFAULT;
     if (f->cfg.cold_start_ms <= 0)
         f->cfg.cold_start_ms = 5000;
+    if (f->cfg.child_idle_ms <= 0)
+        f->cfg.child_idle_ms = SUP_FRONT_CHILD_IDLE_MS_DEFAULT;
+    if (f->cfg.max_open_children == 0)
+        f->cfg.max_open_children = SUP_FRONT_MAX_OPEN_CHILDREN_DEFAULT;
     rc = store_config_open(f->data, false, &f->config);
     if (rc == TALLY_OK)
         rc = store_key_load(f->data, &f->key);
@@ -181,6 +187,7 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
     uv_timer_init(loop, &f->reload_timer);
     f->reload_timer.data = f;
     uv_timer_start(&f->reload_timer, on_reload_timer, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
+    front_children_init(f);
     *out = f;
     f = NULL; /* ownership moved to the caller */
 out:
@@ -248,7 +255,7 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
         return;
     }
     rc = front_child_get(f, l->tenant->id, policy, &fc);
-    if (rc != TALLY_OK) { /* its file is unusable (logged): unavailable, not our bug */
+    if (rc != TALLY_OK) { /* no memory for a new child: unavailable, not our bug */
         front_reply_status(f, r, PROTO_UNAVAILABLE, 1000, tally_strerror(rc));
         return;
     }
@@ -257,8 +264,7 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
     r->shadow = policy->shadow; /* from the current snapshot: a change applies at once */
     r->cost = cost > 0 ? cost : policy->cost;
     r->degraded = false;
-    front_child_run(fc, r, 0);
-    front_child_pump_soon(fc);
+    front_child_submit(fc, r);
 }
 
 int
@@ -277,7 +283,7 @@ sup_front_release(sup_front *f, const char *token, int64_t slot_id)
     /* A slot belongs to the link; any child of its tenant can carry the release. */
     for (i = 0; i < f->n_children; i++) {
         struct front_child *fc = f->children[i];
-        if (strcmp(fc->tenant, l->tenant->id) == 0 &&
+        if (fc->child != NULL && strcmp(fc->tenant, l->tenant->id) == 0 &&
             sup_child_slot_release(fc->child, l->id, slot_id, now) == TALLY_OK) {
             front_child_pump(fc);
             return PROTO_ADMITTED;
@@ -327,6 +333,7 @@ on_manager_closed(void *data)
         front_free(f);
 }
 
+/* The reload timer's and the idle sweep's. */
 static void
 on_reload_timer_closed(uv_handle_t *h)
 {
@@ -352,7 +359,8 @@ sup_front_close(sup_front *f, void (*cb)(void *data), void *data)
     f->closing = true;
     f->close_cb = cb;
     f->close_data = data;
-    f->pending = 2; /* the manager and the reload timer */
+    f->pending = 3; /* the manager and two timers */
     uv_close((uv_handle_t *)&f->reload_timer, on_reload_timer_closed);
+    uv_close((uv_handle_t *)&f->idle_timer, on_reload_timer_closed);
     front_children_close(f, on_children_closed);
 }

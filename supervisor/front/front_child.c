@@ -16,6 +16,8 @@
 
 static void park(struct front_child *fc, struct sup_front_req *r, enum sup_front_stage stage,
                  int64_t give_up_ms);
+static void arm(struct front_child *fc);
+static void on_timer(uv_timer_t *t);
 
 /* Re-runs the requests of `link` waiting for a lease, in arrival order. They are
  * taken off the list first: one that parks again goes to the back of the list
@@ -204,6 +206,21 @@ cold(struct front_child *fc)
 }
 
 void
+front_child_submit(struct front_child *fc, struct sup_front_req *r)
+{
+    if (fc->state == FRONT_CHILD_OPEN) {
+        front_child_run(fc, r, 0);
+        front_child_pump_soon(fc);
+        return;
+    }
+    /* The file is being opened (or closed, then opened again) on the thread pool:
+     * the request waits for it as for a supervisor's cold start. */
+    park(fc, r, SUP_FRONT_OPENING, front_now().mono_ms + fc->f->cfg.cold_start_ms);
+    if (!fc->pump_soon) /* else the pump due now arms the timer for its deadline */
+        arm(fc);
+}
+
+void
 front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
 {
     struct sup_admit a;
@@ -300,18 +317,18 @@ on_event(struct front_child *fc, const struct sup_child_event *ev)
 
 /* ---- timers and messages ---- */
 
-static void on_timer(uv_timer_t *t);
-
 static void
 arm(struct front_child *fc)
 {
-    int64_t wake = sup_child_next_wake_ms(fc->child);
-    int64_t retry = front_store_wake_ms(fc);
+    int64_t wake = fc->child != NULL ? sup_child_next_wake_ms(fc->child) : INT64_MAX;
+    int64_t retry = fc->child != NULL ? front_store_wake_ms(fc) : INT64_MAX;
     struct sup_front_req *r;
     int64_t now = front_now().mono_ms;
 
     if (retry < wake)
         wake = retry;
+    if (fc->state == FRONT_CHILD_DRAINING && fc->drain_mono_ms < wake)
+        wake = fc->drain_mono_ms;
     for (r = fc->parked; r != NULL; r = r->next) {
         if (r->give_up_ms < wake)
             wake = r->give_up_ms;
@@ -385,6 +402,11 @@ front_child_pump(struct front_child *fc)
     int round;
 
     fc->pump_soon = false;
+    if (fc->child == NULL) { /* its file is being opened or closed */
+        if (fc->timer_live)
+            arm(fc);
+        return;
+    }
     /* A supervisor being started is not an unreachable one: its silence while it
      * replays its journal must not push the child into degraded mode. */
     if (sup_manager_is_starting(f->mgr, fc->tenant)) {
@@ -423,6 +445,8 @@ front_child_pump(struct front_child *fc)
         pump_deferred(fc, now.mono_ms);
     else
         arm(fc);
+    if (fc->state == FRONT_CHILD_DRAINING)
+        front_child_drain_check(fc);
 }
 
 void
@@ -448,12 +472,18 @@ on_timer(uv_timer_t *t)
     struct sup_front_req *r;
     struct sup_front_req *next;
 
-    sup_child_tick(fc->child, now);
+    if (fc->child != NULL)
+        sup_child_tick(fc->child, now);
     for (r = fc->parked; r != NULL; r = next) {
         next = r->next;
         if (r->give_up_ms > now.mono_ms)
             continue;
-        if (r->stage == SUP_FRONT_LEASE) {
+        if (r->stage == SUP_FRONT_OPENING) {
+            /* The file took longer than a cold start may: as if it could not open. */
+            front_child_unpark(fc, r);
+            r->owner = NULL;
+            front_reply_status(fc->f, r, PROTO_UNAVAILABLE, 1000, "child counter not ready");
+        } else if (r->stage == SUP_FRONT_LEASE) {
             front_child_unpark(fc, r);
             front_child_run(fc, r, SUP_ADMIT_GIVE_UP);
         } else {
@@ -477,8 +507,8 @@ front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame 
         return;
     log_lease("lease_received", tenant, &m, TALLY_OK);
     fc = front_child_find(f, tenant, m.origin.child);
-    if (fc == NULL)
-        return;
+    if (fc == NULL || fc->child == NULL)
+        return; /* an earlier incarnation's answer: its leases expire as spent */
     front_obs_lease_answered(f, fc, m.origin.seq);
     memset(&ev, 0, sizeof(ev));
     if (sup_child_on_message(fc->child, front_now(), &m, &ev) == TALLY_OK)
@@ -499,7 +529,7 @@ front_child_on_down(sup_front *f, const char *tenant)
 
     for (i = 0; i < f->n_children; i++) {
         struct front_child *fc = f->children[i];
-        if (strcmp(fc->tenant, tenant) != 0)
+        if (strcmp(fc->tenant, tenant) != 0 || fc->child == NULL)
             continue;
         for (struct sup_front_req *r = fc->parked; crashed && r != NULL; r = r->next) {
             if (r->stage == SUP_FRONT_LEASE && r->give_up_ms > until)

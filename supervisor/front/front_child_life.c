@@ -1,9 +1,14 @@
 /*
  * The child counters' lifecycle inside tallyd: found by (tenant, endpoint)
  * through an index (one lookup per request, whatever the number of tenants),
- * opened on first use with their own file and timer, their policy refreshed
- * on reloads, and closed at shutdown once their RETURNs are out and their
- * rows deleted.
+ * created on first use with their own timer while their file is opened on the
+ * thread pool (the requests wait meanwhile), their policy refreshed on reloads.
+ * A child nobody asked for in child_idle_ms, or the least recently used one
+ * when more than max_open_children files are open, hands its leases back,
+ * closes its file on the thread pool and is freed: an idle tenant costs no
+ * descriptor and no memory, and its next request opens the file again, as a
+ * new incarnation that resumes its rows exactly as after a restart. At
+ * shutdown every child returns its leases, writes its last rows and closes.
  */
 #include "sup_front_int.h"
 
@@ -11,6 +16,10 @@
 #include <string.h>
 
 #include "tally_log.h"
+
+/* A draining child waits this long for its RETURNs to be answered and its rows
+ * written; then it closes anyway (what is unanswered expires as spent). */
+#define FRONT_CHILD_DRAIN_MS 2000
 
 static const char *
 child_key(const void *ctx, uint32_t item)
@@ -49,6 +58,61 @@ index_children(sup_front *f, uint32_t cap)
     return TALLY_OK;
 }
 
+/* ---- the table and the LRU list ---- */
+
+static void
+table_add(sup_front *f, struct front_child *fc)
+{
+    f->children[f->n_children] = fc;
+    f->child_index.slot[tenant_index_pos(&f->child_index, fc->key, child_key, f)] = ++f->n_children;
+}
+
+/* Takes fc out of the table; the last child moves into its place. */
+static void
+table_remove(sup_front *f, struct front_child *fc)
+{
+    uint32_t pos = tenant_index_pos(&f->child_index, fc->key, child_key, f);
+    uint32_t i = f->child_index.slot[pos];
+    uint32_t last = f->n_children - 1;
+
+    if (NEVER(i == 0 || f->children[i - 1] != fc))
+        return;
+    i--;
+    tenant_index_remove(&f->child_index, pos, child_key, f);
+    if (i != last) {
+        f->children[i] = f->children[last];
+        pos = tenant_index_pos(&f->child_index, f->children[i]->key, child_key, f);
+        f->child_index.slot[pos] = i + 1;
+    }
+    f->n_children = last;
+}
+
+static void
+lru_unlink(sup_front *f, struct front_child *fc)
+{
+    if (fc->lru_prev != NULL)
+        fc->lru_prev->lru_next = fc->lru_next;
+    else if (f->lru_head == fc)
+        f->lru_head = fc->lru_next;
+    if (fc->lru_next != NULL)
+        fc->lru_next->lru_prev = fc->lru_prev;
+    else if (f->lru_tail == fc)
+        f->lru_tail = fc->lru_prev;
+    fc->lru_prev = fc->lru_next = NULL;
+}
+
+static void
+lru_push_front(sup_front *f, struct front_child *fc)
+{
+    fc->lru_prev = NULL;
+    fc->lru_next = f->lru_head;
+    if (f->lru_head != NULL)
+        f->lru_head->lru_prev = fc;
+    f->lru_head = fc;
+    if (f->lru_tail == NULL)
+        f->lru_tail = fc;
+}
+
 /* ---- lifecycle ---- */
 
 static void
@@ -59,13 +123,34 @@ child_free(struct front_child *fc)
     tally_free(fc);
 }
 
+static void
+on_retired_timer_closed(uv_handle_t *h)
+{
+    child_free(h->data);
+}
+
+/* fc leaves the table for good (its file is closed): freed once its timer is. */
+static void
+retire(struct front_child *fc)
+{
+    table_remove(fc->f, fc);
+    fc->timer_live = false;
+    uv_close((uv_handle_t *)&fc->timer, on_retired_timer_closed);
+}
+
 /* A child's policy follows the configuration: on_unavailable, degraded limits,
- * cost and expensive take effect at the first request after a reload. */
+ * cost and expensive take effect at the first request after a reload. A child
+ * being opened takes the newest policy when its state machine is created. */
 static void
 refresh_policy(struct front_child *fc, const struct tenant_endpoint *policy)
 {
     if (fc->policy_reloads == fc->f->stats.reloads)
         return;
+    if (fc->child == NULL) {
+        fc->policy = *policy;
+        fc->policy_reloads = fc->f->stats.reloads;
+        return;
+    }
     fc->policy_reloads = fc->f->stats.reloads;
     if (memcmp(&fc->policy, policy, sizeof(*policy)) == 0)
         return;
@@ -97,17 +182,71 @@ log_open_failed(sup_front *f, const char *tenant, const char *endpoint, int rc, 
     tally_log_end(&l);
 }
 
+/* A child may close when nothing waits on it and its supervisor answers: a child
+ * in degraded or unavailable mode keeps its file (and its degraded admissions, to
+ * be reported as debt) until the supervisor is back. */
+static bool
+closable(const struct front_child *fc, struct sup_time now)
+{
+    return fc->state == FRONT_CHILD_OPEN && fc->parked == NULL && !fc->store.busy &&
+           fc->store.n == 0 && fc->mode == FRONT_MODE_NORMAL && sup_child_reachable(fc->child, now);
+}
+
+/* OPEN -> DRAINING: the child gives its leases back; front_child_drain_check
+ * closes the file once they are answered. */
+static void
+drain(struct front_child *fc)
+{
+    struct sup_time now = front_now();
+
+    lru_unlink(fc->f, fc);
+    fc->f->n_leaving++;
+    fc->state = FRONT_CHILD_DRAINING;
+    fc->drain_mono_ms = now.mono_ms + FRONT_CHILD_DRAIN_MS;
+    sup_child_shutdown(fc->child, now);
+    front_child_pump(fc);
+}
+
+/* Open files (not counting those on their way out) above the cap: the least
+ * recently used children that can close, close. */
+static void
+enforce_cap(sup_front *f)
+{
+    struct front_child *fc = f->lru_tail;
+    struct sup_time now = front_now();
+
+    while (fc != NULL && f->n_files - f->n_leaving > f->cfg.max_open_children) {
+        struct front_child *prev = fc->lru_prev;
+        if (closable(fc, now))
+            drain(fc);
+        fc = prev;
+    }
+}
+
+/* (nothing) or CLOSING -> OPENING */
+static void
+open_start(struct front_child *fc)
+{
+    fc->state = FRONT_CHILD_OPENING;
+    fc->f->n_files++;
+    fc->f->stats.child_opens++;
+    front_store_open_start(fc);
+}
+
 int
 front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *policy,
                 struct front_child **out)
 {
-    struct sup_child_config cfg;
     struct front_child *fc = front_child_find(f, tenant, policy->name);
-    int rc;
 
     *out = NULL;
     if (fc != NULL) {
         refresh_policy(fc, policy);
+        fc->used_mono_ms = front_now().mono_ms;
+        if (fc->state == FRONT_CHILD_OPEN && f->lru_head != fc) {
+            lru_unlink(f, fc);
+            lru_push_front(f, fc);
+        }
         *out = fc;
         return TALLY_OK;
     }
@@ -131,29 +270,173 @@ front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *
     snprintf(fc->key, sizeof(fc->key), "%s/%s", tenant, policy->name);
     fc->policy = *policy;
     fc->policy_reloads = f->stats.reloads;
-    memset(&cfg, 0, sizeof(cfg));
-    rc = front_store_open(fc, &cfg.incarnation);
-    snprintf(cfg.tenant, sizeof(cfg.tenant), "%s", tenant);
-    cfg.policy = *policy;
-    cfg.persist_marks = f->cfg.strict;
-    cfg.wait_ms = f->cfg.wait_ms;
-    if (rc == TALLY_OK)
-        rc = sup_child_open(&cfg, &fc->child);
-    if (rc == TALLY_OK)
-        rc = front_store_resume(fc);
-    if (rc != TALLY_OK) {
-        log_open_failed(f, tenant, policy->name, rc,
-                        fc->store.db != NULL ? store_db_errmsg(fc->store.db) : store_open_errmsg());
-        child_free(fc);
-        return rc;
-    }
+    fc->used_mono_ms = front_now().mono_ms;
     uv_timer_init(f->loop, &fc->timer);
     fc->timer.data = fc;
     fc->timer_live = true;
-    f->children[f->n_children] = fc;
-    f->child_index.slot[tenant_index_pos(&f->child_index, fc->key, child_key, f)] = ++f->n_children;
+    table_add(f, fc);
+    open_start(fc);
+    enforce_cap(f);
     *out = fc;
     return TALLY_OK;
+}
+
+/* Answers every waiting request of fc with 503 (its file is not usable). */
+static void
+answer_parked(struct front_child *fc, int64_t retry_after_ms, const char *detail)
+{
+    while (fc->parked != NULL) {
+        struct sup_front_req *r = fc->parked;
+        front_child_unpark(fc, r);
+        r->owner = NULL; /* not the child's answer: no mode change */
+        front_reply_status(fc->f, r, PROTO_UNAVAILABLE, retry_after_ms, detail);
+    }
+}
+
+/* Creates the state machine on the file just opened and resumes its rows. */
+static int
+start_child(struct front_child *fc)
+{
+    struct sup_child_config cfg;
+    sup_front *f = fc->f;
+    int rc;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.incarnation = fc->store.incarnation;
+    snprintf(cfg.tenant, sizeof(cfg.tenant), "%s", fc->tenant);
+    cfg.policy = fc->policy;
+    cfg.persist_marks = f->cfg.strict;
+    cfg.wait_ms = f->cfg.wait_ms;
+    rc = sup_child_open(&cfg, &fc->child);
+    if (rc == TALLY_OK)
+        rc = front_store_resume(fc);
+    if (rc != TALLY_OK) {
+        snprintf(fc->store.errmsg, sizeof(fc->store.errmsg), "%s", "cannot start the child");
+        sup_child_close(fc->child);
+        fc->child = NULL;
+        front_store_close(fc); /* rare (no memory): closed here */
+    }
+    return rc;
+}
+
+void
+front_child_opened(struct front_child *fc, int rc)
+{
+    sup_front *f = fc->f;
+    struct sup_front_req *batch;
+
+    if (fc->closed) { /* shut down meanwhile: nothing waits any more */
+        if (fc->store.db == NULL)
+            f->n_files--; /* the open failed: nothing to close */
+        front_child_release(fc);
+        return;
+    }
+    if (rc == TALLY_OK)
+        rc = start_child(fc);
+    if (rc != TALLY_OK) {
+        f->n_files--;
+        f->stats.child_open_failures++;
+        log_open_failed(f, fc->tenant, fc->endpoint, rc, fc->store.errmsg);
+        answer_parked(fc, 1000, tally_strerror(rc));
+        retire(fc);
+        return;
+    }
+    fc->state = FRONT_CHILD_OPEN;
+    lru_push_front(f, fc);
+    /* The requests that waited for the file run in arrival order; one that
+     * parks again (for a lease) goes to the back of the list, after them. */
+    batch = fc->parked;
+    fc->parked = NULL;
+    while (batch != NULL) {
+        struct sup_front_req *r = batch;
+        batch = r->next;
+        r->next = r->prev = NULL;
+        r->child = NULL;
+        r->stage = SUP_FRONT_IDLE;
+        front_child_run(fc, r, 0);
+    }
+    front_child_pump(fc);
+}
+
+void
+front_child_drain_check(struct front_child *fc)
+{
+    struct sup_child_stats cs;
+    struct sup_time now;
+
+    if (fc->state != FRONT_CHILD_DRAINING || fc->f->closing || fc->store.busy)
+        return;
+    now = front_now();
+    sup_child_stats(fc->child, now, &cs);
+    if ((cs.inflight > 0 || cs.live_leases > 0 || fc->store.n > 0 ||
+         sup_child_next_wake_ms(fc->child) == 0) &&
+        now.mono_ms < fc->drain_mono_ms)
+        return;
+    /* Rows not yet written stay as they are on disk: resumed by the next
+     * incarnation or expired as spent; nothing is admitted twice. */
+    fc->store.n = 0;
+    sup_child_close(fc->child);
+    fc->child = NULL;
+    fc->state = FRONT_CHILD_CLOSING;
+    uv_timer_stop(&fc->timer);
+    front_store_close_start(fc);
+}
+
+void
+front_child_file_closed(struct front_child *fc)
+{
+    sup_front *f = fc->f;
+
+    f->n_files--;
+    if (fc->state == FRONT_CHILD_DRAINING || fc->state == FRONT_CHILD_CLOSING)
+        f->n_leaving--;
+    f->stats.child_closes++;
+    if (fc->closed) {
+        front_child_release(fc);
+        return;
+    }
+    if (fc->parked != NULL) { /* asked for meanwhile: open again, a new incarnation */
+        open_start(fc);
+        enforce_cap(f);
+        return;
+    }
+    retire(fc);
+}
+
+/* How often idle children are looked for: a fraction of the idle time, so one
+ * closes within about 1.5 times it. */
+static uint64_t
+sweep_every_ms(const sup_front *f)
+{
+    int64_t ms = f->cfg.child_idle_ms / 2;
+
+    return (uint64_t)(ms < 10 ? 10 : ms > 1000 ? 1000 : ms);
+}
+
+/* Closes the children unused for child_idle_ms, least recently used first: the
+ * walk stops at the first one used since. */
+static void
+on_idle_timer(uv_timer_t *t)
+{
+    sup_front *f = t->data;
+    struct sup_time now = front_now();
+    struct front_child *fc = f->lru_tail;
+
+    while (fc != NULL && now.mono_ms - fc->used_mono_ms >= f->cfg.child_idle_ms) {
+        struct front_child *prev = fc->lru_prev;
+        if (closable(fc, now))
+            drain(fc);
+        fc = prev;
+    }
+    enforce_cap(f);
+}
+
+void
+front_children_init(sup_front *f)
+{
+    uv_timer_init(f->loop, &f->idle_timer);
+    f->idle_timer.data = f;
+    uv_timer_start(&f->idle_timer, on_idle_timer, sweep_every_ms(f), sweep_every_ms(f));
 }
 
 void
@@ -161,6 +444,14 @@ front_child_release(struct front_child *fc)
 {
     sup_front *f = fc->f;
 
+    if (fc->store.db != NULL) {
+        /* Closed off the loop too (the close checkpoints: reads and fsyncs);
+         * front_child_file_closed comes back here without the file. */
+        sup_child_close(fc->child);
+        fc->child = NULL;
+        front_store_close_start(fc);
+        return;
+    }
     child_free(fc);
     if (--f->children_pending == 0 && f->children_done != NULL)
         f->children_done(f);
@@ -172,8 +463,9 @@ on_child_timer_closed(uv_handle_t *h)
     struct front_child *fc = h->data;
 
     fc->closed = true;
-    /* The last rows (RETURNed leases deleted) are written before the file closes. */
-    if (!fc->store.busy && !front_store_flush(fc))
+    /* An open or a close in flight ends in front_child_opened or _file_closed. The
+     * last rows (RETURNed leases deleted) are written before the file closes. */
+    if (!fc->store.busy && (fc->child == NULL || !front_store_flush(fc)))
         front_child_release(fc);
 }
 
@@ -191,16 +483,15 @@ front_children_close(sup_front *f, void (*done)(sup_front *f))
     }
     for (i = 0; i < f->n_children; i++) {
         struct front_child *fc = f->children[i];
-        while (fc->parked != NULL) {
-            struct sup_front_req *r = fc->parked;
-            front_child_unpark(fc, r);
-            front_reply_status(f, r, PROTO_UNAVAILABLE, 1000, "shutting down");
-        }
-        sup_child_shutdown(fc->child, now);
+        answer_parked(fc, 1000, "shutting down");
         fc->timer_live = false;
-        front_child_pump(fc); /* RETURNs out, rows deleted */
+        if (fc->child != NULL) { /* open or draining; an open or close in flight finishes */
+            sup_child_shutdown(fc->child, now);
+            front_child_pump(fc); /* RETURNs out, rows deleted */
+        }
         uv_close((uv_handle_t *)&fc->timer, on_child_timer_closed);
     }
     f->n_children = 0;
+    f->lru_head = f->lru_tail = NULL;
     tenant_index_release(&f->child_index);
 }

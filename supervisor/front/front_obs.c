@@ -111,7 +111,7 @@ front_obs_reply(sup_front *f, struct sup_front_req *r, const struct proto_check_
 
     if (r->start_ns != 0)
         sup_front_hist_observe(&f->stats.decision, uv_hrtime() - r->start_ns);
-    if (fc == NULL || f->closing)
+    if (fc == NULL || fc->child == NULL || f->closing)
         return;
     switch (reply->status) {
     case PROTO_ADMITTED:
@@ -220,7 +220,7 @@ sup_front_stats_reply(sup_front *f, const char *tenant, struct proto_stats_reply
         struct proto_stats_endpoint *e;
         struct sup_child_stats cs;
 
-        if (strcmp(fc->tenant, tenant) != 0)
+        if (strcmp(fc->tenant, tenant) != 0 || fc->child == NULL)
             continue;
         if (out->n_endpoints == PROTO_STATS_ENDPOINTS_MAX) {
             out->more = 1;
@@ -245,5 +245,6 @@ sup_front_stats(const sup_front *f, struct sup_front_stats *out)
 {
     *out = f->stats;
     out->children = f->n_children;
+    out->children_open = f->n_files;
     sup_manager_stats(f->mgr, &out->sup);
 }

@@ -1,9 +1,12 @@
 /*
  * A child counter's own SQLite file: its lease rows (with their durable marks)
- * and an incarnation counter. Opening it, bumping the incarnation and resuming
- * the rows happen on the loop thread when the child is created; after that
- * every write runs on the libuv thread pool, one batch at a time per child, so
- * an fsync (FULL in strict mode) never stalls the loop that answers requests.
+ * and an incarnation counter. Everything that touches the disk runs on the
+ * libuv thread pool, one job at a time per child: the open (directories, file,
+ * migration, the incarnation bumped and synced, the rows read and decoded),
+ * every batch of writes, and the close of an idle child (which checkpoints and
+ * removes its WAL), so neither an fsync (FULL in strict mode) nor a first
+ * request of a tenant stalls the loop that answers requests. The loop only
+ * resumes the decoded rows into the new state machine.
  * While a batch is in flight the loop thread does not touch the connection.
  * The file and its SQL are store_child's; the rows' bytes are the child's codec
  * (supervisor/child/child_codec.c), encoded on the thread pool with the write.
@@ -20,8 +23,10 @@
 
 static const struct store_upgrade child_upgrade = {sup_child_rec_upgrade, NULL};
 
-int
-front_store_open(struct front_child *fc, uint64_t *incarnation)
+/* Thread pool: creates the tenant's directories and opens (creates, migrates) the
+ * file. Reads only what does not change while the front runs (data dir, mode). */
+static int
+open_file(struct front_child *fc)
 {
     sup_front *f = fc->f;
     char path[STORE_PATH_MAX];
@@ -34,42 +39,140 @@ front_store_open(struct front_child *fc, uint64_t *incarnation)
                               STORE_OPEN_CREATE | STORE_OPEN_PRIVATE |
                                   (f->cfg.strict ? STORE_OPEN_SYNC_FULL : 0),
                               &child_upgrade, &fc->store.db);
-    /* Every start is a new incarnation. */
-    if (rc == TALLY_OK)
-        rc = store_child_incarnation_next(fc->store.db, incarnation);
-    /* Durable in both modes: after an OS crash a reused incarnation would be
-     * answered from the supervisor's dedupe window with grants already spent. */
-    if (rc == TALLY_OK && !f->cfg.strict)
-        rc = store_db_sync(fc->store.db);
     return rc;
 }
 
-struct resume_ctx {
-    sup_child *child;
-    struct sup_time now; /* one instant for every row */
-};
-
-/* A store_child_visit_fn: one stored row resumed into the child. */
+/* A store_child_visit_fn (thread pool): one stored row decoded and kept for the
+ * resume on the loop. */
 static int
-resume_one(void *ctx, uint64_t id, const uint8_t *p, size_t len)
+read_one(void *ctx, uint64_t id, const uint8_t *p, size_t len)
 {
-    struct resume_ctx *r = ctx;
+    struct front_resume *r = ctx;
     struct sup_child_lease_rec rec;
-    int rc;
 
     (void)id;
     if (sup_child_rec_decode(p, len, &rec) != TALLY_OK)
         return TALLY_OK; /* not ours: its lease expires as spent at the supervisor */
-    rc = sup_child_resume(r->child, &rec, r->now);
-    return rc == TALLY_EINVAL ? TALLY_OK : rc;
+    if (r->n == r->cap) {
+        size_t cap = r->cap == 0 ? 8 : r->cap * 2;
+        struct sup_child_lease_rec *n = tally_realloc(r->rec, cap * sizeof(*n));
+        if (n == NULL)
+            return TALLY_ENOMEM;
+        r->rec = n;
+        r->cap = cap;
+    }
+    r->rec[r->n++] = rec;
+    return TALLY_OK;
+}
+
+/* Thread pool: the whole start of a child's file. The loop leaves fc->store alone
+ * while busy is set. */
+static void
+open_work(uv_work_t *w)
+{
+    struct front_child *fc = w->data;
+    struct front_store *s = &fc->store;
+    int rc = open_file(fc);
+
+    /* Every start is a new incarnation. */
+    if (rc == TALLY_OK)
+        rc = store_child_incarnation_next(s->db, &s->incarnation);
+    /* Durable in both modes: after an OS crash a reused incarnation would be
+     * answered from the supervisor's dedupe window with grants already spent. */
+    if (rc == TALLY_OK && !fc->f->cfg.strict)
+        rc = store_db_sync(s->db);
+    if (rc == TALLY_OK)
+        rc = store_child_each(s->db, read_one, &s->resume);
+    if (rc != TALLY_OK) {
+        snprintf(s->errmsg, sizeof(s->errmsg), "%s",
+                 s->db != NULL ? store_db_errmsg(s->db) : store_open_errmsg());
+        store_db_close(s->db);
+        s->db = NULL;
+        tally_free(s->resume.rec);
+        memset(&s->resume, 0, sizeof(s->resume));
+    }
+    s->rc = rc;
+}
+
+static void
+open_done(uv_work_t *w, int status)
+{
+    struct front_child *fc = w->data;
+    struct front_store *s = &fc->store;
+
+    s->busy = false;
+    front_child_opened(fc, status != 0 && s->rc == TALLY_OK ? TALLY_EIO : s->rc);
+}
+
+void
+front_store_open_start(struct front_child *fc)
+{
+    struct front_store *s = &fc->store;
+    int rc;
+
+    s->work.data = fc;
+    s->rc = TALLY_OK;
+    s->errmsg[0] = '\0';
+    /* uv_queue_work fails only for a missing callback. */
+    rc = uv_queue_work(fc->f->loop, &s->work, open_work, open_done);
+    if (NEVER(rc != 0)) {
+        front_child_opened(fc, TALLY_EIO);
+        return;
+    }
+    s->busy = true;
 }
 
 int
 front_store_resume(struct front_child *fc)
 {
-    struct resume_ctx r = {fc->child, front_now()};
+    struct front_resume *r = &fc->store.resume;
+    struct sup_time now = front_now(); /* one instant for every row */
+    int rc = TALLY_OK;
 
-    return store_child_each(fc->store.db, resume_one, &r);
+    for (size_t i = 0; i < r->n && rc == TALLY_OK; i++) {
+        rc = sup_child_resume(fc->child, &r->rec[i], now);
+        if (rc == TALLY_EINVAL)
+            rc = TALLY_OK;
+    }
+    tally_free(r->rec);
+    memset(r, 0, sizeof(*r));
+    return rc;
+}
+
+static void
+close_work(uv_work_t *w)
+{
+    struct front_child *fc = w->data;
+
+    /* The last connection's close checkpoints the WAL into the file and removes it. */
+    store_db_close(fc->store.db);
+    fc->store.db = NULL;
+}
+
+static void
+close_done(uv_work_t *w, int status)
+{
+    struct front_child *fc = w->data;
+
+    (void)status;
+    fc->store.busy = false;
+    front_child_file_closed(fc);
+}
+
+void
+front_store_close_start(struct front_child *fc)
+{
+    struct front_store *s = &fc->store;
+    int rc;
+
+    s->work.data = fc;
+    rc = uv_queue_work(fc->f->loop, &s->work, close_work, close_done);
+    if (NEVER(rc != 0)) {
+        front_store_close(fc);
+        front_child_file_closed(fc);
+        return;
+    }
+    s->busy = true;
 }
 
 /* A store_child_write_fn over the batch (ctx): row i's id and bytes, or a delete. */
@@ -207,4 +310,6 @@ front_store_close(struct front_child *fc)
 {
     store_db_close(fc->store.db);
     fc->store.db = NULL;
+    tally_free(fc->store.resume.rec);
+    memset(&fc->store.resume, 0, sizeof(fc->store.resume));
 }

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -64,6 +65,11 @@ log_start(const struct server *d, int port)
     tally_log_int(&l, "idle_exit_ms", d->o->idle_exit_ms);
     tally_log_int(&l, "max_supervisors", d->o->max_supervisors);
     tally_log_int(&l, "max_connections", d->o->max_connections);
+    tally_log_int(&l, "child_idle_ms",
+                  d->o->child_idle_ms > 0 ? d->o->child_idle_ms : SUP_FRONT_CHILD_IDLE_MS_DEFAULT);
+    tally_log_int(&l, "max_open_children",
+                  d->o->max_open_children > 0 ? d->o->max_open_children
+                                              : SUP_FRONT_MAX_OPEN_CHILDREN_DEFAULT);
     tally_log_str(&l, "version", TALLY_VERSION);
     tally_log_int(&l, "pid", (int64_t)getpid());
     tally_log_end(&l);
@@ -219,6 +225,8 @@ start_front(struct server *d)
     fc.max_supervisors = d->o->max_supervisors;
     fc.batch_sync_ms = d->o->batch_sync_ms;
     fc.journal_compact_rows = d->o->journal_compact_rows;
+    fc.child_idle_ms = d->o->child_idle_ms;
+    fc.max_open_children = d->o->max_open_children;
     rc = sup_front_open(&d->loop, &fc, &d->front);
     if (rc != TALLY_OK)
         return fail(rc == TALLY_ENOKEY || rc == TALLY_EKEYMODE || rc == TALLY_ESCHEMA
@@ -261,6 +269,37 @@ on_signal(uv_signal_t *s, int signum)
     stop(d);
 }
 
+/* Descriptors: about 3 per open child file (the file, its WAL, its shared-memory
+ * index), one per supervisor channel, one per connection (HTTP and binary), and
+ * some to spare. The soft limit is raised towards the hard one to fit them all; when
+ * even the child files and supervisors cannot fit, one line says so at start. */
+static void
+fit_descriptors(const struct sup_server_opts *o)
+{
+    uint64_t children =
+        o->max_open_children > 0 ? o->max_open_children : SUP_FRONT_MAX_OPEN_CHILDREN_DEFAULT;
+    uint64_t sups = o->max_supervisors > 0 ? o->max_supervisors : 1024;
+    uint64_t core = 3 * children + sups + 64;
+    uint64_t want = core + 2 * (uint64_t)o->max_connections;
+    struct rlimit rl;
+    struct tally_log l;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+        (void)getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < core &&
+        tally_log_begin(&l, TALLY_LOG_WARN, "descriptors_low")) {
+        tally_log_int(&l, "limit", (int64_t)rl.rlim_cur);
+        tally_log_int(&l, "needed", (int64_t)core);
+        tally_log_str(&l, "hint", "raise ulimit -n or lower --max-open-children");
+        tally_log_end(&l);
+    }
+}
+
 int
 sup_server_run(const struct sup_server_opts *o)
 {
@@ -285,6 +324,7 @@ sup_server_run(const struct sup_server_opts *o)
 
     memset(d, 0, sizeof(*d));
     d->o = o;
+    fit_descriptors(o);
 
     if (uv_loop_init(&d->loop) != 0)
         return fail(SUP_SERVER_FAIL, "cannot create the event loop");

@@ -29,6 +29,12 @@
 
 #define FRONT_STORE_BATCH 64
 
+/* The rows read with the file, resumed into the new state machine on the loop. */
+struct front_resume {
+    struct sup_child_lease_rec *rec;
+    size_t n, cap;
+};
+
 /* A child's file and its one batch of writes in flight (front_store.c). */
 struct front_store {
     store_db *db;
@@ -37,10 +43,31 @@ struct front_store {
     int rc;
     size_t n;
     uint64_t writes, failures;
-    uint64_t failing;      /* failed attempts in a row */
+    uint64_t failing;     /* failed attempts in a row */
+    uint64_t incarnation; /* from the open */
+    struct front_resume resume;
+    char errmsg[512];      /* why the open failed */
     int64_t backoff_ms;    /* before the next attempt of a failed batch */
     int64_t retry_mono_ms; /* when a failed batch (n > 0, not busy) is tried again */
     struct sup_child_persist batch[FRONT_STORE_BATCH];
+};
+
+/* A child counter's life around its file (front_child_life.c). Each step that
+ * touches the disk runs on the thread pool; its requests wait (SUP_FRONT_OPENING)
+ * while the child is anything but OPEN or DRAINING.
+ *   OPENING  -> OPEN      file opened, incarnation bumped, rows read (thread pool);
+ *                         the state machine is created and resumed on the loop
+ *   OPENING  -> (gone)    the open failed: its requests get 503, the entry is freed
+ *   OPEN     -> DRAINING  idle for child_idle_ms, or the least recently used over
+ *                         max_open_children: sup_child_shutdown, RETURNs out
+ *   DRAINING -> CLOSING   nothing in flight (or the drain deadline passed)
+ *   CLOSING  -> (gone)    file checkpointed and closed (thread pool), entry freed;
+ *               OPENING   instead when requests came meanwhile: a new incarnation */
+enum front_child_state {
+    FRONT_CHILD_OPENING = 0,
+    FRONT_CHILD_OPEN,
+    FRONT_CHILD_DRAINING,
+    FRONT_CHILD_CLOSING,
 };
 
 struct front_child {
@@ -50,7 +77,11 @@ struct front_child {
     char key[2 * TENANT_NAME_MAX + 2]; /* "tenant/endpoint": its key in child_index */
     struct tenant_endpoint policy;
     uint64_t policy_reloads; /* f->stats.reloads when policy was taken */
-    sup_child *child;
+    sup_child *child;        /* NULL unless OPEN or DRAINING */
+    enum front_child_state state;
+    int64_t used_mono_ms;                    /* the last request */
+    int64_t drain_mono_ms;                   /* DRAINING: close then, whatever is still in flight */
+    struct front_child *lru_prev, *lru_next; /* OPEN children, most recently used first */
     struct front_store store;
     uv_timer_t timer;
     bool timer_live;
@@ -77,6 +108,10 @@ struct sup_front {
     uint32_t n_children;
     uint32_t cap_children;
     struct tenant_index child_index; /* key -> index into children */
+    struct front_child *lru_head, *lru_tail;
+    uint32_t n_files;      /* child files open or being opened */
+    uint32_t n_leaving;    /* of those, children draining or closing */
+    uv_timer_t idle_timer; /* closes idle children */
     uv_timer_t reload_timer;
     struct sup_front_stats stats;
     struct front_obs obs;
@@ -107,12 +142,23 @@ front_now(void)
 }
 /** The manager, for metrics. */
 sup_manager *sup_front_manager(sup_front *f);
-/** The child of (tenant, endpoint), created (file, incarnation, resumed leases) on
- *  first use. TALLY_OK or an error (nothing created). */
-/** The child of (tenant, endpoint), NULL when none is open. */
+/** The child of (tenant, endpoint), NULL when none is known. */
 struct front_child *front_child_find(sup_front *f, const char *tenant, const char *endpoint);
+/** The child of (tenant, endpoint), created on first use (or after an idle close) with
+ *  its file being opened on the thread pool: until it is FRONT_CHILD_OPEN, requests
+ *  wait with front_child_submit. TALLY_OK or TALLY_ENOMEM (nothing created). */
 int front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *policy,
                     struct front_child **out);
+/** Runs r on fc, or parks it (SUP_FRONT_OPENING) until fc's file is open. */
+void front_child_submit(struct front_child *fc, struct sup_front_req *r);
+/** The open started by front_store_open_start is done (rc, details in fc->store). */
+void front_child_opened(struct front_child *fc, int rc);
+/** The file closed by front_store_close_start is closed. */
+void front_child_file_closed(struct front_child *fc);
+/** A DRAINING child whose last RETURN or write is done closes its file. */
+void front_child_drain_check(struct front_child *fc);
+/** Starts the idle sweep (front_child_life.c); its timer is closed by front_children_close. */
+void front_children_init(sup_front *f);
 /** Runs r (link, cost set) on its child: answers it or parks it. */
 void front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags);
 /** Carries out the child's intents: messages, writes, timer. */
@@ -129,20 +175,27 @@ void front_child_unpark(struct front_child *fc, struct sup_front_req *r);
 void front_children_close(sup_front *f, void (*done)(sup_front *f));
 /** Re-runs the requests of `link` parked for a lease, in arrival order. */
 void front_child_rerun_link(struct front_child *fc, const char *link);
-/** Frees a closed child whose last write is done (counts down the close). */
+/** A closed child whose last write is done: its file is closed on the thread pool, then
+ *  it is freed (counting down the close). */
 void front_child_release(struct front_child *fc);
 
 /* The child's file (front_store.c). */
-/** Opens (creates) the file and bumps its incarnation counter into *incarnation. */
-int front_store_open(struct front_child *fc, uint64_t *incarnation /* OUT */);
-/** Resumes every stored lease row into fc->child (before its first message). */
+/** Opens (creates) the file on the thread pool, bumps its incarnation counter and reads
+ *  its rows; front_child_opened() runs on the loop when done. */
+void front_store_open_start(struct front_child *fc);
+/** Resumes the rows read at open into fc->child (before its first message), then frees
+ *  them. */
 int front_store_resume(struct front_child *fc);
+/** Closes the file on the thread pool (checkpointed: its WAL removed);
+ *  front_child_file_closed() runs on the loop when done. */
+void front_store_close_start(struct front_child *fc);
 /** Queues the child's pending writes as one batch on the thread pool unless one is
  *  in flight; true when it queued one. When it is durable the child hears of it,
  *  and is pumped (or, closed, flushed again and then released). */
 bool front_store_flush(struct front_child *fc);
 /** When a failed batch is due again (monotonic ms); INT64_MAX when none waits. */
 int64_t front_store_wake_ms(const struct front_child *fc);
+/** Closes the file here and now (shutdown only) and frees the rows read at open. */
 void front_store_close(struct front_child *fc);
 
 /** Answers r and counts it. */

@@ -42,6 +42,9 @@ struct sup_manager_stats {
 };
 struct front_child;
 
+#define SUP_FRONT_CHILD_IDLE_MS_DEFAULT     60000
+#define SUP_FRONT_MAX_OPEN_CHILDREN_DEFAULT 1024
+
 struct sup_front_config {
     const char *data;
     const char *exe;               /* tallyd itself, to spawn supervisors */
@@ -52,18 +55,24 @@ struct sup_front_config {
     uint32_t max_supervisors;      /* 0 = 1024 */
     int64_t batch_sync_ms;         /* batched: supervisors' journal sync delay; 0 = theirs (100) */
     uint64_t journal_compact_rows; /* supervisors' compaction threshold; 0 = theirs (4096) */
+    int64_t child_idle_ms;         /* a child counter unused this long closes its file; 0 = 60000 */
+    uint32_t max_open_children;    /* child files open at once (about 3 descriptors each); the
+                                      least recently used idle one closes first; 0 = 1024 */
 };
 
 struct sup_front_req;
 
 /* Where a request is on its way from sup_front_check() to its answer. The path reads
- * top to bottom: auth and policy (front.c), then the child decides (front_child.c
+ * top to bottom: auth and policy (front.c); a child counter whose file is being opened
+ * (or closed, then opened again) on the thread pool keeps the request waiting (OPENING)
+ * until it is ready or the cold-start deadline passes; then the child decides (front_child.c
  * front_child_run); a request it cannot decide yet waits for a lease (LEASE) and is
  * re-run when its link changes or its deadline passes; an admitted expensive request
  * then waits for a concurrency slot (SLOT); once the slot's answer has come it is
  * SLOT_ANSWERED until the reply is written. */
 enum sup_front_stage {
     SUP_FRONT_IDLE = 0,      /* not parked: being decided, or answered */
+    SUP_FRONT_OPENING,       /* parked until the child's file is open or its deadline */
     SUP_FRONT_LEASE,         /* parked until a grant or its deadline */
     SUP_FRONT_SLOT,          /* admitted, parked until the slot's answer or its deadline */
     SUP_FRONT_SLOT_ANSWERED, /* the slot's answer came: unparking must not cancel it */
@@ -126,7 +135,11 @@ struct sup_front_stats {
     uint32_t endpoints_unavailable;
     struct sup_front_hist decision;  /* sup_front_check to the answer */
     struct sup_front_hist lease_rtt; /* lease request sent to its answer */
-    uint32_t children;
+    uint32_t children;               /* child counters known: open, opening or closing */
+    uint32_t children_open;          /* of those, with their file open (or being opened) */
+    uint64_t child_opens;  /* child files opened (first use, or again after an idle close) */
+    uint64_t child_closes; /* child files closed for idleness or the --max-open-children cap */
+    uint64_t child_open_failures;
     uint32_t live_links;
     struct sup_manager_stats sup;
 };
@@ -194,6 +207,8 @@ struct sup_server_opts {
     uint32_t max_connections;
     int64_t batch_sync_ms;         /* batched only; 0 = the supervisors' default */
     uint64_t journal_compact_rows; /* 0 = the supervisors' default */
+    int64_t child_idle_ms;         /* 0 = the front's default (60000) */
+    uint32_t max_open_children;    /* 0 = the front's default (1024) */
 };
 
 /** Serves `o` (borrowed) until SIGINT or SIGTERM, then shuts down in order (HTTP, the
