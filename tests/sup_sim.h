@@ -1,10 +1,10 @@
 /*
- * The deterministic simulation of the lease protocol (docs/LEASE-PROTOCOL.md §7): one supervisor ledger and
- * P child counters of one tenant, driven by a virtual clock in 1 ms steps, over a seeded network
- * that loses, duplicates, delays and reorders encoded frames; supervisor crashes (rebuilt from
- * the journal, records persisted before their replies leave), child crashes (memory lost, lease
- * rows kept), unreachable periods, clock drift and backward steps of the supervisor's wall clock.
- * sup_sim.c runs the world and the supervisor, sup_sim_child.c the children and their
+ * The deterministic simulation of the lease protocol (docs/LEASE-PROTOCOL.md §7): one supervisor
+ * ledger and P child counters of one tenant, driven by a virtual clock in 1 ms steps, over a seeded
+ * network that loses, duplicates, delays and reorders encoded frames; supervisor crashes (rebuilt
+ * from the journal, records persisted before their replies leave), child crashes (memory lost,
+ * lease rows kept), unreachable periods, clock drift and backward steps of the supervisor's wall
+ * clock. sup_sim.c runs the world and the supervisor, sup_sim_child.c the children and their
  * applications, sup_sim_check.c keeps the ground truth and checks I1-I8 after every step and
  * every admission, sup_sim_end.c the end of a schedule. A violation fails the cmocka test with the
  * schedule's seed and the instant.

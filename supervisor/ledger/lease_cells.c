@@ -1,7 +1,7 @@
 /*
  * Ledger cells: per (budget, period, window id) the tokens granted G, credited C and charged as
- * degraded debt D, so that remaining = N - (G - C) - D (docs/LEASE-PROTOCOL.md §2). A cell rolls to a new
- * window when something is charged in a later one (window ids come from tenant_window_id and
+ * degraded debt D, so that remaining = N - (G - C) - D (docs/LEASE-PROTOCOL.md §2). A cell rolls to
+ * a new window when something is charged in a later one (window ids come from tenant_window_id and
  * the ledger's high-water clock, so they never go back: I8); a credit lands only in the window
  * its lease reserved in. Decisions never read cells directly: sup__budget_view turns a budget
  * into a tenant_budget whose counts are G - C + D, and tenant_path_decide does the arithmetic,

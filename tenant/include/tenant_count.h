@@ -57,8 +57,8 @@ enum tenant_scope {
     TENANT_SCOPE_CONCURRENCY,
 };
 
-/** Wire name of a scope (docs/DESIGN.md §2): "none", "plan", "link", "endpoint" (both endpoint scopes),
- *  "concurrency"; "unknown" otherwise. Static storage. */
+/** Wire name of a scope (docs/DESIGN.md §2): "none", "plan", "link", "endpoint" (both endpoint
+ * scopes), "concurrency"; "unknown" otherwise. Static storage. */
 const char *tenant_scope_name(enum tenant_scope scope);
 
 /** Whole seconds for an HTTP Retry-After: ceil(retry_after_ms / 1000), at least 1 when ms > 0,
