@@ -143,7 +143,8 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                                         "--max-supervisors",
                                         "--max-connections",
                                         "--batch-sync-ms",
-                                        "--journal-compact-rows"};
+                                        "--journal-compact-rows",
+                                        "--fork-server"};
     const char **slots[] = {&o->data,
                             &o->http,
                             &o->socket,
@@ -156,7 +157,8 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                             &o->max_supervisors,
                             &o->max_connections,
                             &o->batch_sync_ms,
-                            &o->journal_compact_rows};
+                            &o->journal_compact_rows,
+                            &o->fork_server};
     enum tally_log_level level;
     struct sockaddr_un sun;
     int i;

@@ -31,6 +31,8 @@ struct tallyd_opts {
     const char *max_connections;
     const char *batch_sync_ms;
     const char *journal_compact_rows;
+    const char *fork_server; /* internal: run as the fork server; the value is spare room for
+                                the title of each supervisor it forks */
     int64_t wait;
     int64_t idle_exit;
     int64_t max_sups;

@@ -39,6 +39,8 @@ struct sup_manager_stats {
                                  failed spawn) */
     uint32_t failing;         /* tenants whose last start failed, until their supervisor answers */
     uint64_t start_failed_ms; /* loop time of the last failed start (0: none yet) */
+    uint32_t starting;        /* started, no answer yet */
+    uint32_t starting_max;    /* the most starting at once so far */
 };
 struct front_child;
 
