@@ -290,6 +290,59 @@ migrate(store_db *db, int64_t version, store_migrate_fn step, void *ctx)
     return store_db_end(db, rc);
 }
 
+/* A new file is built under a temporary name with synchronous=OFF (WAL mode set
+ * and every migration run in one transaction, no fsync), then made durable with
+ * one fdatasync of the file and one of its directory, and linked into place
+ * (never over a file another process made meanwhile): the file appears
+ * whole, already in WAL mode at its newest version, for 2 fsyncs instead of
+ * the 8 to 10 of converting and migrating it in place. */
+static int
+create_fresh(store_db *db, const char *path, store_migrate_fn step, void *ctx)
+{
+    char tmp[STORE_PATH_MAX + 32], dir[STORE_PATH_MAX];
+    const char *slash;
+    int64_t version = 0;
+    int fd = -1, rc;
+
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s-new-%ld", path, (long)getpid()) >= sizeof(tmp))
+        return TALLY_EINVAL;
+    (void)unlink(tmp);
+    rc = create_private(db, tmp);
+    if (rc != TALLY_OK)
+        return rc;
+    rc = store_db_rc(
+        db, sqlite3_open_v2(tmp, &db->sql, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL));
+    if (rc == TALLY_OK)
+        rc = store_db_exec(db, "PRAGMA synchronous=OFF");
+    if (rc == TALLY_OK)
+        rc = store_db_exec(db, "PRAGMA journal_mode=WAL");
+    if (rc == TALLY_OK)
+        rc = migrate(db, version, step, ctx);
+    if (db->sql != NULL && sqlite3_close(db->sql) != SQLITE_OK && rc == TALLY_OK)
+        rc = TALLY_ESTORE; /* the last close checkpoints the WAL into the file */
+    db->sql = NULL;
+    if (rc == TALLY_OK && ((fd = open(tmp, O_RDONLY | O_CLOEXEC)) < 0 || fdatasync(fd) != 0))
+        rc = TALLY_EIO;
+    if (fd >= 0)
+        close(fd);
+    if (rc == TALLY_OK && link(tmp, path) != 0 && errno != EEXIST)
+        rc = TALLY_EIO;
+    (void)unlink(tmp);
+    slash = strrchr(path, '/');
+    if (rc == TALLY_OK && slash != NULL && (size_t)(slash - path) < sizeof(dir)) {
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = '\0';
+        if ((fd = open(slash == path ? "/" : dir, O_RDONLY | O_CLOEXEC)) >= 0) {
+            if (fsync(fd) != 0)
+                rc = TALLY_EIO;
+            close(fd);
+        }
+    }
+    if (rc != TALLY_OK && db->errmsg[0] == '\0')
+        snprintf(db->errmsg, sizeof(db->errmsg), "%s: cannot create: %s", path, strerror(errno));
+    return rc;
+}
+
 static int
 prepare_all(store_db *db)
 {
@@ -341,7 +394,7 @@ store_db_open_ctx(const char *path, const struct store_schema *schema, unsigned 
             rc = TALLY_ENOTFOUND;
             goto out;
         }
-        rc = create_private(db, path);
+        rc = create_fresh(db, path, step, ctx);
         if (rc != TALLY_OK)
             goto out;
     }
