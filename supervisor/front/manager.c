@@ -181,8 +181,10 @@ on_conn_frame(proto_conn *c, const struct proto_frame *f, void *data)
     struct sup_proc *p = data;
 
     (void)c;
-    if (!p->answered)
+    if (!p->answered) {
         p->m->stats.starting--;
+        sup__manager_log_ready(p, (uv_hrtime() - p->started_ns) / 1000);
+    }
     p->answered = true;
     if (p->start_failed)
         start_failed(p->m, p, false);
@@ -352,6 +354,7 @@ spawn(sup_manager *m, struct sup_proc *p)
     uv_process_options_t opts;
     proto_conn *conn = NULL;
     bool restart, opened;
+    uint64_t t0 = uv_hrtime();
     int rc;
 
     if (p->process_live || p->process_closing)
@@ -449,6 +452,7 @@ started:
     p->answered = false;
     p->in_flight = 0;
     p->started_ms = uv_now(m->loop);
+    p->started_ns = t0;
     restart = m->stats.starts++ > 0 && p->backoff_ms > 0;
     if (restart)
         m->stats.restarts++;

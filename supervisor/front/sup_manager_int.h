@@ -37,6 +37,7 @@ struct sup_proc {
     bool process_closing; /* uv_close called on the handle */
     proto_conn *conn;
     uint64_t started_ms;
+    uint64_t started_ns; /* uv_hrtime() at the start */
     uint64_t last_used_ms;
     uint64_t not_before_ms; /* backoff: no spawn before this loop time */
     bool answered;          /* a frame came back since the spawn */
@@ -104,6 +105,7 @@ bool sup__fork_release(sup_manager *m);
 
 /* One line per start, restart, exit and hibernation (tally_log.h). */
 void sup__manager_log_start(const struct sup_proc *p, bool restart);
+void sup__manager_log_ready(const struct sup_proc *p, uint64_t start_us);
 void sup__manager_log_exit(const struct sup_proc *p, int pid, int64_t status, int term_signal,
                            uint64_t ran_ms);
 void sup__manager_log_hibernate(const struct sup_proc *p, const sup_manager *m);
