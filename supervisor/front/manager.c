@@ -369,8 +369,7 @@ spawn(sup_manager *m, struct sup_proc *p)
     }
     if (opened) {
         /* The pipe was opened for the fork server: a fresh one for uv_spawn. */
-        proto_conn_close(conn);
-        proto_conn_unref(conn);
+        proto_conn_close(conn); /* on_conn_close drops our reference */
         conn = NULL;
         rc = proto_conn_pipe_new(m->loop, &conn_cbs, p, &conn);
         if (rc != TALLY_OK)
@@ -428,8 +427,7 @@ spawn(sup_manager *m, struct sup_proc *p)
         p->process_closing = true;
         m->pending_handles++;
         uv_close((uv_handle_t *)&p->process, on_process_closed);
-        proto_conn_close(conn);
-        proto_conn_unref(conn);
+        proto_conn_close(conn); /* on_conn_close drops our reference */
         p->backoff_ms = m->cfg.backoff_max_ms;
         p->not_before_ms = uv_now(m->loop) + (uint64_t)p->backoff_ms;
         start_failed(m, p, true);
@@ -437,8 +435,7 @@ spawn(sup_manager *m, struct sup_proc *p)
     }
 started:
     if (proto_conn_start(conn) != TALLY_OK) {
-        proto_conn_close(conn);
-        proto_conn_unref(conn);
+        proto_conn_close(conn); /* on_conn_close drops our reference */
         if (!p->forked)
             uv_process_kill(&p->process, SIGKILL);
         /* forked: the supervisor sees EOF on its channel and exits */

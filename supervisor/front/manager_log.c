@@ -29,7 +29,7 @@ sup__manager_log_ready(const struct sup_proc *p, uint64_t start_us)
 {
     struct tally_log l;
 
-    if (!tally_log_begin(&l, TALLY_LOG_DEBUG, "supervisor_ready"))
+    if (!tally_log_begin(&l, TALLY_LOG_DEBUG, "supervisor_first_answer"))
         return;
     tally_log_str(&l, "tenant", p->tenant);
     tally_log_int(&l, "pid", p->forked ? p->pid : p->process.pid);
