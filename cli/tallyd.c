@@ -123,7 +123,8 @@ tallyd_main(int argc, char **argv)
             .strict = strcmp(o.durability, "strict") == 0,
             .wait_ms = o.wait,
             .idle_exit_ms = o.idle_exit,
-            .max_supervisors = (uint32_t)o.max_sups,
+            .max_supervisors =
+                o.max_sups > 0 ? (uint32_t)o.max_sups : sup_max_supervisors_default(),
             .max_connections = (uint32_t)o.max_conns,
             .batch_sync_ms = o.batch_sync,
             .journal_compact_rows = (uint64_t)o.compact_rows,

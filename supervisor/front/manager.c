@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -460,6 +461,23 @@ started:
     return TALLY_OK;
 }
 
+uint32_t
+sup_max_supervisors_default(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t mem = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    uint64_t n = mem / 8 / SUP_BUDGET_BYTES;
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && n > rl.rlim_cur / 4)
+        n = rl.rlim_cur / 4; /* each supervisor holds one of tallyd's descriptors */
+    if (n < SUP_DEFAULT_MIN)
+        n = SUP_DEFAULT_MIN;
+    if (n > SUP_DEFAULT_MAX)
+        n = SUP_DEFAULT_MAX;
+    return (uint32_t)n;
+}
+
 int
 sup_manager_open(uv_loop_t *loop, const struct sup_manager_config *cfg,
                  const struct sup_manager_cbs *cbs, void *data, sup_manager **out)
@@ -482,7 +500,7 @@ sup_manager_open(uv_loop_t *loop, const struct sup_manager_config *cfg,
     if (m->cfg.backoff_max_ms <= 0)
         m->cfg.backoff_max_ms = 2000;
     if (m->cfg.max_supervisors == 0)
-        m->cfg.max_supervisors = 1024;
+        m->cfg.max_supervisors = sup_max_supervisors_default();
     m->cbs = *cbs;
     m->data = data;
     m->forker.m = m;

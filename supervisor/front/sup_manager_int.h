@@ -21,6 +21,14 @@
  * oldest waiter has waited this long (a reply would be lost with its channel). */
 #define BUSY_VICTIM_MS 500
 
+/* The default ceiling of supervisors (sup_max_supervisors_default): an eighth of the
+ * machine's memory at SUP_BUDGET_BYTES each (an idle supervisor measures under 1 MiB
+ * of PSS; the budget leaves room for a busy one's lease tables), at most a quarter
+ * of the open-file limit, within [SUP_DEFAULT_MIN, SUP_DEFAULT_MAX]. */
+#define SUP_BUDGET_BYTES (2u << 20)
+#define SUP_DEFAULT_MIN  64
+#define SUP_DEFAULT_MAX  4096
+
 /* Starts the fork server has not answered yet, at most; more go through uv_spawn. */
 #define SUP_FORK_QUEUE 1024
 /* A fork server that died is started again no sooner than this. */
