@@ -45,7 +45,7 @@ sleep 0.3 # tallyd's own start settles
 echo "== first decision of $SEQ fresh tenants, one after another"
 for t in $(seq 1 "$SEQ"); do first "$t"; done | pct "sequential first decision"
 ready() { # FROM TO: start to first answer of supervisors t$FROM..t$TO, from tallyd's log (us)
-    grep '"supervisor_first_answer"' "$W/log" | sed -nE 's/.*"tenant":"t([0-9]+)".*"start_us":([0-9]+).*/\1 \2/p' |
+    { grep '"supervisor_first_answer"' "$W/log" || true; } | sed -nE 's/.*"tenant":"t([0-9]+)".*"start_us":([0-9]+).*/\1 \2/p' |
         awk -v a="$1" -v b="$2" '$1 >= a && $1 <= b {print $2}'
 }
 ready 1 "$SEQ" | pct "sequential supervisor start to first answer"

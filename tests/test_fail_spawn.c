@@ -170,8 +170,16 @@ test_spawn_concurrent(void **state)
     }
     for (int i = 0; i < TENANTS; i++) {
         assert_int_equal(pthread_join(th[i], NULL), 0);
-        assert_int_equal(f[i].rc, TALLY_OK);
-        assert_int_equal(f[i].status, TALLY_ADMITTED);
+        if (f[i].rc != TALLY_OK)
+            fail_msg("t%d: %s", i, tally_strerror(f[i].rc));
+        /* Answered; a start slower than the cold-start deadline (a loaded machine,
+         * sanitizers) answers unavailable, and the next check is admitted. */
+        if (f[i].status == TALLY_UNAVAILABLE) {
+            printf("# t%d: first check unavailable (slow start)\n", i);
+            admitted(e, i);
+        } else {
+            assert_int_equal(f[i].status, TALLY_ADMITTED);
+        }
     }
     printf("# at most %d supervisors starting at once\n", most_starting(e));
     assert_true(most_starting(e) > 1);
