@@ -44,11 +44,19 @@ sleep 0.3 # tallyd's own start settles
 
 echo "== first decision of $SEQ fresh tenants, one after another"
 for t in $(seq 1 "$SEQ"); do first "$t"; done | pct "sequential first decision"
+ready_ts() { # FROM TO: tallyd's supervisor_start to the supervisor's supervisor_ready (us), any build
+    grep -E '"event":"supervisor_(start|ready)"' "$W/log" |
+        sed -nE 's/.*"ts":"[^T]*T([0-9]+):([0-9]+):([0-9.]+)Z".*"event":"supervisor_(start|ready)".*"tenant":"t([0-9]+)".*/\4 \5 \1 \2 \3/p' |
+        awk -v a="$1" -v b="$2" '$2 >= a && $2 <= b {
+            t = ($3 * 3600 + $4 * 60 + $5) * 1000000
+            if ($1 == "start") s[$2] = t; else if ($2 in s) { print t - s[$2]; delete s[$2] } }'
+}
 ready() { # FROM TO: start to first answer of supervisors t$FROM..t$TO, from tallyd's log (us)
     { grep '"supervisor_first_answer"' "$W/log" || true; } | sed -nE 's/.*"tenant":"t([0-9]+)".*"start_us":([0-9]+).*/\1 \2/p' |
         awk -v a="$1" -v b="$2" '$1 >= a && $1 <= b {print $2}'
 }
 ready 1 "$SEQ" | pct "sequential supervisor start to first answer"
+ready_ts 1 "$SEQ" | pct "sequential supervisor start to ready (log times, 1 ms steps)"
 
 echo "== first decision of $CONC fresh tenants at once"
 t0=$(date +%s%N)
@@ -61,6 +69,7 @@ wait "${pids[@]}"
 t1=$(date +%s%N)
 cat "$W"/c* | pct "concurrent first decision"
 ready $((SEQ + 1)) $((SEQ + CONC)) | pct "concurrent supervisor start to first answer"
+ready_ts $((SEQ + 1)) $((SEQ + CONC)) | pct "concurrent supervisor start to ready (log times, 1 ms steps)"
 echo "all $CONC answered in $(((t1 - t0) / 1000)) us (wall, including $CONC tally-bench starts)"
 
 echo "== PSS of idle live supervisors (kB)"
