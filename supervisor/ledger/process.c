@@ -405,6 +405,10 @@ sup_process_run(const struct sup_process_opts *o)
     memset((char *)&s + offsetof(struct sp, recs) + sizeof(s.recs), 0,
            sizeof(s) - offsetof(struct sp, recs) - sizeof(s.recs));
     s.o = o;
+    /* No bulk page cache allocated ahead per connection (20 pages each by default):
+     * a supervisor's files need a few pages. Before SQLite's first use; refused
+     * (harmless) if something initialised it already. */
+    (void)sqlite3_config(SQLITE_CONFIG_PAGECACHE, NULL, 0, 0);
     s.batch.v = s.recs;
     s.batch.cap = BATCH_RECORDS;
     s.compact_rows = o->journal_compact_rows > 0 ? o->journal_compact_rows : COMPACT_ROWS_DEFAULT;
