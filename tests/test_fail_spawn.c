@@ -108,9 +108,11 @@ static int
 most_starting(const struct env *e)
 {
     char *log = serve_log(&e->s);
+    char *save = NULL;
     int now = 0, most = 0;
 
-    for (char *line = strtok(log, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+    for (char *line = strtok_r(log, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
         if (strstr(line, "\"event\":\"supervisor_start\"") != NULL && ++now > most)
             most = now;
         else if (strstr(line, "\"event\":\"supervisor_ready\"") != NULL)
