@@ -62,7 +62,7 @@ at() { # SECONDS: sleep until SECONDS after t0
 mark() { awk -v n="$(date +%s%N)" -v z="$t0" -v l="$1" 'BEGIN {printf "%.2f %s\n", (n - z) / 1e9, l}' >>"$marks"; }
 kill_sup() {
     local s
-    s=$(pgrep -P "$TPID" | head -1 || true)
+    s=$(pgrep -P "$TPID" -f -- "--supervise " | head -1 || true) # not the fork server
     [ -n "$s" ] && kill -9 "$s" && mark "supervisor"
 }
 kill_tallyd() {

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Supervisor start figures, on a release build:
 #   - first decision of fresh tenants, one after another (spawn + ledger creation + first grant);
-#   - first decision of 50 fresh tenants at once (all 50 starts overlapping), and the wall time;
-#   - PSS of each idle live supervisor (/proc/PID/smaps_rollup), and of tallyd and its helper.
-# Usage: bench/spawn.sh [BUILD_DIR] [SEQ_TENANTS]   (default build/rel, 40)
+#   - first decision of 50 fresh tenants at once (the starts overlap), and the wall time;
+#   - PSS of each idle live supervisor (/proc/PID/smaps_rollup), of tallyd and of its fork server.
+# Usage: bench/spawn.sh [BUILD_DIR] [SEQ_TENANTS] [TALLYD_FLAGS...]   (default build/rel, 40)
 set -euo pipefail
 B=${1:-build/rel}
 SEQ=${2:-40}
+shift 2 2>/dev/null || shift $#
 CONC=50
 W=$(mktemp -d)
 TPID=
@@ -29,36 +30,58 @@ pct() { # LABEL: p50/p99/max of the numbers on stdin (us)
         printf "%s: p50=%.0f us p99=%.0f us max=%.0f us (n=%d)\n", l, v[int((NR + 1) / 2)], v[i99], v[NR], NR}'
 }
 
+first() { # TENANT: the latency of its first decision (us)
+    "$B/bench/tally-bench" --socket "$d/tally.sock" --tokens "$d.t$1" --requests 1 |
+        sed -E 's/.*p50_us=([0-9.]+).*/\1/'
+}
+
 d="$W/d"
 setup "$d" $((SEQ + CONC))
-"$B/cli/tallyd" --data "$d" --http 127.0.0.1:0 2>"$W/log" &
+"$B/cli/tallyd" --data "$d" --http 127.0.0.1:0 --log-level debug "$@" 2>"$W/log" &
 TPID=$!
 for _ in $(seq 1 200); do [ -S "$d/tally.sock" ] && break; sleep 0.05; done
 sleep 0.3 # tallyd's own start settles
 
 echo "== first decision of $SEQ fresh tenants, one after another"
-for t in $(seq 1 "$SEQ"); do
-    "$B/bench/tally-bench" --socket "$d/tally.sock" --tokens "$d.t$t" --requests 1 |
-        sed -E 's/.*p50_us=([0-9.]+).*/\1/'
-done | pct "sequential first decision"
+for t in $(seq 1 "$SEQ"); do first "$t"; done | pct "sequential first decision"
+ready_ts() { # FROM TO: tallyd's supervisor_start to the supervisor's supervisor_ready (us), any build
+    grep -E '"event":"supervisor_(start|ready)"' "$W/log" |
+        sed -nE 's/.*"ts":"[^T]*T([0-9]+):([0-9]+):([0-9.]+)Z".*"event":"supervisor_(start|ready)".*"tenant":"t([0-9]+)".*/\4 \5 \1 \2 \3/p' |
+        awk -v a="$1" -v b="$2" '$2 >= a && $2 <= b {
+            t = ($3 * 3600 + $4 * 60 + $5) * 1000000
+            if ($1 == "start") s[$2] = t; else if ($2 in s) { print t - s[$2]; delete s[$2] } }'
+}
+ready() { # FROM TO: start to first answer of supervisors t$FROM..t$TO, from tallyd's log (us)
+    { grep '"supervisor_first_answer"' "$W/log" || true; } | sed -nE 's/.*"tenant":"t([0-9]+)".*"start_us":([0-9]+).*/\1 \2/p' |
+        awk -v a="$1" -v b="$2" '$1 >= a && $1 <= b {print $2}'
+}
+ready 1 "$SEQ" | pct "sequential supervisor start to first answer"
+ready_ts 1 "$SEQ" | pct "sequential supervisor start to ready (log times, 1 ms steps)"
 
 echo "== first decision of $CONC fresh tenants at once"
 t0=$(date +%s%N)
+pids=()
 for t in $(seq $((SEQ + 1)) $((SEQ + CONC))); do
-    "$B/bench/tally-bench" --socket "$d/tally.sock" --tokens "$d.t$t" --requests 1 >"$W/c$t" &
+    first "$t" >"$W/c$t" &
+    pids+=($!)
 done
-wait $(jobs -p | grep -v "^$TPID$") 2>/dev/null || true
+wait "${pids[@]}"
 t1=$(date +%s%N)
-cat "$W"/c* | sed -E 's/.*p50_us=([0-9.]+).*/\1/' | pct "concurrent first decision"
+cat "$W"/c* | pct "concurrent first decision"
+ready $((SEQ + 1)) $((SEQ + CONC)) | pct "concurrent supervisor start to first answer"
+ready_ts $((SEQ + 1)) $((SEQ + CONC)) | pct "concurrent supervisor start to ready (log times, 1 ms steps)"
 echo "all $CONC answered in $(((t1 - t0) / 1000)) us (wall, including $CONC tally-bench starts)"
 
-echo "== PSS (kB), idle live supervisors"
+echo "== PSS of idle live supervisors (kB)"
 sleep 0.5
-sups=$(for p in $(pgrep -f -- "--supervise t[0-9]+ " || true); do
-    [ -r /proc/"$p"/smaps_rollup ] && echo "$p"; done)
-for p in $sups; do awk '/^Pss:/ {print $2}' /proc/"$p"/smaps_rollup; done |
-    sort -n | awk '{v[NR]=$1; s+=$1} END {printf "supervisors: n=%d mean=%.0f kB p50=%d kB max=%d kB\n", NR, s/NR, v[int((NR+1)/2)], v[NR]}'
+for p in $(pgrep -P "$TPID"); do
+    grep -qa -- "--supervise" /proc/"$p"/cmdline 2>/dev/null || continue
+    awk '/^Pss:/ {print $2}' /proc/"$p"/smaps_rollup
+done | sort -n | awk '{v[NR]=$1; s+=$1} END {
+    printf "supervisors: n=%d mean=%.0f kB p50=%d kB max=%d kB\n", NR, s/NR, v[int((NR+1)/2)], v[NR]}'
 printf 'tallyd: %s kB\n' "$(awk '/^Pss:/ {print $2}' /proc/$TPID/smaps_rollup)"
-for p in $(pgrep -f -- "--fork-server" || true); do
+for p in $(pgrep -P "$TPID"); do
+    grep -qa -- "--supervise" /proc/"$p"/cmdline 2>/dev/null && continue
     printf 'fork server: %s kB\n' "$(awk '/^Pss:/ {print $2}' /proc/"$p"/smaps_rollup)"
 done
+grep -c supervisor_start "$W/log" | sed 's/^/supervisor starts logged: /'

@@ -5,7 +5,8 @@
  * checks that the data dir was initialised, hardens the process, and then either
  * serves (sup_server_run, supervisor/front/) or, with --supervise, is one tenant's
  * supervisor process, spawned by tallyd itself (sup_process_run,
- * supervisor/ledger/).
+ * supervisor/ledger/), or, with --fork-server, is the helper that forks them
+ * (sup_forkserver_run).
  */
 #include "store.h"
 #include "store_paths.h"
@@ -21,6 +22,28 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* The argument strings from `--fork-server` to the last, when they lie end to end
+ * as the kernel lays them out: the room each forked supervisor writes its title
+ * into (title_len excludes the last terminator, which stays). */
+static char *
+title_room(int argc, char **argv, size_t *title_len)
+{
+    int i, from = -1;
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--fork-server") == 0)
+            from = i;
+    }
+    if (from < 0)
+        return NULL;
+    for (i = from; i + 1 < argc; i++) {
+        if (argv[i + 1] != argv[i] + strlen(argv[i]) + 1)
+            return NULL;
+    }
+    *title_len = (size_t)(argv[argc - 1] + strlen(argv[argc - 1]) - argv[from]);
+    return argv[from];
+}
 
 int
 tallyd_main(int argc, char **argv)
@@ -61,7 +84,7 @@ tallyd_main(int argc, char **argv)
             tally_log_str(&l, "error", tally_strerror(rc));
         tally_log_end(&l);
     }
-    if (o.supervise != NULL) {
+    if (o.supervise != NULL || o.fork_server != NULL) {
         struct sup_process_opts so = {
             .data = data,
             .tenant = o.supervise,
@@ -71,7 +94,13 @@ tallyd_main(int argc, char **argv)
             .batch_sync_ms = o.batch_sync,
             .journal_compact_rows = (uint64_t)o.compact_rows,
         };
-        return sup_process_run(&so);
+        size_t title_len = 0;
+        char *title;
+
+        if (o.supervise != NULL)
+            return sup_process_run(&so);
+        title = title_room(argc, argv, &title_len);
+        return sup_forkserver_run(&so, 3, title, title_len);
     }
     snprintf(lock, sizeof(lock), "%s/tallyd.lock", data);
     rc = store_lock_take(lock, &lock_fd);
@@ -94,7 +123,8 @@ tallyd_main(int argc, char **argv)
             .strict = strcmp(o.durability, "strict") == 0,
             .wait_ms = o.wait,
             .idle_exit_ms = o.idle_exit,
-            .max_supervisors = (uint32_t)o.max_sups,
+            .max_supervisors =
+                o.max_sups > 0 ? (uint32_t)o.max_sups : sup_max_supervisors_default(),
             .max_connections = (uint32_t)o.max_conns,
             .batch_sync_ms = o.batch_sync,
             .journal_compact_rows = (uint64_t)o.compact_rows,

@@ -40,9 +40,11 @@ static const char usage_text[] =
     "                     (default 50)\n"
     "  --idle-exit-ms MS  a supervisor with no message for this long exits; the\n"
     "                     next request brings it back (default 60000)\n"
-    "  --max-supervisors N  supervisor processes running at once (default 1024,\n"
-    "                     1 to 100000); at the ceiling the least recently used\n"
-    "                     hibernates and the tenant that needs one waits for it\n"
+    "  --max-supervisors N  supervisor processes running at once (1 to 100000;\n"
+    "                     default: an eighth of the memory at 2 MiB each, at most\n"
+    "                     a quarter of the open-file limit, 64 to 4096); at the\n"
+    "                     ceiling the least recently used hibernates and the\n"
+    "                     tenant that needs one waits for it\n"
     "  --max-connections N  open connections per protocol (default 10000, 1 to\n"
     "                     1000000): HTTP, and the binary protocol (Unix + TCP); one\n"
     "                     more gets 503 too_many_connections (HTTP) or ERROR -18\n"
@@ -154,7 +156,8 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                                         "--batch-sync-ms",
                                         "--journal-compact-rows",
                                         "--child-idle-ms",
-                                        "--max-open-children"};
+                                        "--max-open-children",
+                                        "--fork-server"};
     const char **slots[] = {&o->data,
                             &o->http,
                             &o->socket,
@@ -169,7 +172,8 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                             &o->batch_sync_ms,
                             &o->journal_compact_rows,
                             &o->child_idle_ms,
-                            &o->max_open_children};
+                            &o->max_open_children,
+                            &o->fork_server};
     enum tally_log_level level;
     struct sockaddr_un sun;
     int i;
@@ -231,7 +235,7 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
     if (!parse_ms(o->idle_exit_ms, 1, 86400000, 60000, &o->idle_exit))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --idle-exit-ms '%s': 1 to 86400000",
                            o->idle_exit_ms);
-    if (!parse_ms(o->max_supervisors, 1, 100000, 1024, &o->max_sups))
+    if (!parse_ms(o->max_supervisors, 1, 100000, 0, &o->max_sups))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --max-supervisors '%s': 1 to 100000",
                            o->max_supervisors);
     if (!parse_ms(o->max_connections, 1, PROTO_HTTP_LIMIT_CONNECTIONS,

@@ -33,6 +33,8 @@ struct tallyd_opts {
     const char *journal_compact_rows;
     const char *child_idle_ms;
     const char *max_open_children;
+    const char *fork_server; /* internal: run as the fork server; the value is spare room for
+                                the title of each supervisor it forks */
     int64_t wait;
     int64_t idle_exit;
     int64_t max_sups;

@@ -300,6 +300,60 @@ migrate(store_db *db, int64_t version, store_migrate_fn step, void *ctx)
     return store_db_end(db, rc);
 }
 
+/* A new file is built under a temporary name with no journal and no fsync (every
+ * migration in one transaction), switched to WAL by its header (bytes 18 and 19,
+ * the file format's read and write versions, 2 = WAL), made durable with one
+ * fdatasync of the file and one of its directory, and linked into place (never over
+ * a file another process made meanwhile): the file appears whole, in WAL mode at its
+ * newest version, for 2 fsyncs and 1 file created instead of 8 to 10 fsyncs and a
+ * rollback journal created to convert it in place. */
+static int
+create_fresh(store_db *db, const char *path, store_migrate_fn step, void *ctx)
+{
+    static const unsigned char wal_versions[2] = {2, 2};
+    char tmp[STORE_PATH_MAX + 32], dir[STORE_PATH_MAX];
+    const char *slash;
+    int fd = -1, rc;
+
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s-new-%ld", path, (long)getpid()) >= sizeof(tmp))
+        return TALLY_EINVAL;
+    (void)unlink(tmp);
+    rc = create_private(db, tmp);
+    if (rc != TALLY_OK)
+        return rc;
+    rc = store_db_rc(
+        db, sqlite3_open_v2(tmp, &db->sql, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL));
+    if (rc == TALLY_OK)
+        rc = store_db_exec(db, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF");
+    if (rc == TALLY_OK)
+        rc = migrate(db, 0, step, ctx);
+    if (db->sql != NULL && sqlite3_close(db->sql) != SQLITE_OK && rc == TALLY_OK)
+        rc = TALLY_ESTORE;
+    db->sql = NULL;
+    if (rc == TALLY_OK &&
+        ((fd = open(tmp, O_RDWR | O_CLOEXEC)) < 0 ||
+         pwrite(fd, wal_versions, sizeof(wal_versions), 18) != 2 || fdatasync(fd) != 0))
+        rc = TALLY_EIO;
+    if (fd >= 0)
+        close(fd);
+    if (rc == TALLY_OK && link(tmp, path) != 0 && errno != EEXIST)
+        rc = TALLY_EIO;
+    (void)unlink(tmp);
+    slash = strrchr(path, '/');
+    if (rc == TALLY_OK && slash != NULL && (size_t)(slash - path) < sizeof(dir)) {
+        memcpy(dir, path, (size_t)(slash - path));
+        dir[slash - path] = '\0';
+        if ((fd = open(slash == path ? "/" : dir, O_RDONLY | O_CLOEXEC)) >= 0) {
+            if (fsync(fd) != 0)
+                rc = TALLY_EIO;
+            close(fd);
+        }
+    }
+    if (rc != TALLY_OK && db->errmsg[0] == '\0')
+        snprintf(db->errmsg, sizeof(db->errmsg), "%s: cannot create: %s", path, strerror(errno));
+    return rc;
+}
+
 static int
 prepare_all(store_db *db)
 {
@@ -351,7 +405,7 @@ store_db_open_ctx(const char *path, const struct store_schema *schema, unsigned 
             rc = TALLY_ENOTFOUND;
             goto out;
         }
-        rc = create_private(db, path);
+        rc = create_fresh(db, path, step, ctx);
         if (rc != TALLY_OK)
             goto out;
     }

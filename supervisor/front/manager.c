@@ -19,6 +19,9 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "proto_lease.h"
 #include "proto_stream.h"
@@ -83,8 +86,8 @@ proc_get(sup_manager *m, const char *tenant)
     return p;
 }
 
-static void
-maybe_finish_close(sup_manager *m)
+void
+sup__manager_maybe_finish(sup_manager *m)
 {
     uint32_t i;
 
@@ -94,6 +97,8 @@ maybe_finish_close(sup_manager *m)
         if (m->procs[i]->process_live || m->procs[i]->conn != NULL)
             return;
     }
+    if (!sup__fork_release(m))
+        return; /* its last handles are closing */
     for (i = 0; i < m->n_procs; i++) {
         tally_free(m->procs[i]->pending);
         tally_free(m->procs[i]);
@@ -113,23 +118,35 @@ on_process_closed(uv_handle_t *h)
     p->process_closing = false;
     m->pending_handles--;
     admit_waiting(m); /* a waiter whose own previous process was going away */
-    maybe_finish_close(m);
+    sup__manager_maybe_finish(m);
 }
 
 static void
 on_proc_exit(uv_process_t *proc, int64_t status, int term_signal)
 {
     struct sup_proc *p = proc->data;
+
+    p->process_closing = true;
+    p->m->pending_handles++;
+    uv_close((uv_handle_t *)proc, on_process_closed);
+    sup__proc_exited(p, status, term_signal);
+}
+
+void
+sup__proc_exited(struct sup_proc *p, int64_t status, int term_signal)
+{
     sup_manager *m = p->m;
     uint64_t now = uv_now(m->loop);
     int code = term_signal != 0 ? 128 + term_signal : (int)status;
-    int pid = proc->pid;
+    int pid = p->forked ? p->pid : p->process.pid;
 
+    if (!p->process_live)
+        return;
     p->process_live = false;
-    p->process_closing = true;
-    m->pending_handles++;
-    uv_close((uv_handle_t *)proc, on_process_closed);
+    p->fork_queued = false;
     m->stats.live--;
+    if (!p->answered)
+        m->stats.starting--;
     if (p->conn != NULL)
         proto_conn_close(p->conn);
     if (code == SUP_EXIT_IDLE && term_signal == 0) {
@@ -154,7 +171,7 @@ on_proc_exit(uv_process_t *proc, int64_t status, int term_signal)
     admit_waiting(m); /* before on_down: the oldest waiter gets the room */
     if (!m->closing && m->cbs.on_down != NULL)
         m->cbs.on_down(m->data, p->tenant, code);
-    maybe_finish_close(m);
+    sup__manager_maybe_finish(m);
 }
 
 static void make_room(sup_manager *m);
@@ -165,6 +182,10 @@ on_conn_frame(proto_conn *c, const struct proto_frame *f, void *data)
     struct sup_proc *p = data;
 
     (void)c;
+    if (!p->answered) {
+        p->m->stats.starting--;
+        sup__manager_log_ready(p, (uv_hrtime() - p->started_ns) / 1000);
+    }
     p->answered = true;
     if (p->start_failed)
         start_failed(p->m, p, false);
@@ -187,7 +208,7 @@ on_conn_close(proto_conn *c, int reason, void *data)
         p->conn = NULL;
     proto_conn_unref(c);
     /* The process notices EOF and exits; its exit_cb does the bookkeeping. */
-    maybe_finish_close(p->m);
+    sup__manager_maybe_finish(p->m);
 }
 
 static bool
@@ -299,6 +320,30 @@ admit_waiting(sup_manager *m)
     }
 }
 
+/* Asks the fork server for p's process, the channel a socketpair whose other end
+ * it hands over. TALLY_EUNAVAIL when it cannot (the caller uses uv_spawn). */
+static int
+spawn_forked(sup_manager *m, struct sup_proc *p, proto_conn *conn, bool *opened /* OUT */)
+{
+    int fds[2];
+    int rc;
+
+    *opened = false;
+    if (!m->forker.server_live && m->forker.closed)
+        return TALLY_EUNAVAIL;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+        return TALLY_EUNAVAIL;
+    if (uv_pipe_open(proto_conn_pipe(conn), fds[0]) != 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return TALLY_EUNAVAIL;
+    }
+    *opened = true;
+    rc = sup__fork_start(m, p, fds[1]);
+    close(fds[1]);
+    return rc;
+}
+
 static int
 spawn(sup_manager *m, struct sup_proc *p)
 {
@@ -309,7 +354,8 @@ spawn(sup_manager *m, struct sup_proc *p)
     uv_stdio_container_t stdio[4];
     uv_process_options_t opts;
     proto_conn *conn = NULL;
-    bool restart;
+    bool restart, opened;
+    uint64_t t0 = uv_hrtime();
     int rc;
 
     if (p->process_live || p->process_closing)
@@ -317,6 +363,20 @@ spawn(sup_manager *m, struct sup_proc *p)
     rc = proto_conn_pipe_new(m->loop, &conn_cbs, p, &conn);
     if (rc != TALLY_OK)
         return rc;
+    if (spawn_forked(m, p, conn, &opened) == TALLY_OK) {
+        p->forked = true;
+        p->pid = 0;
+        goto started;
+    }
+    if (opened) {
+        /* The pipe was opened for the fork server: a fresh one for uv_spawn. */
+        proto_conn_close(conn); /* on_conn_close drops our reference */
+        conn = NULL;
+        rc = proto_conn_pipe_new(m->loop, &conn_cbs, p, &conn);
+        if (rc != TALLY_OK)
+            return rc;
+    }
+    p->forked = false;
     snprintf(idle, sizeof(idle), "%lld", (long long)m->cfg.idle_exit_ms);
     args[0] = m->exe;
     args[1] = "--supervise";
@@ -368,18 +428,20 @@ spawn(sup_manager *m, struct sup_proc *p)
         p->process_closing = true;
         m->pending_handles++;
         uv_close((uv_handle_t *)&p->process, on_process_closed);
-        proto_conn_close(conn);
-        proto_conn_unref(conn);
+        proto_conn_close(conn); /* on_conn_close drops our reference */
         p->backoff_ms = m->cfg.backoff_max_ms;
         p->not_before_ms = uv_now(m->loop) + (uint64_t)p->backoff_ms;
         start_failed(m, p, true);
         return TALLY_EUNAVAIL;
     }
+started:
     if (proto_conn_start(conn) != TALLY_OK) {
-        proto_conn_close(conn);
-        proto_conn_unref(conn);
-        uv_process_kill(&p->process, SIGKILL);
+        proto_conn_close(conn); /* on_conn_close drops our reference */
+        if (!p->forked)
+            uv_process_kill(&p->process, SIGKILL);
+        /* forked: the supervisor sees EOF on its channel and exits */
         p->process_live = true;
+        p->answered = true; /* not starting: its exit is a crash like any other */
         m->stats.live++;
         return TALLY_EUNAVAIL;
     }
@@ -388,12 +450,32 @@ spawn(sup_manager *m, struct sup_proc *p)
     p->answered = false;
     p->in_flight = 0;
     p->started_ms = uv_now(m->loop);
+    p->started_ns = t0;
     restart = m->stats.starts++ > 0 && p->backoff_ms > 0;
     if (restart)
         m->stats.restarts++;
     m->stats.live++;
+    if (++m->stats.starting > m->stats.starting_max)
+        m->stats.starting_max = m->stats.starting;
     sup__manager_log_start(p, restart);
     return TALLY_OK;
+}
+
+uint32_t
+sup_max_supervisors_default(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t mem = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    uint64_t n = mem / 8 / SUP_BUDGET_BYTES;
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && n > rl.rlim_cur / 4)
+        n = rl.rlim_cur / 4; /* each supervisor holds one of tallyd's descriptors */
+    if (n < SUP_DEFAULT_MIN)
+        n = SUP_DEFAULT_MIN;
+    if (n > SUP_DEFAULT_MAX)
+        n = SUP_DEFAULT_MAX;
+    return (uint32_t)n;
 }
 
 int
@@ -418,9 +500,12 @@ sup_manager_open(uv_loop_t *loop, const struct sup_manager_config *cfg,
     if (m->cfg.backoff_max_ms <= 0)
         m->cfg.backoff_max_ms = 2000;
     if (m->cfg.max_supervisors == 0)
-        m->cfg.max_supervisors = 1024;
+        m->cfg.max_supervisors = sup_max_supervisors_default();
     m->cbs = *cbs;
     m->data = data;
+    m->forker.m = m;
+    m->forker.ctl = -1;
+    (void)sup__fork_open(m); /* without it, supervisors are started by uv_spawn */
     *out = m;
     return TALLY_OK;
 }
@@ -494,7 +579,9 @@ sup_manager_pid(const sup_manager *m, const char *tenant)
 {
     const struct sup_proc *p = proc_find(m, tenant);
 
-    return p != NULL && p->process_live ? p->process.pid : 0;
+    if (p == NULL || !p->process_live)
+        return 0;
+    return p->forked ? p->pid : p->process.pid;
 }
 
 void
@@ -513,9 +600,10 @@ sup_manager_close(sup_manager *m, void (*cb)(void *data), void *data)
     m->closing = true;
     m->close_cb = cb;
     m->close_data = data;
+    sup__fork_close(m);
     for (i = 0; i < m->n_procs; i++) {
         if (m->procs[i]->conn != NULL)
             proto_conn_close(m->procs[i]->conn);
     }
-    maybe_finish_close(m);
+    sup__manager_maybe_finish(m);
 }

@@ -14,9 +14,26 @@ sup__manager_log_start(const struct sup_proc *p, bool restart)
     if (!tally_log_begin(&l, TALLY_LOG_INFO, restart ? "supervisor_restart" : "supervisor_start"))
         return;
     tally_log_str(&l, "tenant", p->tenant);
-    tally_log_int(&l, "pid", p->process.pid);
+    if (p->forked)
+        tally_log_str(&l, "via", "fork_server"); /* its pid comes back later */
+    else
+        tally_log_int(&l, "pid", p->process.pid);
     if (restart)
         tally_log_int(&l, "backoff_ms", p->backoff_ms);
+    tally_log_end(&l);
+}
+
+/* The first answer of a start: how long the start took (debug level). */
+void
+sup__manager_log_ready(const struct sup_proc *p, uint64_t start_us)
+{
+    struct tally_log l;
+
+    if (!tally_log_begin(&l, TALLY_LOG_DEBUG, "supervisor_first_answer"))
+        return;
+    tally_log_str(&l, "tenant", p->tenant);
+    tally_log_int(&l, "pid", p->forked ? p->pid : p->process.pid);
+    tally_log_int(&l, "start_us", (int64_t)start_us);
     tally_log_end(&l);
 }
 

@@ -21,14 +21,31 @@
  * oldest waiter has waited this long (a reply would be lost with its channel). */
 #define BUSY_VICTIM_MS 500
 
+/* The default ceiling of supervisors (sup_max_supervisors_default): an eighth of the
+ * machine's memory at SUP_BUDGET_BYTES each (an idle supervisor measures under 1 MiB
+ * of PSS; the budget leaves room for a busy one's lease tables), at most a quarter
+ * of the open-file limit, within [SUP_DEFAULT_MIN, SUP_DEFAULT_MAX]. */
+#define SUP_BUDGET_BYTES (2u << 20)
+#define SUP_DEFAULT_MIN  64
+#define SUP_DEFAULT_MAX  4096
+
+/* Starts the fork server has not answered yet, at most; more go through uv_spawn. */
+#define SUP_FORK_QUEUE 1024
+/* A fork server that died is started again no sooner than this. */
+#define FORK_RETRY_MS 1000
+
 struct sup_proc {
     char tenant[TENANT_NAME_MAX + 1];
     sup_manager *m;
-    uv_process_t process;
-    bool process_live;    /* spawned, exit_cb not yet run */
+    uv_process_t process; /* a supervisor started by uv_spawn */
+    bool forked;          /* ... or by the fork server (manager_fork.c): no handle */
+    bool fork_queued;     /* forked: its pid has not come back yet */
+    int pid;              /* forked: its pid once known, else 0 */
+    bool process_live;    /* spawned, exit not yet seen */
     bool process_closing; /* uv_close called on the handle */
     proto_conn *conn;
     uint64_t started_ms;
+    uint64_t started_ns; /* uv_hrtime() at the start */
     uint64_t last_used_ms;
     uint64_t not_before_ms; /* backoff: no spawn before this loop time */
     bool answered;          /* a frame came back since the spawn */
@@ -41,6 +58,22 @@ struct sup_proc {
     uint8_t *pending;       /* frames to send once spawned (waiting_room) */
     size_t pending_len;
     uint32_t pending_frames;
+};
+
+/* The fork server as tallyd sees it (manager_fork.c). */
+struct sup_forker {
+    sup_manager *m;
+    uv_process_t server;
+    bool server_live; /* spawned, exit_cb not yet run */
+    int ctl;          /* control socket (SOCK_SEQPACKET), -1 when none */
+    uv_poll_t poll;   /* readable ctl: pids coming back */
+    bool poll_live;
+    uv_signal_t sigchld; /* reaps the forked supervisors */
+    bool sigchld_live;
+    bool closed;                            /* the manager is closing: never started again */
+    uint64_t not_before_ms;                 /* no new fork server before this loop time */
+    struct sup_proc *queue[SUP_FORK_QUEUE]; /* waiting for their pid, in request order */
+    uint32_t head, n_queue;
 };
 
 struct sup_manager {
@@ -56,14 +89,31 @@ struct sup_manager {
     uint32_t cap_procs;
     struct sup_manager_stats stats;
     uint32_t n_waiting; /* procs with waiting_room: make_room has nothing to do at 0 */
+    struct sup_forker forker;
     bool closing;
     int pending_handles;
     void (*close_cb)(void *data);
     void *close_data;
 };
 
+/* manager.c: a supervisor went away (status, or the signal that ended it); frees
+ * the manager when it is closing and nothing is left. */
+void sup__proc_exited(struct sup_proc *p, int64_t status, int term_signal);
+void sup__manager_maybe_finish(sup_manager *m);
+
+/* manager_fork.c: the fork server. _open starts it (TALLY_OK, or TALLY_EUNAVAIL:
+ * starts go through uv_spawn); _start asks it for p's process with `fd` as its
+ * channel (the caller keeps and closes its copy), TALLY_EUNAVAIL when it cannot;
+ * _close stops it; _release closes what is left once no supervisor runs (true
+ * when nothing was left to close). */
+int sup__fork_open(sup_manager *m);
+int sup__fork_start(sup_manager *m, struct sup_proc *p, int fd);
+void sup__fork_close(sup_manager *m);
+bool sup__fork_release(sup_manager *m);
+
 /* One line per start, restart, exit and hibernation (tally_log.h). */
 void sup__manager_log_start(const struct sup_proc *p, bool restart);
+void sup__manager_log_ready(const struct sup_proc *p, uint64_t start_us);
 void sup__manager_log_exit(const struct sup_proc *p, int pid, int64_t status, int term_signal,
                            uint64_t ran_ms);
 void sup__manager_log_hibernate(const struct sup_proc *p, const sup_manager *m);

@@ -16,8 +16,10 @@
  */
 #include "sup_ledger.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +35,8 @@
 #include "tally_log.h"
 
 #include "sup_process_int.h"
+
+#define CACHE_KB "64"
 
 int64_t
 sp_wall_ms(void)
@@ -285,6 +289,24 @@ on_reload(uv_timer_t *h)
         sp_log_error(s, TALLY_LOG_ERROR, "supervisor_reload_failed", rc, NULL);
 }
 
+/* An idle supervisor keeps little memory: each file's page cache is capped at
+ * CACHE_KB (a ledger is a few pages, its rows live in the ledger's tables),
+ * what the replay and the snapshot load used goes back to SQLite and to the
+ * kernel. */
+static void
+shrink(struct sp *s)
+{
+    static const char cap[] = "PRAGMA cache_size=-" CACHE_KB;
+    sqlite3 *dbs[2] = {store_db_handle(s->journal), store_db_handle(s->config)};
+    int i;
+
+    for (i = 0; i < 2; i++) {
+        (void)sqlite3_exec(dbs[i], cap, NULL, NULL, NULL);
+        (void)sqlite3_db_release_memory(dbs[i]);
+    }
+    (void)malloc_trim(0);
+}
+
 static int
 open_all(struct sp *s)
 {
@@ -324,6 +346,8 @@ open_all(struct sp *s)
         sp_flush(s); /* the EPOCH record is durable before the first grant */
         rc = s->stopping ? TALLY_ESTORE : TALLY_OK;
     }
+    if (rc == TALLY_OK)
+        shrink(s);
     return rc;
 }
 
@@ -375,8 +399,16 @@ sup_process_run(const struct sup_process_opts *o)
     bool loop_live = false;
     int rc;
 
-    memset(&s, 0, sizeof(s));
+    /* Everything but the records, which are written before they are read (batch.n counts
+     * them): their 120 KB stay untouched, so not resident, until turns fill them. */
+    memset(&s, 0, offsetof(struct sp, recs));
+    memset((char *)&s + offsetof(struct sp, recs) + sizeof(s.recs), 0,
+           sizeof(s) - offsetof(struct sp, recs) - sizeof(s.recs));
     s.o = o;
+    /* No bulk page cache allocated ahead per connection (20 pages each by default):
+     * a supervisor's files need a few pages. Before SQLite's first use; refused
+     * (harmless) if something initialised it already. */
+    (void)sqlite3_config(SQLITE_CONFIG_PAGECACHE, NULL, 0, 0);
     s.batch.v = s.recs;
     s.batch.cap = BATCH_RECORDS;
     s.compact_rows = o->journal_compact_rows > 0 ? o->journal_compact_rows : COMPACT_ROWS_DEFAULT;

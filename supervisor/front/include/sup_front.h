@@ -39,6 +39,8 @@ struct sup_manager_stats {
                                  failed spawn) */
     uint32_t failing;         /* tenants whose last start failed, until their supervisor answers */
     uint64_t start_failed_ms; /* loop time of the last failed start (0: none yet) */
+    uint32_t starting;        /* started, no answer yet */
+    uint32_t starting_max;    /* the most starting at once so far */
 };
 struct front_child;
 
@@ -52,7 +54,7 @@ struct sup_front_config {
     int64_t wait_ms;               /* longest wait for the supervisor; 0 = 50 */
     int64_t cold_start_ms;         /* longest wait for a supervisor being started; 0 = 5000 */
     int64_t idle_exit_ms;          /* supervisors hibernate after this; 0 = 60000 */
-    uint32_t max_supervisors;      /* 0 = 1024 */
+    uint32_t max_supervisors;      /* 0 = sup_max_supervisors_default() */
     int64_t batch_sync_ms;         /* batched: supervisors' journal sync delay; 0 = theirs (100) */
     uint64_t journal_compact_rows; /* supervisors' compaction threshold; 0 = theirs (4096) */
     int64_t child_idle_ms;         /* a child counter unused this long closes its file; 0 = 60000 */
@@ -146,6 +148,10 @@ struct sup_front_stats {
 
 /** *out is owned by the caller, release with sup_front_close(). Loads the key and
  *  the configuration. TALLY_OK, TALLY_ENODATA, TALLY_ENOKEY, storage errors. */
+/** The default of --max-supervisors for this machine: an eighth of its memory at 2 MiB
+ *  per supervisor, at most a quarter of the open-file limit, 64 to 4096. */
+uint32_t sup_max_supervisors_default(void);
+
 TALLY_MUST_CHECK int sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg,
                                     sup_front **out /* OUT */);
 /** Decides a request; r->done runs exactly once unless sup_front_cancel() is called

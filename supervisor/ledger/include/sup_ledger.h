@@ -12,6 +12,7 @@
 #define SUP_PROCESS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct sup_process_opts {
@@ -33,5 +34,16 @@ struct sup_process_opts {
  *  the journal is left as it was, or its event loop could not be set up or torn
  *  down: logged), 78 (unknown tenant or data dir). */
 int sup_process_run(const struct sup_process_opts *o);
+
+/* The fork server's message version (forkserver.c describes the messages). */
+#define SUP_FORK_VERSION 1
+
+/** Runs the fork server on control socket `ctl` (SOCK_SEQPACKET): forks one
+ *  supervisor per request, `tmpl` giving every option but the tenant and fd;
+ *  `title` (title_len bytes of this process's argument strings, borrowed) is
+ *  overwritten in each child with `--supervise TENANT`, NULL to leave it.
+ *  Returns 0 at EOF of ctl; a child never returns (it exits with
+ *  sup_process_run's status). Single-threaded process only. */
+int sup_forkserver_run(const struct sup_process_opts *tmpl, int ctl, char *title, size_t title_len);
 
 #endif /* SUP_PROCESS_H */

@@ -1,0 +1,339 @@
+/*
+ * The manager's fork server (sup_manager_int.h): tallyd starts `tallyd
+ * --fork-server` once, with a SOCK_SEQPACKET control socket on its fd 3, and
+ * asks it for each supervisor (sup_forkserver_run in supervisor/ledger/ has the
+ * messages). A start then costs tallyd's loop one sendmsg, never a fork of
+ * tallyd itself, starts overlap, and a supervisor is forked from a small process
+ * that has already loaded the program: no exec, its pages shared copy-on-write.
+ *
+ * The supervisors are forked with CLONE_PARENT, so tallyd is their parent: a
+ * uv_signal_t on SIGCHLD reaps them by pid (libuv reaps only the pids of its own
+ * uv_process_t handles) and hands the status to the same exit path as a
+ * supervisor started by uv_spawn. The pid comes back on the control socket in
+ * request order; a child that exits before its pid arrives is reaped when it
+ * does. If the fork server dies, its pending starts fail (counted as crashes,
+ * retried after the backoff), starts go through uv_spawn again, and the fork
+ * server is started again on the next start after FORK_RETRY_MS.
+ */
+#include "sup_manager_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "sup_ledger.h"
+#include "tally_log.h"
+
+/* Room each forked supervisor writes `--supervise TENANT` into (forkserver.c). */
+#define TITLE_ROOM                                                                                 \
+    "................................................................................"
+
+static void
+on_poll_closed(uv_handle_t *h)
+{
+    struct sup_forker *f = h->data;
+
+    f->m->pending_handles--;
+    sup__manager_maybe_finish(f->m);
+}
+
+static void
+on_server_closed(uv_handle_t *h)
+{
+    struct sup_forker *f = h->data;
+
+    f->m->pending_handles--;
+    sup__manager_maybe_finish(f->m);
+}
+
+/* Stops talking to the fork server: its control socket closed (it sees EOF and
+ * exits) and the starts it had not answered failed. */
+static void
+forker_down(struct sup_forker *f)
+{
+    sup_manager *m = f->m;
+
+    if (f->poll_live) {
+        uv_poll_stop(&f->poll);
+        f->poll_live = false;
+        m->pending_handles++;
+        uv_close((uv_handle_t *)&f->poll, on_poll_closed);
+    }
+    if (f->ctl >= 0) {
+        close(f->ctl);
+        f->ctl = -1;
+    }
+    while (f->n_queue > 0) {
+        struct sup_proc *p = f->queue[f->head];
+        f->head = (f->head + 1) % SUP_FORK_QUEUE;
+        f->n_queue--;
+        if (p != NULL)
+            sup__proc_exited(p, 127, 0);
+    }
+}
+
+static void
+on_server_exit(uv_process_t *proc, int64_t status, int term_signal)
+{
+    struct sup_forker *f = proc->data;
+    sup_manager *m = f->m;
+    struct tally_log l;
+
+    f->server_live = false;
+    m->pending_handles++;
+    uv_close((uv_handle_t *)proc, on_server_closed);
+    if (!m->closing && tally_log_begin(&l, TALLY_LOG_WARN, "fork_server_exit")) {
+        tally_log_int(&l, "pid", proc->pid);
+        tally_log_int(&l, "status", status);
+        tally_log_int(&l, "signal", term_signal);
+        tally_log_int(&l, "retry_in_ms", FORK_RETRY_MS);
+        tally_log_end(&l);
+    }
+    f->not_before_ms = uv_now(m->loop) + FORK_RETRY_MS;
+    forker_down(f);
+}
+
+/* Reaps p's process if it has exited. */
+static void
+reap(struct sup_proc *p)
+{
+    int st = 0;
+    pid_t r;
+
+    do {
+        r = waitpid((pid_t)p->pid, &st, WNOHANG);
+    } while (r < 0 && errno == EINTR);
+    if (r == (pid_t)p->pid)
+        sup__proc_exited(p, WIFEXITED(st) ? WEXITSTATUS(st) : 0,
+                         WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    else if (r < 0 && errno == ECHILD)
+        sup__proc_exited(p, 127, 0); /* not ours to wait for: cannot happen with CLONE_PARENT */
+}
+
+static void
+on_sigchld(uv_signal_t *s, int signum)
+{
+    sup_manager *m = s->data;
+    uint32_t i;
+
+    (void)signum;
+    for (i = 0; i < m->n_procs; i++) {
+        struct sup_proc *p = m->procs[i];
+        if (p->forked && p->process_live && p->pid > 0)
+            reap(p);
+    }
+    sup__manager_maybe_finish(m);
+}
+
+static void
+on_readable(uv_poll_t *h, int status, int events)
+{
+    struct sup_forker *f = h->data;
+    uint8_t b[8];
+    ssize_t n;
+
+    (void)events;
+    if (status < 0) {
+        forker_down(f);
+        return;
+    }
+    for (;;) {
+        struct sup_proc *p;
+        int32_t pid;
+
+        n = recv(f->ctl, b, sizeof(b), MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n != 5 || b[0] != SUP_FORK_VERSION || f->n_queue == 0) {
+            forker_down(f); /* EOF, an error or nonsense: the exit callback follows */
+            return;
+        }
+        pid = (int32_t)((uint32_t)b[1] | (uint32_t)b[2] << 8 | (uint32_t)b[3] << 16 |
+                        (uint32_t)b[4] << 24);
+        p = f->queue[f->head];
+        f->head = (f->head + 1) % SUP_FORK_QUEUE;
+        f->n_queue--;
+        if (p == NULL)
+            continue; /* its start was abandoned */
+        p->fork_queued = false;
+        if (pid <= 0) {
+            sup__proc_exited(p, 127, 0);
+            continue;
+        }
+        p->pid = pid;
+        reap(p); /* it may have exited before its pid came back */
+    }
+}
+
+int
+sup__fork_open(sup_manager *m)
+{
+    struct sup_forker *f = &m->forker;
+    char idle[32], sync_ms[32], compact[32];
+    char title[] = TITLE_ROOM;
+    char *args[20];
+    uv_stdio_container_t stdio[4];
+    uv_process_options_t opts;
+    int fds[2] = {-1, -1};
+    int n, rc;
+
+    f->m = m;
+    if (f->server_live || m->closing)
+        return TALLY_EUNAVAIL;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)
+        return TALLY_EIO;
+    (void)fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    snprintf(idle, sizeof(idle), "%lld", (long long)m->cfg.idle_exit_ms);
+    n = 0;
+    args[n++] = m->exe;
+    args[n++] = "--data";
+    args[n++] = m->data_dir;
+    args[n++] = "--durability";
+    args[n++] = m->durability;
+    args[n++] = "--idle-exit-ms";
+    args[n++] = idle;
+    args[n++] = "--log-level";
+    args[n++] = (char *)tally_log_level_name(tally_log_get_level());
+    if (m->cfg.batch_sync_ms > 0) {
+        snprintf(sync_ms, sizeof(sync_ms), "%lld", (long long)m->cfg.batch_sync_ms);
+        args[n++] = "--batch-sync-ms";
+        args[n++] = sync_ms;
+    }
+    if (m->cfg.journal_compact_rows > 0) {
+        snprintf(compact, sizeof(compact), "%llu", (unsigned long long)m->cfg.journal_compact_rows);
+        args[n++] = "--journal-compact-rows";
+        args[n++] = compact;
+    }
+    args[n++] = "--fork-server"; /* last: the children's titles overwrite it and the room */
+    args[n++] = title;
+    args[n] = NULL;
+    memset(stdio, 0, sizeof(stdio));
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_INHERIT_FD;
+    stdio[1].data.fd = 1;
+    stdio[2].flags = UV_INHERIT_FD;
+    stdio[2].data.fd = 2;
+    stdio[3].flags = UV_INHERIT_FD;
+    stdio[3].data.fd = fds[1];
+    memset(&opts, 0, sizeof(opts));
+    opts.file = m->exe;
+    opts.args = args;
+    opts.exit_cb = on_server_exit;
+    opts.stdio = stdio;
+    opts.stdio_count = 4;
+    f->server.data = f;
+    rc = uv_spawn(m->loop, &f->server, &opts);
+    close(fds[1]);
+    if (rc != 0) {
+        m->pending_handles++;
+        uv_close((uv_handle_t *)&f->server, on_server_closed);
+        close(fds[0]);
+        f->not_before_ms = uv_now(m->loop) + FORK_RETRY_MS;
+        return TALLY_EUNAVAIL;
+    }
+    f->server_live = true;
+    f->ctl = fds[0];
+    f->head = 0;
+    f->n_queue = 0;
+    if (uv_poll_init(m->loop, &f->poll, f->ctl) != 0) {
+        close(f->ctl); /* the server sees EOF and exits */
+        f->ctl = -1;
+        return TALLY_EUNAVAIL;
+    }
+    f->poll.data = f;
+    f->poll_live = true;
+    (void)uv_poll_start(&f->poll, UV_READABLE, on_readable);
+    if (!f->sigchld_live) {
+        uv_signal_init(m->loop, &f->sigchld);
+        f->sigchld.data = m;
+        uv_signal_start(&f->sigchld, on_sigchld, SIGCHLD);
+        f->sigchld_live = true;
+    }
+    return TALLY_OK;
+}
+
+int
+sup__fork_start(sup_manager *m, struct sup_proc *p, int fd)
+{
+    struct sup_forker *f = &m->forker;
+    uint8_t b[1 + TENANT_NAME_MAX];
+    size_t len = strlen(p->tenant);
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(sizeof(int))];
+    } ctrl;
+    struct iovec iov;
+    struct msghdr msg;
+    struct cmsghdr *c;
+    ssize_t n;
+
+    if (!f->server_live && uv_now(m->loop) >= f->not_before_ms && !f->closed)
+        (void)sup__fork_open(m);
+    if (f->ctl < 0 || f->n_queue == SUP_FORK_QUEUE || len > TENANT_NAME_MAX)
+        return TALLY_EUNAVAIL;
+    b[0] = SUP_FORK_VERSION;
+    memcpy(b + 1, p->tenant, len);
+    iov.iov_base = b;
+    iov.iov_len = 1 + len;
+    memset(&msg, 0, sizeof(msg));
+    memset(&ctrl, 0, sizeof(ctrl));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctrl.space;
+    msg.msg_controllen = sizeof(ctrl.space);
+    c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    do {
+        n = sendmsg(f->ctl, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)iov.iov_len)
+        return TALLY_EUNAVAIL; /* full or gone: this start goes through uv_spawn */
+    f->queue[(f->head + f->n_queue) % SUP_FORK_QUEUE] = p;
+    f->n_queue++;
+    p->fork_queued = true;
+    return TALLY_OK;
+}
+
+/* No more starts: the fork server is told to go (EOF); SIGCHLD stays watched until
+ * every forked supervisor has been reaped (sup__fork_release). */
+void
+sup__fork_close(sup_manager *m)
+{
+    m->forker.closed = true;
+    forker_down(&m->forker);
+}
+
+static void
+on_sigchld_closed(uv_handle_t *h)
+{
+    sup_manager *m = h->data;
+
+    m->pending_handles--;
+    sup__manager_maybe_finish(m);
+}
+
+/* Every supervisor is gone: the last handles close. True when none was open. */
+bool
+sup__fork_release(sup_manager *m)
+{
+    struct sup_forker *f = &m->forker;
+
+    if (f->server_live)
+        return false; /* its exit callback comes */
+    if (f->sigchld_live) {
+        f->sigchld_live = false;
+        m->pending_handles++;
+        uv_close((uv_handle_t *)&f->sigchld, on_sigchld_closed);
+        return false;
+    }
+    return true;
+}
