@@ -31,6 +31,7 @@ proto_lease_type_name(uint8_t type)
         [PROTO_LEASE_SLOT_RELEASE] = "SLOT_RELEASE",
         [PROTO_LEASE_SLOT_RELEASE_ACK] = "SLOT_RELEASE_ACK",
         [PROTO_LEASE_ERROR] = "ERROR",
+        [PROTO_LEASE_RECALL] = "RECALL",
     };
 
     if (type < PROTO_LEASE_TYPE_MIN || type > PROTO_LEASE_TYPE_MAX)
@@ -51,6 +52,7 @@ proto_lease_is_reply(uint8_t type)
     case PROTO_LEASE_SLOT_DENY:
     case PROTO_LEASE_SLOT_RELEASE_ACK:
     case PROTO_LEASE_ERROR:
+    case PROTO_LEASE_RECALL:
         return true;
     default:
         return false;
@@ -186,6 +188,10 @@ body_ok(const struct proto_lease_msg *m)
     case PROTO_LEASE_ERROR:
         return m->error.code >= 1 && m->error.code <= PROTO_LEASE_E_MAX &&
                wait_ok(m->error.retry_after_ms, false);
+    case PROTO_LEASE_RECALL:
+        /* Pushed, not a reply: its origin's seq names the lease, so that the two agree. */
+        return tenant_name_valid(m->recall.endpoint) && tenant_link_id_valid(m->recall.link) &&
+               id_ok(m->recall.lease_id) && m->origin.seq == m->recall.lease_id;
     default:
         return false;
     }
@@ -291,6 +297,11 @@ put_body(struct proto_writer *w, const struct proto_lease_msg *m)
     case PROTO_LEASE_ERROR:
         proto_put_u16(w, m->error.code);
         proto_put_i64(w, m->error.retry_after_ms);
+        break;
+    case PROTO_LEASE_RECALL:
+        proto_put_str(w, m->recall.endpoint);
+        proto_put_str(w, m->recall.link);
+        proto_put_u64(w, m->recall.lease_id);
         break;
     default:
         w->bad = true; /* validated before: cannot happen */
@@ -427,6 +438,11 @@ get_body(struct proto_cursor *c, struct proto_lease_msg *m)
     case PROTO_LEASE_ERROR:
         m->error.code = proto_get_u16(c);
         m->error.retry_after_ms = proto_get_i64(c);
+        break;
+    case PROTO_LEASE_RECALL:
+        proto_get_str(c, m->recall.endpoint, sizeof(m->recall.endpoint));
+        proto_get_str(c, m->recall.link, sizeof(m->recall.link));
+        m->recall.lease_id = proto_get_u64(c);
         break;
     default:
         c->bad = true;
