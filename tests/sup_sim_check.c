@@ -142,8 +142,15 @@ sim_on_persisted(struct sim_world *w, const struct sup_record *rec, int64_t t_ha
             l->t_send = e->v[0];
         }
         w->r->grants++;
-        if (rec->flags & SUP_RECF_KEEP)
+        if (rec->flags & SUP_RECF_KEEP) {
+            int64_t t_lease =
+                w->lcfg.lease_ttl_ms > 0 ? w->lcfg.lease_ttl_ms : SUP_LEASE_TTL_MS_DEFAULT;
+
             w->r->kept_grants++;
+            w->r->kept_long += rec->ttl_ms > t_lease;
+            if (rec->ttl_ms > w->r->kept_ttl_max)
+                w->r->kept_ttl_max = rec->ttl_ms;
+        }
     } else if (rec->kind == SUP_REC_ACQUIRE) {
         w->r->denies++;
     }

@@ -119,12 +119,12 @@ test_lease_round_trip_every_type(void **state)
         size_t len;
 
         assert_int_equal(lease_sample(PROTO_LEASE_GRANT, &m), 0);
-        m.grant.flags = PROTO_LEASE_GRANT_KEEP;
+        m.grant.flags = PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE;
         encode_ok(&m, buf, &len);
         assert_int_equal(decode_guarded(PROTO_LEASE_GRANT, 0, buf + PROTO_FRAME_HEADER,
                                         len - PROTO_FRAME_HEADER, &back),
                          TALLY_OK);
-        assert_int_equal(back.grant.flags, PROTO_LEASE_GRANT_KEEP);
+        assert_int_equal(back.grant.flags, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE);
     }
     {
         /* A RECALL names its lease in the body and in the origin's seq, and comes back whole. */
@@ -244,7 +244,7 @@ spoil_grant_ttl(struct proto_lease_msg *m)
 static void
 spoil_grant_flags(struct proto_lease_msg *m)
 {
-    m->grant.flags = 4;
+    m->grant.flags = 8;
 }
 static void
 spoil_grant_pass_keep(struct proto_lease_msg *m)

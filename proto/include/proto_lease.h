@@ -84,6 +84,7 @@ enum proto_lease_type {
 enum proto_lease_grant_flags {
     PROTO_LEASE_GRANT_PASS = 1 << 0, /* pass-through: near exhaustion, do not prefetch */
     PROTO_LEASE_GRANT_KEEP = 1 << 1, /* plentiful and small: keep it to its deadline when idle */
+    PROTO_LEASE_GRANT_EDGE = 1 << 2, /* the TTL ends at a window boundary: no renewal by age */
 };
 /* DENY flags. */
 enum proto_lease_deny_flags {

@@ -1,7 +1,7 @@
 /*
  * Ledger cells: per (budget, period, window id) the tokens granted G, credited C and charged as
- * degraded debt D, so that remaining = N - (G - C) - D (docs/LEASE-PROTOCOL.md §2). A cell rolls to a new
- * window when something is charged in a later one (window ids come from tenant_window_id and
+ * degraded debt D, so that remaining = N - (G - C) - D (docs/LEASE-PROTOCOL.md §2). A cell rolls to
+ * a new window when something is charged in a later one (window ids come from tenant_window_id and
  * the ledger's high-water clock, so they never go back: I8); a credit lands only in the window
  * its lease reserved in. Decisions never read cells directly: sup__budget_view turns a budget
  * into a tenant_budget whose counts are G - C + D, and tenant_path_decide does the arithmetic,
@@ -213,6 +213,8 @@ sup__path_note(sup_ledger *l, struct sup_path *p, struct sup_lease *lease)
         if (p->b[kind] == NULL)
             continue;
         p->b[kind]->leases_out++;
+        if (lease->keep)
+            p->b[kind]->keeps_out++;
         for (uint32_t i = 0; ls != NULL && p->alg[kind] == TENANT_ALG_WINDOW && i < ls->count; i++)
             lease->periods[kind][i] = ls->v[i].period_ms;
     }
@@ -229,6 +231,8 @@ sup__path_reserve(sup_ledger *l, struct sup_path *p, struct sup_lease *lease)
         if (b == NULL)
             continue;
         b->leases_out++;
+        if (lease->keep)
+            b->keeps_out++;
         if (ls == NULL || ls->count == 0)
             continue;
         if (p->alg[kind] == TENANT_ALG_GCRA) {
@@ -273,6 +277,17 @@ lease_budget(sup_ledger *l, const struct sup_lease *lease, int kind)
 }
 
 void
+sup__lease_keep_drop(sup_ledger *l, const struct sup_lease *lease)
+{
+    for (int kind = 0; kind < SUP_BUDGETS; kind++) {
+        struct sup_budget *b = lease_budget(l, lease, kind);
+
+        if (b != NULL && b->keeps_out > 0)
+            b->keeps_out--;
+    }
+}
+
+void
 sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int64_t credit)
 {
     for (int kind = 0; kind < SUP_BUDGETS; kind++) {
@@ -282,6 +297,8 @@ sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int64_t c
             continue;
         if (b->leases_out > 0)
             b->leases_out--;
+        if (lease->keep && !lease->recalled && b->keeps_out > 0)
+            b->keeps_out--;
         for (int i = 0; i < TENANT_MAX_WINDOWS && credit > 0; i++) {
             int64_t period_ms = lease->periods[kind][i];
             struct sup_cell *c = period_ms != 0 ? sup__cell_find(b, period_ms) : NULL;
