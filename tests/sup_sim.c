@@ -113,6 +113,12 @@ configure(struct sim_world *w)
         if (sim_range(w, 0, 1))
             limits_set(&w->plan.link_limits, sim_range(w, 12, 30), 1000, 0, 0);
     }
+    /* A third of the schedules lower the plan's first limit once, as a reload would. */
+    w->lower_at = -1;
+    if (!roomy && sim_range(w, 0, 2) == 0) {
+        w->lower_at = sim_range(w, 100, w->p.duration_ms - 100);
+        w->lower_pct = (int)sim_range(w, 20, 80);
+    }
     w->plan.concurrency = 2;
     for (int i = 0; i < w->p.children; i++) {
         struct tenant_endpoint *e = &w->eps[i];
@@ -504,6 +510,8 @@ faults(struct sim_world *w)
     }
     if (w->sup != NULL && chance(w, w->p.sup_crash_per_100k))
         w->crash_at_persist = true;
+    if (w->t == w->lower_at)
+        sim_lower_limit(w);
     for (int i = 0; i < w->p.children; i++) {
         if (w->ch[i].c != NULL && (chance(w, w->p.child_crash_per_100k) ||
                                    (w->ch[i].crash_at > 0 && w->t >= w->ch[i].crash_at)))

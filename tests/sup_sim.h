@@ -57,6 +57,7 @@ struct sim_result {
     int64_t keep_ttl_ms;    /* the schedule's cap on a kept lease's life */
     int64_t kept_ttl_max;   /* longest kept grant */
     uint64_t recalls;       /* RECALLs the supervisor pushed */
+    uint64_t limit_changes; /* schedules whose plan limit was lowered during the run */
     uint64_t lease_recalls; /* leases the children retired on a RECALL */
     /* A child crash (tallyd killed): tokens of its live leases that no row resumes, lost to the
      * rest of their window (never over-admitted), the most at one crash and in all, and the

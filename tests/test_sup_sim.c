@@ -114,6 +114,7 @@ test_sim_random_schedules(void **state)
         total.kept_grants += r.kept_grants;
         total.kept_long += r.kept_long;
         total.recalls += r.recalls;
+        total.limit_changes += r.limit_changes;
         total.lease_recalls += r.lease_recalls;
         total.crash_lost_total += r.crash_lost_total;
         if (r.kept_ttl_max > total.kept_ttl_max)
@@ -168,10 +169,11 @@ test_sim_random_schedules(void **state)
            (long long)total.stranded_pass_max);
     printf("sim: kept leases: life capped at T_lease in %d schedules, 12 T_lease in %d, the "
            "window end in %d; %llu kept grants lived longer than T_lease (longest %lld ms); "
-           "%llu RECALLs pushed, %llu leases retired by one\n",
+           "%llu RECALLs pushed, %llu leases retired by one; %llu schedules lowered the plan's "
+           "limit on the way\n",
            lives[0], lives[1], lives[2], (unsigned long long)total.kept_long,
            (long long)total.kept_ttl_max, (unsigned long long)total.recalls,
-           (unsigned long long)total.lease_recalls);
+           (unsigned long long)total.lease_recalls, (unsigned long long)total.limit_changes);
     printf("sim: stranded by child crashes (tokens no row resumes, lost to their window, never "
            "over-admitted): %lld in all, at most %lld at one crash, with at most %lld ms left "
            "to live\n",
@@ -185,6 +187,7 @@ test_sim_random_schedules(void **state)
     assert_true(only != NULL || total.kept_grants > 0);   /* and kept leases */
     assert_true(only != NULL || total.kept_long > 0);     /* long-lived ones */
     assert_true(only != NULL || total.recalls > 0);       /* and their recall */
+    assert_true(only != NULL || total.limit_changes > 0); /* lowered limits */
 }
 
 /* Steady load without faults: how many lease round trips per 1,000 admissions. */

@@ -109,7 +109,8 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
            const struct tenant_decision *d, int64_t eval_ms, const struct proto_lease_acquire *a,
            int64_t cost, int64_t rate_milli, struct sup_record *rec)
 {
-    int64_t cap = l->l_max, keep_cap = l->l_max, ttl_cap = INT64_MAX, holders = 1, n, ttl;
+    int64_t cap = l->l_max, ttl_cap = INT64_MAX, holders = 1, n, ttl;
+    int64_t keep_cap = PROTO_LEASE_N_MAX; /* grant_size caps it at l_max */
     bool pass = false, plenty = l->l_keep > 0;
 
     for (uint32_t i = 0; i < count; i++) {
