@@ -165,6 +165,12 @@ test_ledger_kept_lease_sized_to_rate_and_life(void **state)
     /* 0.25/s: 10 tokens, under the cap. */
     r = acquire_at_rate(&f, 0, LINK_C, 250, T0);
     assert_int_equal(r.grant.n, 10);
+    /* A busy link whose slow start still asks for 1 (10/s: more than l_keep per T_lease) keeps
+     * l_keep for T_lease only: it would strand rate * life. */
+    r = acquire_at_rate(&f, 0, LINK_D, 10000, T0);
+    assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP);
+    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT);
+    assert_int_equal(r.grant.ttl_ms, SUP_LEASE_TTL_MS_DEFAULT);
     fx_close(&f);
 
     /* A shorter cap on the life: the TTL is the cap, the size follows it (0.5/s * 10 s). */

@@ -11,10 +11,12 @@
  *      when a window of the path ends within T_lease / 10 (grant exactly `need`, short TTL; a
  *      prefetch with need 0 is refused with the PASS flag);
  *      otherwise n = max(need, min(want, l_max, l_cap)) with l_cap = min floor(rem / (2 * P));
- *      keep: when every bound has rem >= keep_factor * P * l_keep (plenty), the lease lives
- *      life = min(keep_ttl, window ends) and holds k = min(max(l_keep, rate * life),
- *      min floor(rem / (keep_factor * P)), l_max, l_cap); when n <= k the grant is k with TTL
- *      `life`, flagged KEEP (kept to its deadline when idle; recalled if a budget runs short);
+ *      keep: when every bound has rem >= keep_factor * P * l_keep (plenty) and n <= l_keep,
+ *      the grant is flagged KEEP (kept to its deadline when idle; recalled if a budget runs
+ *      short): for a quiet link (rate <= l_keep per T_lease) it lives life = min(keep_ttl,
+ *      window ends) and holds max(need, min(max(l_keep, rate * life),
+ *      min floor(rem / (keep_factor * P)), l_max, l_cap)); for another it holds
+ *      max(need, min(l_keep, l_max, l_cap)) for T_lease;
  *   5. ttl = min(T_lease, T_pass or the keep life, window end - now) over every window of the
  *      path (I3).
  * Steps 2 and 4 go into one ACQUIRE record, applied at once; nothing here writes state.
@@ -156,17 +158,20 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
         rec->flags |= SUP_RECF_PASS;
     } else {
         int64_t life = l->keep_ttl_ms < ttl_cap ? l->keep_ttl_ms : ttl_cap;
-        /* need 0: a need above what would be kept is not a quiet link's. */
-        int64_t keep_n = grant_size(l, keep_size(l, rate_milli, life, keep_cap), cap, 0);
-
         n = grant_size(l, a->want, cap, a->need);
         ttl = l->lease_ttl_ms;
-        if (plenty && n <= keep_n) {
-            /* Giving back a few tokens of a quiet link costs a message and a commit, and its
-             * next request a round trip (a spawn when its supervisor sleeps): while plenty
-             * remains, a lease sized to the link's own rate is kept for up to keep_ttl_ms. */
-            n = keep_n;
-            ttl = life;
+        if (plenty && n <= l->l_keep) {
+            /* Giving back a few tokens of a link costs a message and a commit, and its next
+             * request a round trip (a spawn when its supervisor sleeps): while plenty remains,
+             * a small lease is worth keeping. A quiet link (at most l_keep tokens per T_lease)
+             * keeps one sized to its own rate for up to keep_ttl_ms; a busy one (its slow
+             * start asks for little) keeps l_keep for T_lease, as it gains little from a long
+             * life and would strand rate * life. */
+            bool quiet = rate_milli <= l->l_keep * 1000000 / l->lease_ttl_ms;
+            int64_t k = quiet ? keep_size(l, rate_milli, life, keep_cap) : l->l_keep;
+
+            n = grant_size(l, k, cap, a->need);
+            ttl = quiet ? life : l->lease_ttl_ms;
             rec->flags |= SUP_RECF_KEEP;
         }
     }
