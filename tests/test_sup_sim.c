@@ -183,11 +183,14 @@ test_sim_random_schedules(void **state)
            (unsigned long long)total.debt_reported, (unsigned long long)total.debt_charged,
            (long long)total.over_degraded_max);
     assert_true(total.admitted > 0);
-    assert_true(only != NULL || total.plan_refusals > 0); /* scarcity was exercised */
-    assert_true(only != NULL || total.kept_grants > 0);   /* and kept leases */
-    assert_true(only != NULL || total.kept_long > 0);     /* long-lived ones */
-    assert_true(only != NULL || total.recalls > 0);       /* and their recall */
-    assert_true(only != NULL || total.limit_changes > 0); /* lowered limits */
+    /* Each feature was exercised (a handful of schedules, e.g. one replayed, may miss some). */
+    if (only == NULL && n >= 100) {
+        assert_true(total.plan_refusals > 0); /* scarcity */
+        assert_true(total.kept_grants > 0);   /* kept leases */
+        assert_true(total.kept_long > 0);     /* long-lived ones */
+        assert_true(total.recalls > 0);       /* and their recall */
+        assert_true(total.limit_changes > 0); /* lowered limits */
+    }
 }
 
 /* Steady load without faults: how many lease round trips per 1,000 admissions. */
