@@ -72,6 +72,8 @@ sup__recall_check(sup_ledger *l, const char *endpoint, const char *link, int64_t
 {
     struct sup_path p;
 
+    if (l->plan_b.keeps_out == 0)
+        return; /* every kept lease counts on the plan's budget: none to recall */
     sup__path_find(l, endpoint, link, &p);
     for (int kind = 0; kind < SUP_BUDGETS; kind++) {
         if (p.b[kind] == NULL || p.b[kind]->keeps_out == 0 || !budget_short(l, &p, kind, eval_ms))
