@@ -112,6 +112,7 @@ lease = {
     "slot_release": frame(13, origin() + s(LINK) + i64(12)),
     "slot_release_ack": frame(14, origin() + s(LINK) + i64(12) + u8(1)),
     "error": frame(15, origin() + u16(1) + i64(0)),
+    "recall": frame(16, origin(seq=4) + s("search") + s(LINK) + u64(4)),
 }
 for k, v in lease.items():
     put("lease", k, v)

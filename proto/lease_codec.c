@@ -31,6 +31,7 @@ proto_lease_type_name(uint8_t type)
         [PROTO_LEASE_SLOT_RELEASE] = "SLOT_RELEASE",
         [PROTO_LEASE_SLOT_RELEASE_ACK] = "SLOT_RELEASE_ACK",
         [PROTO_LEASE_ERROR] = "ERROR",
+        [PROTO_LEASE_RECALL] = "RECALL",
     };
 
     if (type < PROTO_LEASE_TYPE_MIN || type > PROTO_LEASE_TYPE_MAX)
@@ -51,6 +52,7 @@ proto_lease_is_reply(uint8_t type)
     case PROTO_LEASE_SLOT_DENY:
     case PROTO_LEASE_SLOT_RELEASE_ACK:
     case PROTO_LEASE_ERROR:
+    case PROTO_LEASE_RECALL:
         return true;
     default:
         return false;
@@ -103,7 +105,8 @@ grant_ok(const struct proto_lease_grant *g)
 {
     return tenant_name_valid(g->endpoint) && tenant_link_id_valid(g->link) && id_ok(g->lease_id) &&
            in_range(g->n, 1, PROTO_LEASE_N_MAX) && in_range(g->ttl_ms, 1, PROTO_LEASE_MS_MAX) &&
-           (g->flags & ~(uint32_t)(PROTO_LEASE_GRANT_PASS | PROTO_LEASE_GRANT_KEEP)) == 0 &&
+           (g->flags & ~(uint32_t)(PROTO_LEASE_GRANT_PASS | PROTO_LEASE_GRANT_KEEP |
+                                   PROTO_LEASE_GRANT_EDGE)) == 0 &&
            /* a pass-through grant is never kept */
            !((g->flags & PROTO_LEASE_GRANT_PASS) && (g->flags & PROTO_LEASE_GRANT_KEEP)) &&
            g->holders <= PROTO_LEASE_COUNT_MAX && g->epoch <= PROTO_LEASE_ID_MAX;
@@ -186,6 +189,10 @@ body_ok(const struct proto_lease_msg *m)
     case PROTO_LEASE_ERROR:
         return m->error.code >= 1 && m->error.code <= PROTO_LEASE_E_MAX &&
                wait_ok(m->error.retry_after_ms, false);
+    case PROTO_LEASE_RECALL:
+        /* Pushed, not a reply: its origin's seq names the lease, so that the two agree. */
+        return tenant_name_valid(m->recall.endpoint) && tenant_link_id_valid(m->recall.link) &&
+               id_ok(m->recall.lease_id) && m->origin.seq == m->recall.lease_id;
     default:
         return false;
     }
@@ -291,6 +298,11 @@ put_body(struct proto_writer *w, const struct proto_lease_msg *m)
     case PROTO_LEASE_ERROR:
         proto_put_u16(w, m->error.code);
         proto_put_i64(w, m->error.retry_after_ms);
+        break;
+    case PROTO_LEASE_RECALL:
+        proto_put_str(w, m->recall.endpoint);
+        proto_put_str(w, m->recall.link);
+        proto_put_u64(w, m->recall.lease_id);
         break;
     default:
         w->bad = true; /* validated before: cannot happen */
@@ -427,6 +439,11 @@ get_body(struct proto_cursor *c, struct proto_lease_msg *m)
     case PROTO_LEASE_ERROR:
         m->error.code = proto_get_u16(c);
         m->error.retry_after_ms = proto_get_i64(c);
+        break;
+    case PROTO_LEASE_RECALL:
+        proto_get_str(c, m->recall.endpoint, sizeof(m->recall.endpoint));
+        proto_get_str(c, m->recall.link, sizeof(m->recall.link));
+        m->recall.lease_id = proto_get_u64(c);
         break;
     default:
         c->bad = true;

@@ -111,6 +111,12 @@ lease_sample(uint8_t type, struct proto_lease_msg *m)
         m->error.code = PROTO_LEASE_E_BUSY;
         m->error.retry_after_ms = 100;
         break;
+    case PROTO_LEASE_RECALL:
+        strcpy(m->recall.endpoint, "search");
+        strcpy(m->recall.link, link_b);
+        m->recall.lease_id = 77;
+        m->origin.seq = 77; /* a push names its lease in the origin's seq */
+        break;
     default:
         return -1;
     }

@@ -106,8 +106,18 @@ configure(struct sim_world *w)
         limits_set(&w->plan.limits, 1000000, 60000, 0, 0);
     } else {
         limits_set(&w->plan.limits, sim_range(w, 25, 60), 1000, sim_range(w, 90, 220), 5000);
+        /* Now and then only a longer window, so that kept leases may live past T_lease. */
+        if (sim_range(w, 0, 2) == 0)
+            limits_set(&w->plan.limits, sim_range(w, 90, 220), sim_range(w, 0, 1) ? 5000 : 20000, 0,
+                       0);
         if (sim_range(w, 0, 1))
             limits_set(&w->plan.link_limits, sim_range(w, 12, 30), 1000, 0, 0);
+    }
+    /* A third of the schedules lower the plan's first limit once, as a reload would. */
+    w->lower_at = -1;
+    if (!roomy && sim_range(w, 0, 2) == 0) {
+        w->lower_at = sim_range(w, 100, w->p.duration_ms - 100);
+        w->lower_pct = (int)sim_range(w, 20, 80);
     }
     w->plan.concurrency = 2;
     for (int i = 0; i < w->p.children; i++) {
@@ -157,12 +167,18 @@ configure(struct sim_world *w)
     if (w->p.links <= 3 || roomy)
         w->lcfg.max_links = 8;
     w->lcfg.max_leases = 256;
+    w->lcfg.keep_ttl_ms = w->p.keep_ttl_ms;
+    w->r->keep_ttl_ms = w->p.keep_ttl_ms > 0 ? w->p.keep_ttl_ms : SUP_KEEP_TTL_MS_DEFAULT;
     if (w->p.realistic)
         return; /* the defaults */
     /* Kept leases: none, or small grants raised to 1, 2 or 4 tokens while 1, 4 or 16 times
      * that for every holder remains (1 keeps leases far closer to exhaustion than the default). */
     w->lcfg.l_keep = (int64_t[]){-1, 1, 2, 4}[sim_range(w, 0, 3)];
     w->lcfg.keep_factor = (int64_t[]){1, 4, 16}[sim_range(w, 0, 2)];
+    /* The life of a kept lease: T_lease (300 ms here, 5 s by default), 12 times that (60 s by
+     * default), or up to the end of its windows (1 s and 5 s here). */
+    w->lcfg.keep_ttl_ms = (int64_t[]){300, 3600, PROTO_LEASE_MS_MAX}[sim_range(w, 0, 2)];
+    w->r->keep_ttl_ms = w->lcfg.keep_ttl_ms;
     w->lcfg.lease_ttl_ms = 300;
     w->lcfg.margin_ms = 100;
     w->lcfg.pass_ttl_ms = 100;
@@ -382,6 +398,24 @@ compact(struct sim_world *w)
     w->r->compactions++;
 }
 
+/* RECALLs go out after the batch's replies, over the same lossy network. */
+static void
+push_recalls(struct sim_world *w)
+{
+    struct proto_lease_msg m;
+
+    while (sup_ledger_next_recall(w->sup, &m) == TALLY_OK) {
+        int i = sim_ep_index(w, m.origin.child);
+        uint8_t b[SIM_FRAME_MAX];
+        size_t len;
+
+        assert_true(i >= 0);
+        sim_encode(&m, b, &len);
+        sim_net_push(w, false, i, b, len);
+        w->r->recalls++;
+    }
+}
+
 static void
 sup_end_of_turn(struct sim_world *w)
 {
@@ -414,6 +448,7 @@ sup_end_of_turn(struct sim_world *w)
     for (size_t i = 0; i < w->nrep; i++)
         sim_net_push(w, false, w->replies[i].child, w->replies[i].b, w->replies[i].len);
     w->nrep = 0;
+    push_recalls(w);
 }
 
 /* ---- children ---- */
@@ -475,6 +510,8 @@ faults(struct sim_world *w)
     }
     if (w->sup != NULL && chance(w, w->p.sup_crash_per_100k))
         w->crash_at_persist = true;
+    if (w->t == w->lower_at)
+        sim_lower_limit(w);
     for (int i = 0; i < w->p.children; i++) {
         if (w->ch[i].c != NULL && (chance(w, w->p.child_crash_per_100k) ||
                                    (w->ch[i].crash_at > 0 && w->t >= w->ch[i].crash_at)))
@@ -511,6 +548,21 @@ step(struct sim_world *w)
     sim_check_step(w);
 }
 
+/* Long enough for every lease to end: a kept lease lives to min(keep life, its windows' end). */
+static int64_t
+drain_ms(const struct sim_world *w)
+{
+    int64_t base = w->p.realistic ? 8000 : 1500, life, period = 0;
+    int64_t keep = w->lcfg.keep_ttl_ms > 0 ? w->lcfg.keep_ttl_ms : SUP_KEEP_TTL_MS_DEFAULT;
+
+    for (uint32_t i = 0; i < w->plan.limits.count; i++) {
+        if (w->plan.limits.v[i].period_ms > period)
+            period = w->plan.limits.v[i].period_ms;
+    }
+    life = keep < period ? keep : period;
+    return life + 1500 > base ? life + 1500 : base;
+}
+
 void
 sim_run(const struct sim_params *p, struct sim_result *r)
 {
@@ -530,8 +582,16 @@ sim_run(const struct sim_params *p, struct sim_result *r)
         if (w->ch[i].c != NULL)
             sup_child_set_connected(w->ch[i].c, true, sim_child_time(w, i));
     }
-    for (int64_t end = w->t + (p->realistic ? 8000 : 1500); w->t < end; w->t++)
+    for (int64_t end = w->t + drain_ms(w); w->t < end; w->t++)
         step(w);
+    for (int i = 0; i < p->children; i++) {
+        struct sup_child_stats st;
+
+        if (w->ch[i].c != NULL) {
+            sup_child_stats(w->ch[i].c, sim_child_time(w, i), &st);
+            r->lease_recalls += st.lease_recalls;
+        }
+    }
     sim_check_end(w);
     teardown(w);
 }

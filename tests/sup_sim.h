@@ -45,12 +45,24 @@ struct sim_params {
     int demand_pct;       /* random: demand in busy phases, in % of the plan's first limit */
     bool steady;          /* constant load, no idle phases, roomy limits */
     bool realistic;       /* the library's default timers (5 s leases...) and 1 min windows */
+    int quiet_p100k;      /* steady: chance per ms per stream in 1/100000 instead (quiet links) */
+    int64_t keep_ttl_ms;  /* realistic: the ledger's keep_ttl_ms (0 = its default) */
     bool verbose;
 };
 
 struct sim_result {
     uint64_t admitted, degraded, refused, unavailable, waited, acquires, grants, denies;
-    uint64_t kept_grants; /* grants flagged KEEP */
+    uint64_t kept_grants;   /* grants flagged KEEP */
+    uint64_t kept_long;     /* of those, living longer than T_lease */
+    int64_t keep_ttl_ms;    /* the schedule's cap on a kept lease's life */
+    int64_t kept_ttl_max;   /* longest kept grant */
+    uint64_t recalls;       /* RECALLs the supervisor pushed */
+    uint64_t limit_changes; /* schedules whose plan limit was lowered during the run */
+    uint64_t lease_recalls; /* leases the children retired on a RECALL */
+    /* A child crash (tallyd killed): tokens of its live leases that no row resumes, lost to the
+     * rest of their window (never over-admitted), the most at one crash and in all, and the
+     * longest a lost lease had left to live. */
+    int64_t crash_lost_max, crash_lost_total, crash_lost_life_max;
     uint64_t plan_refusals, sup_crashes, child_crashes, partitions, clock_steps, duplicates;
     uint64_t slot_grants, slot_denies, replays, compactions;
     int64_t stranded_max;       /* leased but unused elsewhere at a plan refusal */

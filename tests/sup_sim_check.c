@@ -142,8 +142,15 @@ sim_on_persisted(struct sim_world *w, const struct sup_record *rec, int64_t t_ha
             l->t_send = e->v[0];
         }
         w->r->grants++;
-        if (rec->flags & SUP_RECF_KEEP)
+        if (rec->flags & SUP_RECF_KEEP) {
+            int64_t t_lease =
+                w->lcfg.lease_ttl_ms > 0 ? w->lcfg.lease_ttl_ms : SUP_LEASE_TTL_MS_DEFAULT;
+
             w->r->kept_grants++;
+            w->r->kept_long += rec->ttl_ms > t_lease;
+            if (rec->ttl_ms > w->r->kept_ttl_max)
+                w->r->kept_ttl_max = rec->ttl_ms;
+        }
     } else if (rec->kind == SUP_REC_ACQUIRE) {
         w->r->denies++;
     }
@@ -218,10 +225,10 @@ sim_on_admit(struct sim_world *w, int i, int link, int64_t cost, const struct su
             cell_key(k, kind, l->ep, link, ls->v[b].period_ms, l->eval_ms / ls->v[b].period_ms);
             e = sim_map_get(w->counts, k, true);
             e->v[0] += cost;
-            if (e->v[0] > ls->v[b].n)
+            if (e->v[0] > sim_window_bound(w, kind, k[3], k[4], ls->v[b].n, false))
                 sim_fail(w, "I2: budget %d ep %d link %d window %lld/%lld: admitted %lld > %lld",
                          kind, l->ep, link, (long long)k[4], (long long)k[3], (long long)e->v[0],
-                         (long long)ls->v[b].n);
+                         (long long)sim_window_bound(w, kind, k[3], k[4], ls->v[b].n, false));
         }
     }
 }
@@ -375,7 +382,8 @@ cell_i1(void *ctx, const struct sup_cell_info *c)
     int64_t k[5];
     struct sim_map_entry *e;
 
-    if (c->granted - c->credited > c->limit)
+    if (c->granted - c->credited >
+        sim_window_bound(w, (int)c->scope - 1, c->period_ms, c->window_id, c->limit, true))
         sim_fail(w, "I1: scope %d %s/%s period %lld: G %lld - C %lld > N %lld", c->scope,
                  c->endpoint, c->link, (long long)c->period_ms, (long long)c->granted,
                  (long long)c->credited, (long long)c->limit);
@@ -395,6 +403,83 @@ cell_i1(void *ctx, const struct sup_cell_info *c)
     e->v[0] = c->window_id;
     e->v[1] = c->granted;
     return 0;
+}
+
+int64_t
+sim_window_bound(const struct sim_world *w, int kind, int64_t period, int64_t window, int64_t n,
+                 bool granted)
+{
+    if (!w->lowered || kind != K_PLAN || period != w->lower_period)
+        return n;
+    if (window < w->lower_win[1])
+        return w->lower_old_n > n ? w->lower_old_n : n; /* over before the change */
+    for (int i = 0; i < 2; i++) {
+        int64_t before = granted ? w->lower_granted[i] : w->lower_admit[i];
+
+        if (window == w->lower_win[i] && before > n)
+            return before;
+    }
+    return n;
+}
+
+static int
+cell_plan_gc(void *ctx, const struct sup_cell_info *c)
+{
+    struct sim_world *w = ctx;
+
+    for (int i = 0; i < 2; i++) {
+        if (c->scope == TENANT_SCOPE_PLAN && c->period_ms == w->lower_period &&
+            c->window_id == w->lower_win[i])
+            w->lower_granted[i] = c->granted - c->credited;
+    }
+    return 0;
+}
+
+void
+sim_lower_limit(struct sim_world *w)
+{
+    struct tenant_limit *lim = &w->plan.limits.v[0];
+    int64_t slack = 0;
+
+    w->lowered = true;
+    w->lower_period = lim->period_ms;
+    w->lower_win[0] = w->wall_hw / lim->period_ms;
+    w->lower_win[1] = w->lower_win[0] - 1;
+    /* Rows a crashed child may still resume (at used := mark) were granted under the old limit:
+     * they may admit n - mark more after the change. */
+    for (int i = 0; i < w->p.children; i++) {
+        for (int r = 0; r < w->ch[i].nrows; r++)
+            slack += w->ch[i].rows[r].n - w->ch[i].rows[r].mark;
+    }
+    for (int i = 0; i < 2; i++) {
+        int64_t k[5];
+        const struct sim_map_entry *e;
+
+        cell_key(k, K_PLAN, 0, 0, lim->period_ms, w->lower_win[i]);
+        e = sim_map_get(w->counts, k, false);
+        w->lower_admit[i] = (e != NULL ? e->v[0] : 0) + slack;
+        w->lower_granted[i] = 0;
+    }
+    if (w->sup != NULL) {
+        (void)sup_ledger_each_cell(w->sup, cell_plan_gc, w);
+    } else {
+        sup_ledger *durable = NULL; /* down: what its journal holds is what it will start with */
+
+        sim_replay(w, &durable);
+        (void)sup_ledger_each_cell(durable, cell_plan_gc, w);
+        sup_ledger_close(durable);
+    }
+    w->lower_old_n = lim->n;
+    lim->n = lim->n * w->lower_pct / 100 > 0 ? lim->n * w->lower_pct / 100 : 1;
+    w->lcfg.plan = w->plan;
+    if (w->sup != NULL &&
+        sup_ledger_configure(w->sup, &w->plan, w->eps, (size_t)w->p.children) != TALLY_OK)
+        sim_fail(w, "reconfigure failed");
+    for (int i = 0; i < w->p.children; i++) {
+        if (w->ch[i].c != NULL)
+            sup_child_recall(w->ch[i].c, sim_child_time(w, i));
+    }
+    w->r->limit_changes++;
 }
 
 void

@@ -171,11 +171,50 @@ sim_child_event(struct sim_world *w, int i, const struct sup_child_event *ev)
     }
 }
 
+struct crash_scan {
+    const struct sim_child *ch;
+    int64_t now_mono, lost, life, n_sum;
+};
+
+/* What a crash loses of one lease: what it had left, less what a row will resume (n - mark). */
+static int
+scan_crash(void *ctx, const struct sup_child_lease_info *l)
+{
+    struct crash_scan *s = ctx;
+    int64_t lost;
+
+    if (!l->live || l->foreign || l->deadline_mono_ms <= s->now_mono)
+        return 0;
+    lost = l->n - l->used;
+    for (int r = 0; r < s->ch->nrows; r++) {
+        if (s->ch->rows[r].lease_id == l->lease_id)
+            lost -= l->n - s->ch->rows[r].mark;
+    }
+    if (lost > 0) {
+        s->lost += lost;
+        if (l->deadline_mono_ms - s->now_mono > s->life)
+            s->life = l->deadline_mono_ms - s->now_mono;
+    }
+    s->n_sum += l->n;
+    return 0;
+}
+
 void
 sim_child_crash(struct sim_world *w, int i)
 {
     struct sim_child *ch = &w->ch[i];
+    struct crash_scan cs = {ch, sim_child_time(w, i).mono_ms, 0, 0, 0};
 
+    /* Stranded by the crash: never more than the live leases held (under-admission only). */
+    (void)sup_child_each_lease(ch->c, scan_crash, &cs);
+    if (cs.lost > cs.n_sum)
+        sim_fail(w, "a crash of child %d loses %lld tokens, more than its leases' %lld", i,
+                 (long long)cs.lost, (long long)cs.n_sum);
+    w->r->crash_lost_total += cs.lost;
+    if (cs.lost > w->r->crash_lost_max)
+        w->r->crash_lost_max = cs.lost;
+    if (cs.life > w->r->crash_lost_life_max)
+        w->r->crash_lost_life_max = cs.life;
     sup_child_close(ch->c);
     ch->c = NULL;
     ch->npq = 0; /* writes in progress are lost; the file keeps what completed */
@@ -258,7 +297,8 @@ sim_child_step(struct sim_world *w, int i)
             ch->busy[l] = sim_range(w, 0, 2) > 0;
             ch->phase_until[l] = w->t + sim_range(w, 50, 700);
         }
-        if ((w->p.steady || ch->busy[l]) && sim_range(w, 0, 9999) < w->p10k)
+        if (w->p.quiet_p100k > 0 ? sim_range(w, 0, 99999) < w->p.quiet_p100k
+                                 : (w->p.steady || ch->busy[l]) && sim_range(w, 0, 9999) < w->p10k)
             (void)request(w, i, l, w->p.steady ? 1 : sim_range(w, 1, 3), 0, false);
     }
     while (sup_child_next_message(ch->c, now, &m) == TALLY_OK) {

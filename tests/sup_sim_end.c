@@ -107,6 +107,7 @@ sim_check_end(struct sim_world *w)
             if (ls->v[b].period_ms == e->k[3])
                 n = ls->v[b].n;
         }
+        n = sim_window_bound(w, (int)e->k[0], e->k[3], e->k[4], n, false);
         over = e->v[0] + e->v[1] - n;
         if (over > w->r->over_degraded_max)
             w->r->over_degraded_max = over;

@@ -133,6 +133,18 @@ struct sim_world {
     struct sim_map_entry *cells; /* I1 snapshot: (kind, ep, link, period) -> G, window */
     size_t checked_nj;           /* journal length at the last cell check */
     uint64_t dup_seen;           /* duplicates handled: every 8th gets a digest check */
+
+    /* A lowered plan limit (a reload): at lower_at the plan's first limit drops to lower_pct %,
+     * the ledger is reconfigured and every child recalls its leases, as tallyd's front does. In
+     * the windows open then, the bounds are what was admitted (or granted) before the change, if
+     * more than the new limit. */
+    int64_t lower_at; /* true time, -1 = never */
+    int lower_pct;
+    bool lowered;
+    int64_t lower_period, lower_old_n;
+    int64_t lower_win[2];     /* the windows open at the change (the clock may step back) */
+    int64_t lower_admit[2];   /* admitted before the change in them, plus what rows may resume */
+    int64_t lower_granted[2]; /* G - C of the plan cell then */
 };
 
 #define SIM_EXPENSIVE 1 /* index of the child of the expensive endpoint */
@@ -185,6 +197,13 @@ void sim_check_step(struct sim_world *w);
 /** The window limits of budget `kind` (0 plan, 1 link, 2 endpoint, 3 endpoint of a link) on
  *  endpoint `ep`'s path; NULL for none or GCRA. */
 const struct tenant_limits *sim_path_limits(const struct sim_world *w, int kind, int ep);
+/** The bound on budget `kind`'s window `window` of `period` whose limit is `n` now: n, or for
+ *  the plan's windows open at a lowered limit, max(n, what was admitted before) (`granted`:
+ *  max(n, G - C before), for I1). */
+int64_t sim_window_bound(const struct sim_world *w, int kind, int64_t period, int64_t window,
+                         int64_t n, bool granted);
+/** Lowers the plan's first limit now (see lower_at). */
+void sim_lower_limit(struct sim_world *w);
 /** Outstanding leases the ledger shows. */
 int sim_ledger_leases(struct sim_world *w);
 

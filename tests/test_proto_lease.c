@@ -119,12 +119,29 @@ test_lease_round_trip_every_type(void **state)
         size_t len;
 
         assert_int_equal(lease_sample(PROTO_LEASE_GRANT, &m), 0);
-        m.grant.flags = PROTO_LEASE_GRANT_KEEP;
+        m.grant.flags = PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE;
         encode_ok(&m, buf, &len);
         assert_int_equal(decode_guarded(PROTO_LEASE_GRANT, 0, buf + PROTO_FRAME_HEADER,
                                         len - PROTO_FRAME_HEADER, &back),
                          TALLY_OK);
-        assert_int_equal(back.grant.flags, PROTO_LEASE_GRANT_KEEP);
+        assert_int_equal(back.grant.flags, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE);
+    }
+    {
+        /* A RECALL names its lease in the body and in the origin's seq, and comes back whole. */
+        struct proto_lease_msg m, back;
+        uint8_t buf[PROTO_LEASE_FRAME_MAX];
+        size_t len;
+
+        assert_int_equal(lease_sample(PROTO_LEASE_RECALL, &m), 0);
+        encode_ok(&m, buf, &len);
+        assert_int_equal(decode_guarded(PROTO_LEASE_RECALL, 0, buf + PROTO_FRAME_HEADER,
+                                        len - PROTO_FRAME_HEADER, &back),
+                         TALLY_OK);
+        assert_string_equal(back.recall.endpoint, "search");
+        assert_string_equal(back.recall.link, "lnk_fedcba9876543210");
+        assert_int_equal(back.recall.lease_id, 77);
+        assert_int_equal(back.origin.seq, 77);
+        assert_int_equal(back.origin.incarnation, 3);
     }
 }
 
@@ -227,7 +244,7 @@ spoil_grant_ttl(struct proto_lease_msg *m)
 static void
 spoil_grant_flags(struct proto_lease_msg *m)
 {
-    m->grant.flags = 4;
+    m->grant.flags = 8;
 }
 static void
 spoil_grant_pass_keep(struct proto_lease_msg *m)
@@ -270,6 +287,21 @@ spoil_error_code(struct proto_lease_msg *m)
     m->error.code = PROTO_LEASE_E_MAX + 1;
 }
 static void
+spoil_recall_lease(struct proto_lease_msg *m)
+{
+    m->recall.lease_id = 0;
+}
+static void
+spoil_recall_seq(struct proto_lease_msg *m)
+{
+    m->origin.seq = m->recall.lease_id + 1;
+}
+static void
+spoil_recall_link(struct proto_lease_msg *m)
+{
+    strcpy(m->recall.link, "lnk_0123");
+}
+static void
 spoil_welcome_concurrency(struct proto_lease_msg *m)
 {
     m->welcome.concurrency = TENANT_CONCURRENCY_MAX + 1;
@@ -298,6 +330,9 @@ static const struct bad_case bad_cases[] = {
     {"slot id 0", PROTO_LEASE_SLOT_RELEASE, spoil_slot_id},
     {"error code", PROTO_LEASE_ERROR, spoil_error_code},
     {"welcome concurrency", PROTO_LEASE_WELCOME, spoil_welcome_concurrency},
+    {"recall of lease 0", PROTO_LEASE_RECALL, spoil_recall_lease},
+    {"recall seq not its lease", PROTO_LEASE_RECALL, spoil_recall_seq},
+    {"recall link", PROTO_LEASE_RECALL, spoil_recall_link},
 };
 
 /* Writes the payload of `m` without validating, as a hostile peer would, following the layout
@@ -371,6 +406,11 @@ raw_payload(const struct proto_lease_msg *m, uint8_t *buf, size_t cap)
         proto_put_u16(&w, m->error.code);
         proto_put_i64(&w, m->error.retry_after_ms);
         break;
+    case PROTO_LEASE_RECALL:
+        proto_put_str(&w, m->recall.endpoint);
+        proto_put_str(&w, m->recall.link);
+        proto_put_u64(&w, m->recall.lease_id);
+        break;
     default:
         fail_msg("no raw writer for type %u", m->type);
     }
@@ -428,6 +468,9 @@ test_lease_reply_types(void **state)
     assert_false(proto_lease_is_reply(PROTO_LEASE_SLOT_RELEASE));
     assert_true(proto_lease_is_reply(PROTO_LEASE_GRANT));
     assert_true(proto_lease_is_reply(PROTO_LEASE_ERROR));
+    /* Pushed by the supervisor: the ledger refuses it as a request, the child takes it. */
+    assert_true(proto_lease_is_reply(PROTO_LEASE_RECALL));
+    assert_string_equal(proto_lease_type_name(PROTO_LEASE_RECALL), "RECALL");
     assert_string_equal(proto_lease_type_name(0), "UNKNOWN");
     assert_string_equal(proto_lease_type_name(99), "UNKNOWN");
 }

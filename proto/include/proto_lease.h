@@ -30,6 +30,8 @@
  *   SLOT_RELEASE  str link, i64 slot_id
  *   SLOT_RELEASE_ACK str link, i64 slot_id, u8 released
  *   ERROR         u16 code, i64 retry_after_ms
+ *   RECALL        str endpoint, str link, u64 lease_id   (pushed by the supervisor, answers no
+ *                 request: origin = the holder (child, incarnation) and seq = lease_id)
  *
  * Header-wide rules: pure code, no allocation, no clock. Structs are caller-owned values; strings
  * inside them are NUL-terminated arrays. The decoder accepts exactly what proto_lease_validate
@@ -62,9 +64,10 @@ enum proto_lease_type {
     PROTO_LEASE_SLOT_RELEASE = 13,
     PROTO_LEASE_SLOT_RELEASE_ACK = 14,
     PROTO_LEASE_ERROR = 15,
+    PROTO_LEASE_RECALL = 16, /* supervisor to child, unsolicited: stop using a lease */
 };
 #define PROTO_LEASE_TYPE_MIN 1
-#define PROTO_LEASE_TYPE_MAX 15
+#define PROTO_LEASE_TYPE_MAX 16
 
 /* Bounds checked by the codec. */
 #define PROTO_LEASE_ID_MAX    ((uint64_t)INT64_MAX) /* incarnations, seqs, lease ids: SQLite ints */
@@ -81,6 +84,7 @@ enum proto_lease_type {
 enum proto_lease_grant_flags {
     PROTO_LEASE_GRANT_PASS = 1 << 0, /* pass-through: near exhaustion, do not prefetch */
     PROTO_LEASE_GRANT_KEEP = 1 << 1, /* plentiful and small: keep it to its deadline when idle */
+    PROTO_LEASE_GRANT_EDGE = 1 << 2, /* the TTL ends at a window boundary: no renewal by age */
 };
 /* DENY flags. */
 enum proto_lease_deny_flags {
@@ -208,6 +212,16 @@ struct proto_lease_error {
     int64_t retry_after_ms;
 };
 
+/* A budget of the lease's path ran short while the lease was kept: the holder stops using it
+ * and reports it (RETURN, or on its next ACQUIRE) so that the supervisor credits what is
+ * left. Advisory: safety never depends on it. Idempotent: a lease already retired, unknown or
+ * of another incarnation is ignored. */
+struct proto_lease_recall {
+    char endpoint[TENANT_NAME_MAX + 1];
+    char link[PROTO_LEASE_LINK_BUF];
+    uint64_t lease_id;
+};
+
 /* One message: type, origin (sender's or echoed), and the body for that type. */
 struct proto_lease_msg {
     uint8_t type; /* enum proto_lease_type */
@@ -228,12 +242,13 @@ struct proto_lease_msg {
         struct proto_lease_slot_release slot_release;
         struct proto_lease_slot_release_ack slot_release_ack;
         struct proto_lease_error error;
+        struct proto_lease_recall recall;
     };
 };
 
 /** Name of a lease message type ("ACQUIRE"), "UNKNOWN" otherwise. Static storage. */
 const char *proto_lease_type_name(uint8_t type);
-/** True iff `type` is a reply (supervisor to child). */
+/** True iff `type` goes from supervisor to child (a reply, or a RECALL). */
 bool proto_lease_is_reply(uint8_t type);
 /** Checks every field of `m` (borrowed) against the ranges above: names valid
  *  (tenant_name_valid, tenant_link_id_valid), numbers in range, flags known. TALLY_OK or

@@ -173,6 +173,25 @@ live_count(const struct child_link *k, int64_t now_mono, int64_t *left)
     return live;
 }
 
+/* True iff `k` has a live lease and every live lease is past 0.6 of its TTL and does not end at
+ * a window boundary (a renewal cannot go past that end: the next window starts afresh). */
+static bool
+all_old(const struct child_link *k, int64_t now_mono)
+{
+    bool any = false;
+
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        const struct child_lease *cl = &k->l[j];
+
+        if (!lease_live(cl, now_mono))
+            continue;
+        if (cl->edge || now_mono - cl->sent_mono < cl->ttl_ms * 6 / 10)
+            return false;
+        any = true;
+    }
+    return any;
+}
+
 /* After a charge: the next mark, the watermark prefetch, and a used-up lease. */
 static void
 after_charge(sup_child *c, struct child_link *k, struct child_lease *cl, int64_t now_mono)
@@ -199,8 +218,11 @@ after_charge(sup_child *c, struct child_link *k, struct child_lease *cl, int64_t
         int64_t by_rate = (k->rate_milli * c->lead_ms + 999999) / 1000000;
         int64_t mark = (n + 3) / 4 > by_rate ? (n + 3) / 4 : by_rate, left;
 
-        /* No prefetch while two are live (I4). */
-        if (live_count(k, now_mono, &left) < CHILD_LIVE_MAX && left <= mark) {
+        /* No prefetch while two are live (I4); renew at the watermark, or when every live
+         * lease is past 0.6 of its (full) TTL: a quiet link's kept lease is renewed by the
+         * first request after that, not by a request finding it expired. */
+        if (live_count(k, now_mono, &left) < CHILD_LIVE_MAX &&
+            (left <= mark || all_old(k, now_mono))) {
             sup__child_want_acquire(k, 0);
             c->stats.prefetches++;
         }
@@ -384,8 +406,17 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
     struct child_lease *cl = NULL;
     /* The drift bound, plus one tick: clocks are read in whole milliseconds. */
     int64_t margin = (g->ttl_ms * c->epsilon_ppm + 999999) / 1000000 + 1;
-    /* Asked for before a recall (sup_child_recall): sized under the old limits, never used. */
+    /* Asked for before a recall (sup_child_recall): sized under the old limits, never used;
+     * or RECALLed by the supervisor before its GRANT got here. */
     bool recalled = r->seq <= c->recall_seq;
+
+    for (int j = 0; j < CHILD_RECALLED; j++) {
+        if (c->recalled[j] == g->lease_id) {
+            recalled = true;
+            c->recalled[j] = 0;
+            c->stats.lease_recalls++;
+        }
+    }
 
     /* At most CHILD_LIVE_MAX live leases per link, the new one included (the bound on stranded
      * tokens, I4): the one with the fewest tokens left makes room and is reported. Without it, a
@@ -414,6 +445,9 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
     cl->ttl_ms = g->ttl_ms;
     cl->pass = (g->flags & PROTO_LEASE_GRANT_PASS) != 0;
     cl->keep = (g->flags & PROTO_LEASE_GRANT_KEEP) != 0;
+    /* A lease shorter than T_lease was cut by a window end too (older supervisors say so only
+     * that way). */
+    cl->edge = (g->flags & PROTO_LEASE_GRANT_EDGE) != 0 || g->ttl_ms < c->lease_ttl_ms;
     cl->got_mono = now_mono;
     /* Gray & Cheriton: measured from when the request was first sent, shortened by the drift
      * bound, so it ends before the supervisor's grant time + ttl on any clock within epsilon. */
@@ -431,6 +465,30 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
     if (recalled || cl->deadline_mono <= now_mono)
         sup__child_retire(c, k, cl);
     return TALLY_OK;
+}
+
+void
+sup__child_lease_recall(sup_child *c, struct child_link *k, uint64_t id, int64_t now_mono)
+{
+    struct child_lease *cl = k != NULL ? sup__child_lease_by_id(k, id) : NULL;
+
+    if (cl != NULL) {
+        if (cl->state == CL_LIVE && now_mono < cl->deadline_mono) {
+            /* Recalled because a budget ran short, not because it was too big: slow start
+             * keeps its size. */
+            retire(c, cl);
+            c->stats.lease_recalls++;
+        }
+        return;
+    }
+    for (int j = 0; j < CHILD_RECALLED; j++) {
+        if (c->recalled[j] == id)
+            return; /* a duplicate */
+    }
+    /* Not here (yet): its GRANT may still be on its way. An id this child never gets is
+     * harmless; it leaves the ring after CHILD_RECALLED more. */
+    c->recalled[c->recalled_next] = id;
+    c->recalled_next = (c->recalled_next + 1) % CHILD_RECALLED;
 }
 
 void

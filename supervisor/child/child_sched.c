@@ -67,7 +67,7 @@ link_timer(const sup_child *c, const struct child_link *k, int64_t after)
                 next = t;
         }
         t = cl->sent_mono + cl->ttl_ms * 6 / 10;
-        if (cl->ttl_ms >= c->lease_ttl_ms && t > after && t < next)
+        if (!cl->edge && t > after && t < next)
             next = t;
     }
     return next;
@@ -205,8 +205,7 @@ link_tick(sup_child *c, struct child_link *k, int64_t now_mono)
         any = true;
         /* A lease cut short by a window end cannot be renewed past that end: no age
          * renewal for it, the next window starts with a fresh ACQUIRE. */
-        old =
-            old && cl->ttl_ms >= c->lease_ttl_ms && now_mono - cl->sent_mono >= cl->ttl_ms * 6 / 10;
+        old = old && !cl->edge && now_mono - cl->sent_mono >= cl->ttl_ms * 6 / 10;
     }
     /* Renew by age: traffic continues but every lease is past 0.6 of its ttl. */
     if (any && old && !idle && !k->pass && k->acq_seq == 0 && !k->acq_due) {

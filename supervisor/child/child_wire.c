@@ -96,6 +96,28 @@ report_ready(struct child_link *k, bool on_acquire)
     return NULL;
 }
 
+/* The rate the supervisor sizes a kept lease by: the link's EWMA, or, when more, what a lease of
+ * the link held for at least T_renew saw over its life (the EWMA forgets a link used every few
+ * seconds between two uses; the lease remembers). Milli-tokens per second. */
+static int64_t
+lease_rate(const sup_child *c, const struct child_link *k, int64_t now_mono)
+{
+    int64_t rate = k->rate_milli;
+
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        const struct child_lease *cl = &k->l[j];
+        int64_t age = now_mono - cl->got_mono, r;
+
+        if (cl->state == CL_FREE || cl->foreign || cl->pass || age < c->renew_ms ||
+            cl->used > INT64_MAX / 1000000)
+            continue;
+        r = cl->used * 1000000 / age;
+        if (r > rate)
+            rate = r;
+    }
+    return rate < PROTO_LEASE_RATE_MAX ? rate : PROTO_LEASE_RATE_MAX;
+}
+
 static bool
 build_acquire(sup_child *c, struct child_link *k, int32_t index, struct sup_time now,
               struct proto_lease_msg *out)
@@ -111,7 +133,7 @@ build_acquire(sup_child *c, struct child_link *k, int32_t index, struct sup_time
     snprintf(a->link, sizeof(a->link), "%s", k->id);
     a->need = k->acq_need;
     a->want = sup__child_want(c, k, k->acq_need);
-    a->rate_milli = k->rate_milli;
+    a->rate_milli = lease_rate(c, k, now.mono_ms);
     rep = report_ready(k, true);
     if (rep != NULL) {
         /* The swap: the leftover of a lease no longer used rides on the renewal. */
@@ -399,6 +421,17 @@ sup_child_on_message(sup_child *c, struct sup_time now, const struct proto_lease
         return TALLY_EPROTO;
     if (strcmp(m->origin.child, c->policy.name) != 0 || m->origin.incarnation != c->incarnation)
         return TALLY_OK;
+    if (m->type == PROTO_LEASE_RECALL) {
+        /* Pushed, not a reply: its seq is the lease id, matching no request. */
+        k = sup__child_link_find(c, m->recall.link, &index);
+        sup__child_lease_recall(c, k, m->recall.lease_id, now.mono_ms);
+        if (k != NULL) {
+            snprintf(ev->link, sizeof(ev->link), "%s", k->id);
+            ev->kind = SUP_EV_LINK;
+            sup__child_touch(c, index, now.mono_ms);
+        }
+        return TALLY_OK;
+    }
     r = sup__child_req_find(c, m->origin.seq);
     if (r == NULL || !reply_matches(r->msg.type, m->type))
         return TALLY_OK; /* a duplicate, or a reply to something already answered */

@@ -26,6 +26,7 @@
 #define CHILD_SEQ_WINDOW     48 /* newest seq - oldest in flight stays below the supervisor's 64 */
 #define CHILD_BACKOFF_MAX_MS 1000
 #define CHILD_NEVER_CACHE_MS 60000 /* a "never" refusal is remembered this long */
+#define CHILD_RECALLED       8     /* RECALLs remembered for grants still on their way */
 
 enum child_lease_state { CL_FREE = 0, CL_LIVE, CL_RETIRED };
 
@@ -37,6 +38,7 @@ struct child_lease {
     int64_t mark_durable, mark_want, mark_sent; /* strict mode: reserved_upto */
     bool pass;                                  /* a pass-through grant */
     bool keep;    /* granted KEEP: not returned when idle, it lives to its deadline */
+    bool edge;    /* its TTL ends at a window boundary, or was cut short: no renewal by age */
     bool foreign; /* resumed from an earlier incarnation: never reported */
     /* Retired: */
     bool report_due; /* n - used must be reported (own incarnation, used < n) */
@@ -114,8 +116,10 @@ struct sup_child {
     struct child_req req[SUP_CHILD_INFLIGHT];
     uint64_t next_seq;   /* last seq handed out */
     uint64_t recall_seq; /* grants answering seqs up to this one are never used (recall) */
-    uint64_t hello_seq;  /* the HELLO in flight, 0 = none */
-    bool welcomed;       /* WELCOME received for this incarnation */
+    uint64_t recalled[CHILD_RECALLED]; /* lease ids RECALLed before their GRANT arrived (ring) */
+    uint32_t recalled_next;
+    uint64_t hello_seq; /* the HELLO in flight, 0 = none */
+    bool welcomed;      /* WELCOME received for this incarnation */
     bool connected;
     int64_t last_reply_mono;
     int64_t hb_next_mono;
@@ -149,6 +153,10 @@ TALLY_MUST_CHECK int sup__child_lease_add(sup_child *c, struct child_link *k,
                                           const struct proto_lease_grant *g,
                                           const struct child_req *r, int64_t now_mono);
 struct child_lease *sup__child_lease_by_id(struct child_link *k, uint64_t id);
+/** A RECALL of lease `id` on `k` (NULL when the link is unknown): a live lease of this
+ *  incarnation is retired and reported; one not granted yet is retired when its GRANT arrives;
+ *  anything else (retired already, a duplicate) changes nothing. */
+void sup__child_lease_recall(sup_child *c, struct child_link *k, uint64_t id, int64_t now_mono);
 /** True iff nothing of `k` would be lost by forgetting it. */
 bool sup__child_link_idle(const struct child_link *k);
 

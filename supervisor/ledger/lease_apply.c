@@ -79,6 +79,8 @@ sup__record_reply(const sup_ledger *l, const struct sup_record *rec, struct prot
             reply->grant.flags = (rec->flags & SUP_RECF_PASS) ? PROTO_LEASE_GRANT_PASS : 0;
             if (rec->flags & SUP_RECF_KEEP)
                 reply->grant.flags |= PROTO_LEASE_GRANT_KEEP;
+            if (rec->flags & SUP_RECF_EDGE)
+                reply->grant.flags |= PROTO_LEASE_GRANT_EDGE;
             reply->grant.holders = rec->holders;
             reply->grant.epoch = rec->epoch;
         } else {
@@ -234,6 +236,7 @@ apply_acquire(sup_ledger *l, const struct sup_record *rec)
         lease->n = rec->n;
         lease->granted_ms = rec->now_ms;
         lease->deadline_ms = rec->deadline_ms;
+        lease->keep = (rec->flags & SUP_RECF_KEEP) != 0;
         sup__lease_opened(l, lease);
         rc = sup__path_reserve(l, &p, lease);
         p.link->leases++;

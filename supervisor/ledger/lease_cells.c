@@ -213,6 +213,8 @@ sup__path_note(sup_ledger *l, struct sup_path *p, struct sup_lease *lease)
         if (p->b[kind] == NULL)
             continue;
         p->b[kind]->leases_out++;
+        if (lease->keep)
+            p->b[kind]->keeps_out++;
         for (uint32_t i = 0; ls != NULL && p->alg[kind] == TENANT_ALG_WINDOW && i < ls->count; i++)
             lease->periods[kind][i] = ls->v[i].period_ms;
     }
@@ -229,6 +231,8 @@ sup__path_reserve(sup_ledger *l, struct sup_path *p, struct sup_lease *lease)
         if (b == NULL)
             continue;
         b->leases_out++;
+        if (lease->keep)
+            b->keeps_out++;
         if (ls == NULL || ls->count == 0)
             continue;
         if (p->alg[kind] == TENANT_ALG_GCRA) {
@@ -273,6 +277,17 @@ lease_budget(sup_ledger *l, const struct sup_lease *lease, int kind)
 }
 
 void
+sup__lease_keep_drop(sup_ledger *l, const struct sup_lease *lease)
+{
+    for (int kind = 0; kind < SUP_BUDGETS; kind++) {
+        struct sup_budget *b = lease_budget(l, lease, kind);
+
+        if (b != NULL && b->keeps_out > 0)
+            b->keeps_out--;
+    }
+}
+
+void
 sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int64_t credit)
 {
     for (int kind = 0; kind < SUP_BUDGETS; kind++) {
@@ -282,6 +297,8 @@ sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int64_t c
             continue;
         if (b->leases_out > 0)
             b->leases_out--;
+        if (lease->keep && !lease->recalled && b->keeps_out > 0)
+            b->keeps_out--;
         for (int i = 0; i < TENANT_MAX_WINDOWS && credit > 0; i++) {
             int64_t period_ms = lease->periods[kind][i];
             struct sup_cell *c = period_ms != 0 ? sup__cell_find(b, period_ms) : NULL;

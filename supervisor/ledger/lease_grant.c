@@ -11,9 +11,14 @@
  *      when a window of the path ends within T_lease / 10 (grant exactly `need`, short TTL; a
  *      prefetch with need 0 is refused with the PASS flag);
  *      otherwise n = max(need, min(want, l_max, l_cap)) with l_cap = min floor(rem / (2 * P));
- *      keep: when every bound has rem >= keep_factor * P * l_keep and that n is at most l_keep,
- *      n = max(need, min(l_keep, l_max, l_cap)) flagged KEEP (kept to its deadline when idle);
- *   5. ttl = min(T_lease or T_pass, window end - now) over every window of the path (I3).
+ *      keep: when every bound has rem >= keep_factor * P * l_keep (plenty) and n <= l_keep,
+ *      the grant is flagged KEEP (kept to its deadline when idle; recalled if a budget runs
+ *      short): for a quiet link (rate <= l_keep per T_lease) it lives life = min(keep_ttl,
+ *      window ends) and holds max(need, min(max(l_keep, rate * life),
+ *      min floor(rem / (keep_factor * P)), l_max, l_cap)); for another it holds
+ *      max(need, min(l_keep, l_max, l_cap)) for T_lease;
+ *   5. ttl = min(T_lease, T_pass or the keep life, window end - now) over every window of the
+ *      path (I3).
  * Steps 2 and 4 go into one ACQUIRE record, applied at once; nothing here writes state.
  */
 #include "sup_lease_int.h"
@@ -49,6 +54,23 @@ report_plan(const sup_ledger *l, int pi, int64_t eval_ms, const struct proto_lea
     out->credit = lease->n - (a->report_used < lease->n ? a->report_used : lease->n);
 }
 
+/* The link's rate for sizing a kept lease: the child's estimate (a short EWMA, which forgets a
+ * link used every few seconds between two uses), or what the reported lease saw over its whole
+ * life when that is more: used / (now - granted), in milli-tokens per second. */
+static int64_t
+observed_rate(const struct report_plan *rp, const struct proto_lease_acquire *a, int64_t eval_ms)
+{
+    int64_t rate = a->rate_milli, used, age;
+
+    if (rp->lease == NULL || eval_ms <= rp->lease->granted_ms)
+        return rate;
+    used = a->report_used < rp->lease->n ? a->report_used : rp->lease->n;
+    age = eval_ms - rp->lease->granted_ms;
+    if (used <= INT64_MAX / 1000000 && used * 1000000 / age > rate)
+        rate = used * 1000000 / age;
+    return rate;
+}
+
 static void
 deny_from(struct sup_record *rec, const struct tenant_decision *d)
 {
@@ -68,13 +90,29 @@ grant_size(const sup_ledger *l, int64_t ask, int64_t cap, int64_t need)
     return n > need ? n : need;
 }
 
+/* What a kept lease of `life_ms` holds: max(l_keep, ceil(rate * life)), at most `keep_cap`
+ * (1/keep_factor of what remains, shared by the holders). */
+static int64_t
+keep_size(const sup_ledger *l, int64_t rate_milli, int64_t life_ms, int64_t keep_cap)
+{
+    int64_t by_rate = l->l_max;
+
+    /* rate_milli is 1/1000 token per second: tokens = rate_milli * life_ms / 10^6. */
+    if (rate_milli == 0 || life_ms <= (INT64_MAX - 999999) / rate_milli)
+        by_rate = (rate_milli * life_ms + 999999) / 1000000;
+    if (by_rate < l->l_keep)
+        by_rate = l->l_keep;
+    return by_rate < keep_cap ? by_rate : keep_cap;
+}
+
 /* Steps 4 and 5 for an admitted path: fills the grant (or the pass-through refusal) of rec. */
 static void
 size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint32_t count,
            const struct tenant_decision *d, int64_t eval_ms, const struct proto_lease_acquire *a,
-           int64_t cost, struct sup_record *rec)
+           int64_t cost, int64_t rate_milli, struct sup_record *rec)
 {
     int64_t cap = l->l_max, ttl_cap = INT64_MAX, holders = 1, n, ttl;
+    int64_t keep_cap = PROTO_LEASE_N_MAX; /* grant_size caps it at l_max */
     bool pass = false, plenty = l->l_keep > 0;
 
     for (uint32_t i = 0; i < count; i++) {
@@ -95,6 +133,8 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
                 pass = true;
             if (rem / l->keep_factor < P * l->l_keep)
                 plenty = false;
+            if (rem / l->keep_factor / P < keep_cap)
+                keep_cap = rem / l->keep_factor / P; /* all holders keep <= 1/16 of rem */
             if (rem / (2 * P) < cap)
                 cap = rem / (2 * P);
             if (v->v[j].reset_ms - eval_ms < ttl_cap)
@@ -117,17 +157,30 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
         ttl = l->pass_ttl_ms;
         rec->flags |= SUP_RECF_PASS;
     } else {
+        int64_t life = l->keep_ttl_ms < ttl_cap ? l->keep_ttl_ms : ttl_cap;
         n = grant_size(l, a->want, cap, a->need);
+        ttl = l->lease_ttl_ms;
         if (plenty && n <= l->l_keep) {
-            /* Giving back a few tokens of a quiet link costs a message and a commit, and its
-             * next request a round trip: while plenty remains, a small lease is worth keeping. */
-            n = grant_size(l, l->l_keep, cap, a->need);
+            /* Giving back a few tokens of a link costs a message and a commit, and its next
+             * request a round trip (a spawn when its supervisor sleeps): while plenty remains,
+             * a small lease is worth keeping. A quiet link (at most l_keep tokens per T_lease)
+             * keeps one sized to its own rate for up to keep_ttl_ms; a busy one (its slow
+             * start asks for little) keeps l_keep for T_lease, as it gains little from a long
+             * life and would strand rate * life. */
+            bool quiet = rate_milli <= l->l_keep * 1000000 / l->lease_ttl_ms;
+            int64_t k = quiet ? keep_size(l, rate_milli, life, keep_cap) : l->l_keep;
+
+            n = grant_size(l, k, cap, a->need);
+            ttl = quiet ? life : l->lease_ttl_ms;
             rec->flags |= SUP_RECF_KEEP;
         }
-        ttl = l->lease_ttl_ms;
     }
-    /* No lease spans a window boundary (I3); the boundary is after eval_ms, so ttl >= 1. */
-    ttl = ttl < ttl_cap ? ttl : ttl_cap;
+    /* No lease spans a window boundary (I3); the boundary is after eval_ms, so ttl >= 1. A
+     * lease that ends at one says so: renewing it by age would only get the same end again. */
+    if (ttl >= ttl_cap) {
+        ttl = ttl_cap;
+        rec->flags |= SUP_RECF_EDGE;
+    }
     rec->flags |= SUP_RECF_GRANTED;
     rec->lease_id = l->next_lease_id + 1;
     rec->n = n;
@@ -193,7 +246,8 @@ sup__decide_acquire(sup_ledger *l, int pi, int64_t now_ms, const struct proto_le
     } else if (!d.admitted) {
         deny_from(rec, &d);
     } else {
-        size_grant(l, &p, kinds, tp.count, &d, eval_ms, a, cost, rec);
+        size_grant(l, &p, kinds, tp.count, &d, eval_ms, a, cost, observed_rate(&rp, a, eval_ms),
+                   rec);
     }
     if ((rec->flags & SUP_RECF_GRANTED) || rp.flags != 0 || a->debt > 0)
         return true;

@@ -217,6 +217,17 @@ decide_slot_release(sup_ledger *l, int64_t now_ms, const struct proto_lease_msg 
     return false;
 }
 
+/* A grant or a refusal tells how much a path has left: kept leases on a budget that ran short
+ * are recalled (lease_recall.c). */
+static void
+recall_after(sup_ledger *l, int64_t now_ms, const struct proto_lease_msg *in,
+             const struct proto_lease_msg *reply)
+{
+    if (in->type == PROTO_LEASE_ACQUIRE &&
+        (reply->type == PROTO_LEASE_GRANT || reply->type == PROTO_LEASE_DENY))
+        sup__recall_check(l, in->acquire.endpoint, in->acquire.link, sup__eval_ms(l, now_ms));
+}
+
 /* Checks the origin: registered incarnation, not a duplicate, not stale. Returns the peer index,
  * or -1 with *reply filled. */
 static int
@@ -297,6 +308,7 @@ sup_ledger_handle(sup_ledger *l, int64_t now_ms, const struct proto_lease_msg *i
         }
     }
     if (!changes) {
+        recall_after(l, now_ms, in, reply);
         if (reply->type == PROTO_LEASE_ERROR)
             l->stats.errors++;
         else if (reply->type == PROTO_LEASE_DENY)
@@ -313,5 +325,6 @@ sup_ledger_handle(sup_ledger *l, int64_t now_ms, const struct proto_lease_msg *i
         return rc;
     }
     sup__record_reply(l, &rec, reply);
+    recall_after(l, now_ms, in, reply);
     return TALLY_OK;
 }

@@ -172,6 +172,9 @@ sup_ledger_open(const struct sup_ledger_config *cfg, sup_ledger **out)
     l->l_max = or_default(cfg->l_max, SUP_L_MAX_DEFAULT);
     l->l_keep = cfg->l_keep < 0 ? 0 : or_default(cfg->l_keep, SUP_L_KEEP_DEFAULT);
     l->keep_factor = or_default(cfg->keep_factor, SUP_KEEP_FACTOR);
+    l->keep_ttl_ms = or_default(cfg->keep_ttl_ms, SUP_KEEP_TTL_MS_DEFAULT);
+    if (l->keep_ttl_ms < l->lease_ttl_ms)
+        l->keep_ttl_ms = l->lease_ttl_ms; /* a kept lease never lives shorter than another */
     l->max_links = cfg->max_links > 0 ? cfg->max_links : LINKS_DEFAULT;
     l->max_leases = cfg->max_leases > 0 ? cfg->max_leases : LEASES_DEFAULT;
     l->max_peers = cfg->max_children > 0 ? cfg->max_children : SUP_MAX_CHILDREN;
@@ -179,7 +182,8 @@ sup_ledger_open(const struct sup_ledger_config *cfg, sup_ledger **out)
     if (l->lease_ttl_ms > PROTO_LEASE_MS_MAX || l->pass_ttl_ms > PROTO_LEASE_MS_MAX ||
         l->slot_ttl_ms > PROTO_LEASE_MS_MAX || l->heartbeat_ms > PROTO_LEASE_MS_MAX ||
         l->margin_ms > PROTO_LEASE_MS_MAX || l->l_min > l->l_max || l->l_max > PROTO_LEASE_N_MAX ||
-        l->l_keep > PROTO_LEASE_N_MAX || l->keep_factor > 1024 || l->max_links > (UINT32_MAX >> 2))
+        l->l_keep > PROTO_LEASE_N_MAX || l->keep_factor > 1024 ||
+        l->keep_ttl_ms > PROTO_LEASE_MS_MAX || l->max_links > (UINT32_MAX >> 2))
         goto out;
     rc = tenant_index_init(&l->link_index, l->max_links);
     if (rc != TALLY_OK)

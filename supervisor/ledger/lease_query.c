@@ -112,6 +112,7 @@ lease_hash(const sup_ledger *l, const struct sup_lease *s)
     h = fnv_i64(h, s->n);
     h = fnv_i64(h, s->granted_ms);
     h = fnv_i64(h, s->deadline_ms);
+    h = fnv_i64(h, s->keep ? 1 : 0);
     return fnv(h, s->periods, sizeof(s->periods));
 }
 

@@ -125,6 +125,7 @@ snap_all(const sup_ledger *l, struct snap *s)
         r->n = lease->n;
         r->now_ms = lease->granted_ms;
         r->deadline_ms = lease->deadline_ms;
+        r->flags = lease->keep ? SUP_RECF_KEEP : 0;
     }
     for (uint32_t i = 0; i < l->peer_count; i++) {
         for (int j = 0; j < SUP_DEDUPE; j++) {
@@ -251,6 +252,7 @@ apply_lease(sup_ledger *l, const struct sup_record *rec)
     lease->n = rec->n;
     lease->granted_ms = rec->now_ms;
     lease->deadline_ms = rec->deadline_ms;
+    lease->keep = (rec->flags & SUP_RECF_KEEP) != 0;
     sup__lease_opened(l, lease);
     sup__path_note(l, &p, lease);
     p.link->leases++;

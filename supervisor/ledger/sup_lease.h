@@ -52,9 +52,16 @@ typedef struct sup_ledger sup_ledger;
  * when idle instead of returning it after 1 s (a quiet link's next request is then local). */
 #define SUP_L_KEEP_DEFAULT 4
 #define SUP_KEEP_FACTOR    16
-#define SUP_DEDUPE         64 /* replies kept per child (and window of live seqs) */
-#define SUP_MAX_ENDPOINTS  256
-#define SUP_MAX_CHILDREN   64
+/* A kept lease lives up to this long (cut at the end of every window of its path) and holds
+ * about what its link uses in that time: max(l_keep, rate * life), at most
+ * rem / (SUP_KEEP_FACTOR * P) on every bound. While every budget of the path stays plentiful a
+ * quiet link decides locally for a minute; when one runs short the supervisor pushes a RECALL
+ * for the kept leases on it (docs/LEASE-PROTOCOL.md §2, §6). */
+#define SUP_KEEP_TTL_MS_DEFAULT 60000
+#define SUP_RECALL_QUEUE        256 /* RECALLs waiting to be sent; more are found again later */
+#define SUP_DEDUPE              64  /* replies kept per child (and window of live seqs) */
+#define SUP_MAX_ENDPOINTS       256
+#define SUP_MAX_CHILDREN        64
 
 /** Tells whether link `link_id` is live at now_ms and may call `endpoint` (both borrowed). Called
  *  for ACQUIRE and SLOT_ACQUIRE only, never during replay. May read a cache the caller refreshes
@@ -81,6 +88,7 @@ struct sup_ledger_config {
     int64_t l_max;
     int64_t l_keep;      /* 0 = SUP_L_KEEP_DEFAULT, negative = no kept leases */
     int64_t keep_factor; /* 0 = SUP_KEEP_FACTOR */
+    int64_t keep_ttl_ms; /* 0 = SUP_KEEP_TTL_MS_DEFAULT; life of kept leases, >= lease_ttl_ms */
 };
 
 /* Journal records: fixed-size plain old data, zero-filled (padding included) so two records
@@ -117,6 +125,7 @@ enum sup_record_flags {
     SUP_RECF_REPORT_SPENT = 1 << 3,  /* ACQUIRE/RETURN: the lease was past its deadline: spent */
     SUP_RECF_CACHED = 1 << 4,        /* snapshot: a copy of a record kept only for its reply */
     SUP_RECF_KEEP = 1 << 5,          /* ACQUIRE: a small grant while plentiful, kept when idle */
+    SUP_RECF_EDGE = 1 << 6,          /* ACQUIRE: the grant's TTL ends at a window boundary */
 };
 
 struct sup_record {
@@ -164,6 +173,7 @@ struct sup_ledger_stats {
     uint64_t grants, grant_tokens, pass_grants, denies, credits, credit_tokens, spent, expired;
     uint64_t debt_tokens, slot_grants, slot_denies, slot_releases, duplicates, stale, errors;
     uint64_t records;
+    uint64_t recalls; /* RECALLs queued (kept leases on a budget that ran short) */
     uint32_t leases, links, children;
 };
 
@@ -222,6 +232,11 @@ TALLY_MUST_CHECK int sup_ledger_handle(sup_ledger *l, int64_t now_ms,
 TALLY_MUST_CHECK int sup_ledger_expire(sup_ledger *l, int64_t now_ms, struct sup_records *out);
 /** Earliest instant at which sup_ledger_expire has work, INT64_MAX when none. */
 int64_t sup_ledger_next_expiry_ms(const sup_ledger *l);
+/** Next RECALL to push into *out: a kept lease whose path has a budget that ran short (found
+ *  by sup_ledger_handle while answering an ACQUIRE). Send it to its holder (origin.child) after
+ *  the batch's replies; it changes no durable state, so it needs no record and may be lost
+ *  (the lease then lives to its deadline). TALLY_OK, or TALLY_ENOTFOUND when none is due. */
+TALLY_MUST_CHECK int sup_ledger_next_recall(sup_ledger *l, struct proto_lease_msg *out /* OUT */);
 
 /** Counters into *out. */
 void sup_ledger_stats(const sup_ledger *l, struct sup_ledger_stats *out /* OUT */);

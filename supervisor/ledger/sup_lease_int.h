@@ -37,6 +37,7 @@ struct sup_budget {
     struct sup_cell cells[TENANT_MAX_WINDOWS];
     struct tenant_gcra_state gcra;
     uint32_t leases_out; /* outstanding leases reserving on this budget */
+    uint32_t keeps_out;  /* of those, kept leases not yet recalled (volatile: not hashed) */
 };
 
 /* The endpoint budget of one link ("ep:E:L"), created by its first lease or debt. */
@@ -87,6 +88,8 @@ struct sup_lease {
     int64_t granted_ms;  /* ledger clock at the grant: window ids of its cells */
     int64_t deadline_ms; /* granted_ms + ttl */
     int64_t periods[SUP_BUDGETS][TENANT_MAX_WINDOWS]; /* cells reserved on, 0 = none */
+    bool keep;                                        /* granted KEEP (durable: from its record) */
+    bool recalled; /* a RECALL was queued for it (volatile: a restart may queue another) */
 };
 
 struct sup_expiry {
@@ -103,7 +106,7 @@ struct sup_ledger {
     sup_link_allows_fn link_allows;
     void *link_ctx;
     int64_t lease_ttl_ms, margin_ms, pass_ttl_ms, slot_ttl_ms, heartbeat_ms, l_min, l_max, l_keep;
-    int64_t keep_factor;
+    int64_t keep_factor, keep_ttl_ms;
 
     int64_t now_ms; /* high-water mark of recorded times */
     uint64_t epoch;
@@ -125,6 +128,8 @@ struct sup_ledger {
     bool exp_lost;           /* a push failed (no memory): next expiry by scan from then on */
     struct sup_peer **peers; /* max_peers entries, in order of first HELLO */
     uint32_t max_peers, peer_count;
+    uint64_t recall_q[SUP_RECALL_QUEUE]; /* lease ids to push a RECALL for (a ring) */
+    uint32_t recall_head, recall_len;
 
     struct sup_ledger_stats stats;
 };
@@ -179,6 +184,11 @@ void sup__path_note(sup_ledger *l, struct sup_path *p, struct sup_lease *lease);
 /** Reserves lease->n on every budget of `p` at lease->granted_ms (cells roll first), noting the
  *  cells in lease->periods and counting the lease on each budget. */
 int sup__path_reserve(sup_ledger *l, struct sup_path *p, struct sup_lease *lease);
+/** Uncounts kept `lease` from the kept leases of its budgets (it is being recalled). */
+void sup__lease_keep_drop(sup_ledger *l, const struct sup_lease *lease);
+/** Queues RECALLs for the kept leases on every budget of path (endpoint, link) that is no
+ *  longer plentiful at eval_ms (live only, after an ACQUIRE is answered; never in replay). */
+void sup__recall_check(sup_ledger *l, const char *endpoint, const char *link, int64_t eval_ms);
 /** Uncounts `lease` from its budgets and credits `credit` on the cells it reserved, where their
  *  window has not rolled over. */
 void sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int64_t credit);

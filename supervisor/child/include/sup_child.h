@@ -153,6 +153,7 @@ struct sup_child_stats {
     uint64_t admits, degraded, refused, unavailable, waits, acquires, grants, denies, returns;
     uint64_t retransmits, messages, writes, resumed, leases_spent, prefetches;
     uint64_t recalls;         /* sup_child_recall calls */
+    uint64_t lease_recalls;   /* leases retired by a RECALL from the supervisor */
     uint64_t grants_no_room;  /* grants the link's table had no room for, handed back */
     uint64_t grants_stranded; /* of those, left to expire (no request slot for the RETURN) */
     uint32_t links, live_leases, inflight;
@@ -205,8 +206,9 @@ TALLY_MUST_CHECK int sup_child_slot_release(sup_child *c, const char *link, int6
  *  when nothing is due. */
 TALLY_MUST_CHECK int sup_child_next_message(sup_child *c, struct sup_time now,
                                             struct proto_lease_msg *out /* OUT */);
-/** Handles a decoded reply `m` (borrowed). Replies for another child or incarnation, and
- *  duplicates, are ignored. *ev tells what changed. TALLY_OK, or TALLY_EPROTO for a request type.
+/** Handles a decoded reply or RECALL `m` (borrowed). Messages for another child or incarnation,
+ *  and duplicates, are ignored. *ev tells what changed. TALLY_OK, or TALLY_EPROTO for a request
+ * type.
  */
 TALLY_MUST_CHECK int sup_child_on_message(sup_child *c, struct sup_time now,
                                           const struct proto_lease_msg *m,
