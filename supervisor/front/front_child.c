@@ -509,7 +509,8 @@ front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame 
     fc = front_child_find(f, tenant, m.origin.child);
     if (fc == NULL || fc->child == NULL)
         return; /* an earlier incarnation's answer: its leases expire as spent */
-    front_obs_lease_answered(f, fc, m.origin.seq);
+    if (m.type != PROTO_LEASE_RECALL) /* its seq names a lease, not a request */
+        front_obs_lease_answered(f, fc, m.origin.seq);
     memset(&ev, 0, sizeof(ev));
     if (sup_child_on_message(fc->child, front_now(), &m, &ev) == TALLY_OK)
         on_event(fc, &ev);

@@ -190,7 +190,8 @@ on_conn_frame(proto_conn *c, const struct proto_frame *f, void *data)
     if (p->start_failed)
         start_failed(p->m, p, false);
     p->last_used_ms = uv_now(p->m->loop);
-    if (p->in_flight > 0)
+    /* A RECALL is pushed by the supervisor, not an answer to a frame sent. */
+    if (p->in_flight > 0 && f->type != PROTO_LEASE_RECALL)
         p->in_flight--;
     if (p->m->cbs.on_frame != NULL && !p->m->closing)
         p->m->cbs.on_frame(p->m->data, p->tenant, f);

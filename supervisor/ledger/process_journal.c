@@ -100,6 +100,22 @@ sp_maybe_compact(struct sp *s)
     tally_free(snap.v);
 }
 
+/* The RECALLs this turn's decisions queued (a budget ran short under kept leases), after the
+ * replies: one may name a lease granted in this very turn. They change nothing durable, so
+ * one lost (a full channel, a closed one) only lets its lease live to its deadline. */
+static void
+send_recalls(struct sp *s)
+{
+    struct proto_lease_msg m;
+    uint8_t frame[PROTO_LEASE_FRAME_MAX];
+
+    while (sup_ledger_next_recall(s->ledger, &m) == TALLY_OK) {
+        size_t len = 0;
+        if (s->conn != NULL && proto_lease_encode(&m, 0, frame, sizeof(frame), &len) == TALLY_OK)
+            (void)proto_conn_send(s->conn, frame, len);
+    }
+}
+
 /* Commits the turn's records, then writes its replies. */
 void
 sp_flush(struct sp *s)
@@ -126,6 +142,7 @@ sp_flush(struct sp *s)
     if (s->out_len > 0 && s->conn != NULL)
         (void)proto_conn_send(s->conn, s->out, s->out_len);
     s->out_len = 0;
+    send_recalls(s);
     sp_maybe_compact(s);
 }
 
