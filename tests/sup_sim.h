@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sup_child.h"
+#include "sup_child_host.h"
 #include "sup_lease.h"
 
 #define SIM_MAX_CHILDREN 6

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sup_child.h"
+#include "sup_child_host.h"
 
 #define LINK_A "lnk_000000000000000a"
 #define LINK_B "lnk_000000000000000b"

@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "store_snapshot.h"
-#include "sup_child.h"
 #include "sup_child_codec.h"
+#include "sup_child_host.h"
 #include "sup_journal_codec.h"
 #include "sup_lease.h"
 #include "test_daemon.h"

@@ -368,12 +368,15 @@ test_descriptors_stay_bounded(void **state)
 
 /* ---- the loop thread never blocks ---- */
 
-#define WINDOW_MS    1500
-#define WINDOWS      3 /* of each kind */
-#define NEW_PER_SEC  100
-#define NEWCOMERS    (WINDOWS * NEW_PER_SEC * WINDOW_MS / 1000 + 50)
-#define MAX_SAMPLES  100000
-#define P99_FLOOR_US 5000
+#define WINDOW_MS   1500
+#define WINDOWS     3 /* of each kind */
+#define NEW_PER_SEC 100
+#define NEWCOMERS   (WINDOWS * NEW_PER_SEC * WINDOW_MS / 1000 + 50)
+#define MAX_SAMPLES 100000
+/* A hot p99 under this counts as unaffected: on two cores under ASan, 100 supervisors a second
+ * starting beside the hot tenant take CPU from it (a few ms of p99), while a loop that waits
+ * for a spawn or a file shows hundreds of ms. */
+#define P99_FLOOR_US 10000
 #define WARM         8 /* tenants whose new endpoints are the newcomers (64 children each at most) */
 
 struct hot {

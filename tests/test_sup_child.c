@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "sup_child.h"
+#include "sup_child_host.h"
 #include "sup_child_int.h"
 #include "sup_sim_cx.h"
 #include "test_alloc.h"

@@ -17,7 +17,7 @@
 
 #include <string.h>
 
-#include "sup_child.h"
+#include "sup_child_host.h"
 #include "sup_sim_cx.h"
 #include "test_support.h"
 

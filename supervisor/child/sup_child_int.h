@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sup_child.h"
+#include "sup_child_host.h"
 #include "tenant_index.h"
 
 #define CHILD_LEASES         4  /* per link: in use, prefetched, and being reported */

@@ -7,7 +7,7 @@
 #define FRONT_HTTP_H
 
 #include "proto_http.h"
-#include "sup_front.h"
+#include "sup_front_service.h"
 #include "sup_sock.h"
 
 enum sup_http_route { ROUTE_HEALTHZ = 1, ROUTE_CHECK, ROUTE_RELEASE, ROUTE_METRICS };

@@ -15,7 +15,7 @@
 
 #include "proto_client.h"
 #include "store_snapshot.h"
-#include "sup_front.h"
+#include "sup_front_service.h"
 
 /* Lease requests whose answer is awaited, by (child, seq) hash. A request whose
  * slot is taken by another before its answer simply goes unmeasured. */

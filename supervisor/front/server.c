@@ -11,7 +11,7 @@
 #include "proto_http.h"
 #include "store.h"
 #include "store_paths.h"
-#include "sup_front.h"
+#include "sup_front_service.h"
 #include "sup_sock.h"
 #include "tally_log.h"
 #include "tenant.h"

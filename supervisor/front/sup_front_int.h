@@ -20,8 +20,8 @@
 
 #include "proto_lease.h"
 #include "store_snapshot.h"
-#include "sup_child.h"
-#include "sup_front.h"
+#include "sup_child_host.h"
+#include "sup_front_service.h"
 #include "tenant_index.h"
 
 #include "front_obs.h"

@@ -19,7 +19,7 @@
 #include <uv.h>
 
 #include "proto_frame.h"
-#include "sup_front.h" /* struct sup_manager_stats */
+#include "sup_front_service.h" /* struct sup_manager_stats */
 
 typedef struct sup_manager sup_manager;
 

@@ -10,7 +10,7 @@
 #ifndef SUP_SOCK_H
 #define SUP_SOCK_H
 
-#include "sup_front.h"
+#include "sup_front_service.h"
 
 #define SUP_SOCK_MAX_INFLIGHT 128
 /* Connections open at once, Unix and TCP together, unless set otherwise. */

@@ -2,30 +2,8 @@
  * sup_child: the child counter for one (tenant, endpoint), a pure state machine
  * (docs/LEASE-PROTOCOL.md §3 "Child admit path", docs/LEASE-PROTOCOL.md). It holds leases per link
  * and admits locally from them: the hot path sup_child_admit does no I/O, reads no clock and
- * allocates nothing once the link is known. Everything else is an intent the caller carries out:
- *   messages: sup_child_next_message() until TALLY_ENOTFOUND; encode and send each one;
- *   timers:   arm one timer at sup_child_next_wake_ms() (monotonic) and call sup_child_tick();
- *   writes:   sup_child_next_persist() until TALLY_ENOTFOUND; write each to the child's SQLite
- *             file (PUT = upsert by lease id, DELETE), then report it with sup_child_persisted();
- *   replies:  sup_child_on_message() for every decoded reply; its event says which parked
- *             requests to re-run.
- * A request that gets SUP_ADMIT_WAIT is parked by the caller and re-run with sup_child_admit
- * when an event names its link (or after sup_child_persisted), or at give_up_ms with
- * SUP_ADMIT_GIVE_UP, which decides it as if the supervisor were unreachable.
- *
- * Start: open with a fresh incarnation (the caller persists a counter and adds one per start),
- * then sup_child_resume() each stored lease row before anything else: a row whose deadline is
- * still ahead is resumed with used := its persisted mark (strict: nothing admitted before the
- * crash is admitted twice), the others are deleted. Shutdown: sup_child_shutdown(), then drain
- * messages (RETURNs) and writes.
- *
- * Strict mode (persist_marks): the child admits on a lease only up to a mark `reserved_upto` that
- * is durable; it asks for the next mark ahead of need, in chunks, and a lease it reports back is
- * deleted durably first, so a lease can never be both credited and resumed. A lease of at most
- * mark_chunk_min tokens gets no row: it is used at once and, after a crash, left to expire as
- * spent (the supervisor's journal, not the child's file, is what keeps a grant from being
- * handed out twice; the row only lets a restart resume what it held).
- *
+ * allocates nothing once the link is known. What the child asks of its host (messages, timers,
+ * file writes, replies, start and shutdown) is in sup_child_host.h.
  * Header-wide rules: a handle belongs to one thread. Times come in a struct sup_time: mono_ms
  * (the host's monotonic clock, which survives a process restart on the same boot) for deadlines
  * and durations, wall_ms for degraded windows and persisted deadlines. Strings passed in are
@@ -128,38 +106,6 @@ struct sup_child_event {
     int64_t retry_after_ms;
 };
 
-/* A lease row of the child's own file (written by the caller, never read on the hot path; on disk
- * encoded by sup_child_codec.h, never as this struct's bytes). */
-struct sup_child_lease_rec {
-    uint64_t lease_id;
-    uint64_t incarnation;
-    char link[PROTO_LEASE_LINK_BUF];
-    int64_t n;
-    int64_t mark;             /* reserved_upto: admissions never pass it before it is durable */
-    int64_t ttl_ms;           /* as granted */
-    int64_t sent_mono_ms;     /* when the ACQUIRE was first sent (monotonic) */
-    int64_t deadline_mono_ms; /* sent_mono_ms + ttl - ceil(ttl * epsilon) - 1 */
-    int64_t deadline_wall_ms; /* the same instant on the wall clock */
-};
-
-enum sup_persist_op { SUP_PERSIST_PUT = 1, SUP_PERSIST_DELETE = 2 };
-
-struct sup_child_persist {
-    enum sup_persist_op op;
-    struct sup_child_lease_rec rec; /* DELETE: lease_id only */
-};
-
-struct sup_child_stats {
-    uint64_t admits, degraded, refused, unavailable, waits, acquires, grants, denies, returns;
-    uint64_t retransmits, messages, writes, resumed, leases_spent, prefetches;
-    uint64_t recalls;         /* sup_child_recall calls */
-    uint64_t lease_recalls;   /* leases retired by a RECALL from the supervisor */
-    uint64_t grants_no_room;  /* grants the link's table had no room for, handed back */
-    uint64_t grants_stranded; /* of those, left to expire (no request slot for the RETURN) */
-    uint32_t links, live_leases, inflight;
-    bool reachable;
-};
-
 /** Opens a child counter for `cfg` (borrowed, copied). *out is owned by the caller, release with
  *  sup_child_close(). TALLY_OK, TALLY_EINVAL/TALLY_ECONFIG, TALLY_ENOMEM. */
 TALLY_MUST_CHECK int sup_child_open(const struct sup_child_config *cfg, sup_child **out /* OUT */);
@@ -168,14 +114,14 @@ TALLY_MUST_CHECK int sup_child_open(const struct sup_child_config *cfg, sup_chil
  *  TALLY_OK; TALLY_EINVAL (another endpoint) or TALLY_ECONFIG (bad degraded limits), and then
  *  nothing changed. */
 TALLY_MUST_CHECK int sup_child_set_policy(sup_child *c, const struct tenant_endpoint *policy);
-/** Drops every cached refusal: the configuration changed (a raised limit), so the next
- *  request of each refused link asks the supervisor again. */
 /** Stops using every lease the child holds or has asked for, at once: live leases are
  *  retired (reported as usual, so the supervisor credits what is unused), and a grant that
  *  answers a request sent before this call is handed back unused when it arrives. Cached
  *  refusals are forgotten. For a configuration change: no lease sized under an old limit
  *  admits anything after the change. The caller pumps the child afterwards. */
 void sup_child_recall(sup_child *c, struct sup_time now);
+/** Drops every cached refusal: the configuration changed (a raised limit), so the next
+ *  request of each refused link asks the supervisor again. */
 void sup_child_forget_refusals(sup_child *c);
 /** Frees the child; NULL is a no-op. Leases still held are left to expire as spent. */
 void sup_child_close(sup_child *c);
@@ -201,56 +147,5 @@ void sup_child_slot_cancel(sup_child *c, uint64_t op);
  *  TALLY_OK, TALLY_EFULL, TALLY_EINVAL. */
 TALLY_MUST_CHECK int sup_child_slot_release(sup_child *c, const char *link, int64_t slot_id,
                                             struct sup_time now);
-
-/** Next message to send at `now`, into *out (owned by the caller). TALLY_OK, or TALLY_ENOTFOUND
- *  when nothing is due. */
-TALLY_MUST_CHECK int sup_child_next_message(sup_child *c, struct sup_time now,
-                                            struct proto_lease_msg *out /* OUT */);
-/** Handles a decoded reply or RECALL `m` (borrowed). Messages for another child or incarnation,
- *  and duplicates, are ignored. *ev tells what changed. TALLY_OK, or TALLY_EPROTO for a request
- * type.
- */
-TALLY_MUST_CHECK int sup_child_on_message(sup_child *c, struct sup_time now,
-                                          const struct proto_lease_msg *m,
-                                          struct sup_child_event *ev /* OUT */);
-/** Runs the timers due at `now`: lease expiry, idle returns, prefetch by age, heartbeats. */
-void sup_child_tick(sup_child *c, struct sup_time now);
-/** Monotonic instant of the next timer (INT64_MAX when none; 0 when a message or a write can
- *  be pulled right now). */
-int64_t sup_child_next_wake_ms(const sup_child *c);
-/** The caller's view of the connection: false makes the supervisor unreachable at once. */
-void sup_child_set_connected(sup_child *c, bool connected, struct sup_time now);
-/** Monotonic instant of the last reply from the supervisor (very negative when none yet). */
-int64_t sup_child_last_reply_ms(const sup_child *c);
-/** True iff the supervisor counts as reachable at `now`. */
-bool sup_child_reachable(const sup_child *c, struct sup_time now);
-
-/** Next row write, into *out. TALLY_OK or TALLY_ENOTFOUND. */
-TALLY_MUST_CHECK int sup_child_next_persist(sup_child *c, struct sup_child_persist *out /* OUT */);
-/** Reports that write `p` (borrowed) is durable; *ev (may be NULL) names a link whose parked
- *  requests may now proceed. */
-void sup_child_persisted(sup_child *c, const struct sup_child_persist *p,
-                         struct sup_child_event *ev /* OUT */);
-/** Resumes a stored row at start (before the first message). TALLY_OK whether it was resumed or
- *  scheduled for deletion; TALLY_EINVAL for a malformed row. */
-TALLY_MUST_CHECK int sup_child_resume(sup_child *c, const struct sup_child_lease_rec *rec,
-                                      struct sup_time now);
-/** Stops using every lease and queues their RETURNs. */
-void sup_child_shutdown(sup_child *c, struct sup_time now);
-
-void sup_child_stats(const sup_child *c, struct sup_time now,
-                     struct sup_child_stats *out /* OUT */);
-
-/* A lease as the simulation sees it (the suites only: child_visit.c, linked through
- * tally_child_internal). */
-struct sup_child_lease_info {
-    const char *link; /* borrowed, valid during the callback */
-    uint64_t lease_id;
-    int64_t n, used, mark, deadline_mono_ms;
-    bool live, foreign, pass;
-};
-/** Calls cb for every lease the child holds (live or waiting to be reported). */
-int sup_child_each_lease(const sup_child *c,
-                         int (*cb)(void *ctx, const struct sup_child_lease_info *l), void *ctx);
 
 #endif /* SUP_CHILD_H */

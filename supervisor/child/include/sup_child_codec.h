@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sup_child.h"
+#include "sup_child_host.h"
 
 #define SUP_CHILD_REC_FORMAT      2  /* the leading byte of a row written today */
 #define SUP_CHILD_REC_V1_SIZE     88 /* sizeof(struct sup_child_lease_rec) in tally 0.1.0 */
