@@ -1,6 +1,6 @@
 /*
  * proto_lease: the lease channel between child counters and their tenant's supervisor
- * (LEASES.md §3, docs/LEASE-PROTOCOL.md). Each message is one proto_frame whose type is one of
+ * (docs/LEASE-PROTOCOL.md). Each message is one proto_frame whose type is one of
  * enum proto_lease_type (1..31; the client protocol uses the codes above) and whose payload is
  * the big-endian encoding below. Frame flags are reserved (0) and the frame's request id is free
  * for the transport: matching uses the origin.

@@ -349,7 +349,7 @@ static int
 spawn(sup_manager *m, struct sup_proc *p)
 {
     static const struct proto_conn_cbs conn_cbs = {on_conn_frame, on_conn_close};
-    char idle[32], sync_ms[32], compact[32];
+    struct sup_manager_optbuf ob;
     char *args[16];
     int n;
     uv_stdio_container_t stdio[4];
@@ -378,29 +378,10 @@ spawn(sup_manager *m, struct sup_proc *p)
             return rc;
     }
     p->forked = false;
-    snprintf(idle, sizeof(idle), "%lld", (long long)m->cfg.idle_exit_ms);
     args[0] = m->exe;
     args[1] = "--supervise";
     args[2] = p->tenant;
-    args[3] = "--data";
-    args[4] = m->data_dir;
-    args[5] = "--durability";
-    args[6] = m->durability;
-    args[7] = "--idle-exit-ms";
-    args[8] = idle;
-    args[9] = "--log-level"; /* the supervisor logs at tallyd's level */
-    args[10] = (char *)tally_log_level_name(tally_log_get_level());
-    n = 11;
-    if (m->cfg.batch_sync_ms > 0) {
-        snprintf(sync_ms, sizeof(sync_ms), "%lld", (long long)m->cfg.batch_sync_ms);
-        args[n++] = "--batch-sync-ms";
-        args[n++] = sync_ms;
-    }
-    if (m->cfg.journal_compact_rows > 0) {
-        snprintf(compact, sizeof(compact), "%llu", (unsigned long long)m->cfg.journal_compact_rows);
-        args[n++] = "--journal-compact-rows";
-        args[n++] = compact;
-    }
+    n = 3 + sup__manager_options(m, args + 3, &ob);
     args[n] = NULL;
     memset(stdio, 0, sizeof(stdio));
     stdio[0].flags = UV_IGNORE;

@@ -172,10 +172,38 @@ on_readable(uv_poll_t *h, int status, int events)
 }
 
 int
+sup__manager_options(const sup_manager *m, char **args, struct sup_manager_optbuf *b)
+{
+    int n = 0;
+
+    snprintf(b->idle, sizeof(b->idle), "%lld", (long long)m->cfg.idle_exit_ms);
+    args[n++] = "--data";
+    args[n++] = (char *)m->data_dir;
+    args[n++] = "--durability";
+    args[n++] = (char *)m->durability;
+    args[n++] = "--idle-exit-ms";
+    args[n++] = b->idle;
+    args[n++] = "--log-level"; /* the supervisor logs at tallyd's level */
+    args[n++] = (char *)tally_log_level_name(tally_log_get_level());
+    if (m->cfg.batch_sync_ms > 0) {
+        snprintf(b->sync_ms, sizeof(b->sync_ms), "%lld", (long long)m->cfg.batch_sync_ms);
+        args[n++] = "--batch-sync-ms";
+        args[n++] = b->sync_ms;
+    }
+    if (m->cfg.journal_compact_rows > 0) {
+        snprintf(b->compact, sizeof(b->compact), "%llu",
+                 (unsigned long long)m->cfg.journal_compact_rows);
+        args[n++] = "--journal-compact-rows";
+        args[n++] = b->compact;
+    }
+    return n;
+}
+
+int
 sup__fork_open(sup_manager *m)
 {
     struct sup_forker *f = &m->forker;
-    char idle[32], sync_ms[32], compact[32];
+    struct sup_manager_optbuf ob;
     char title[] = TITLE_ROOM;
     char *args[20];
     uv_stdio_container_t stdio[4];
@@ -189,27 +217,9 @@ sup__fork_open(sup_manager *m)
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0)
         return TALLY_EIO;
     (void)fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-    snprintf(idle, sizeof(idle), "%lld", (long long)m->cfg.idle_exit_ms);
     n = 0;
     args[n++] = m->exe;
-    args[n++] = "--data";
-    args[n++] = m->data_dir;
-    args[n++] = "--durability";
-    args[n++] = m->durability;
-    args[n++] = "--idle-exit-ms";
-    args[n++] = idle;
-    args[n++] = "--log-level";
-    args[n++] = (char *)tally_log_level_name(tally_log_get_level());
-    if (m->cfg.batch_sync_ms > 0) {
-        snprintf(sync_ms, sizeof(sync_ms), "%lld", (long long)m->cfg.batch_sync_ms);
-        args[n++] = "--batch-sync-ms";
-        args[n++] = sync_ms;
-    }
-    if (m->cfg.journal_compact_rows > 0) {
-        snprintf(compact, sizeof(compact), "%llu", (unsigned long long)m->cfg.journal_compact_rows);
-        args[n++] = "--journal-compact-rows";
-        args[n++] = compact;
-    }
+    n += sup__manager_options(m, args + n, &ob);
     args[n++] = "--fork-server"; /* last: the children's titles overwrite it and the room */
     args[n++] = title;
     args[n] = NULL;

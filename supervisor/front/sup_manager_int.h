@@ -111,6 +111,15 @@ int sup__fork_start(sup_manager *m, struct sup_proc *p, int fd);
 void sup__fork_close(sup_manager *m);
 bool sup__fork_release(sup_manager *m);
 
+/* The strings sup__manager_options writes into. */
+struct sup_manager_optbuf {
+    char idle[32], sync_ms[32], compact[32];
+};
+/** The options every supervisor runs with (data dir, durability, idle exit, log level, batch
+ *  sync, compaction), into args (room for 12); returns how many. For uv_spawn of
+ *  `tallyd --supervise T` and for the fork server, which passes them on. */
+int sup__manager_options(const sup_manager *m, char **args, struct sup_manager_optbuf *b);
+
 /* One line per start, restart, exit and hibernation (tally_log.h). */
 void sup__manager_log_start(const struct sup_proc *p, bool restart);
 void sup__manager_log_ready(const struct sup_proc *p, uint64_t start_us);

@@ -1,5 +1,5 @@
 /*
- * sup_lease: the supervisor's lease ledger for one tenant (LEASES.md §3, docs/LEASE-PROTOCOL.md),
+ * sup_lease: the supervisor's lease ledger for one tenant (docs/LEASE-PROTOCOL.md),
  * a pure state machine. It is fed decoded lease messages (proto_lease.h) with the time, and
  * answers each with exactly one reply plus the journal records that express every state change.
  * It never reads a clock, never does I/O and allocates only at setup or when a new link, child or
