@@ -3,10 +3,10 @@
  * first and nothing else until WELCOME, a request waits for its ACQUIRE and is admitted from the
  * GRANT, the deadline is measured from the first send and shortened by epsilon, the watermark
  * prefetch keeps a steady stream from ever waiting, DENYs are cached (by cost) until their
- * Retry-After, retransmissions keep their seq and duplicated replies are ignored, idle leases go
- * back (a kept one at its deadline), slots (grant, cancel, release), zero allocations over 10,000
- * admissions on the hot path, bad arguments and failed allocations. Durability and degraded mode:
- * test_sup_child_durable.c.
+ * Retry-After, retransmissions keep their seq and duplicated replies are ignored, slots (grant,
+ * cancel, release), zero allocations over 10,000 admissions on the hot path, bad arguments and
+ * failed allocations. Durability and degraded mode: test_sup_child_durable.c; how leases go back
+ * (idle, kept, recalled): test_sup_child_keep.c.
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
@@ -202,215 +202,6 @@ test_child_deny_cached_by_cost(void **state)
     a = cx_admit(&x, LINK_A, 1, 0);
     assert_int_equal(a.verdict, SUP_ADMIT_WAIT);
     assert_int_equal(cx_expect(&x, PROTO_LEASE_ACQUIRE).acquire.need, 1);
-    cx_close(&x);
-}
-
-/* A child whose link LINK_A holds one lease of n tokens (flags as granted) with one used. */
-static uint64_t
-one_lease_used_once(struct cx *x, int64_t n, uint32_t flags)
-{
-    struct proto_lease_msg acq;
-    uint64_t id;
-
-    cx_open(x, false, TENANT_UNAVAIL_CLOSED);
-    cx_welcome(x);
-    (void)cx_admit(x, LINK_A, 1, 0);
-    acq = cx_expect(x, PROTO_LEASE_ACQUIRE);
-    (void)cx_grant(x, &acq, n, 5000, flags, &id);
-    assert_int_equal(cx_admit(x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
-    return id;
-}
-
-/* The next RETURN due now (a heartbeat may go first: traffic was recent). */
-static struct proto_lease_msg
-next_return(struct cx *x)
-{
-    struct proto_lease_msg m;
-
-    do
-        assert_int_equal(sup_child_next_message(x->c, x->now, &m), TALLY_OK);
-    while (m.type != PROTO_LEASE_RETURN);
-    return m;
-}
-
-static void
-test_child_idle_lease_returned(void **state)
-{
-    struct proto_lease_msg ret, r;
-    uint64_t id;
-    struct cx x;
-
-    (void)state;
-    id = one_lease_used_once(&x, 10, 0);
-    assert_int_equal(sup_child_next_wake_ms(x.c) <= x.now.mono_ms + SUP_CHILD_IDLE_MS_DEFAULT,
-                     true);
-    cx_at(&x, SUP_CHILD_IDLE_MS_DEFAULT + 1);
-    sup_child_tick(x.c, x.now);
-    ret = next_return(&x);
-    assert_int_equal(ret.ret.lease_id, id);
-    assert_int_equal(ret.ret.used, 1);
-    cx_reply_to(&ret, &r, PROTO_LEASE_RETURN_ACK);
-    r.return_ack.lease_id = id;
-    r.return_ack.credited = 9;
-    (void)cx_deliver(&x, &r);
-    /* Returned means no longer used. */
-    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
-    cx_close(&x);
-}
-
-/* Messages due now, none of them a RETURN (a heartbeat may go out: traffic was recent). */
-static void
-expect_no_return(struct cx *x)
-{
-    struct proto_lease_msg m;
-
-    while (sup_child_next_message(x->c, x->now, &m) == TALLY_OK)
-        assert_int_not_equal(m.type, PROTO_LEASE_RETURN);
-}
-
-/* A grant flagged KEEP (small, while the budget is plentiful) is not returned after 1 s idle:
- * the link's next request, seconds later, is decided from it with no message; it goes back at
- * its deadline with what it used. */
-static void
-test_child_kept_lease_lives_to_deadline(void **state)
-{
-    struct proto_lease_msg ret;
-    uint64_t id;
-    struct cx x;
-
-    (void)state;
-    id = one_lease_used_once(&x, 4, PROTO_LEASE_GRANT_KEEP);
-    cx_at(&x, SUP_CHILD_IDLE_MS_DEFAULT + 1);
-    sup_child_tick(x.c, x.now);
-    expect_no_return(&x);
-    cx_at(&x, 3000);
-    sup_child_tick(x.c, x.now);
-    expect_no_return(&x);
-    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
-    expect_no_return(&x);
-    /* The deadline: 5000 - 2 % - 1 ms after the first send. */
-    assert_true(sup_child_next_wake_ms(x.c) <= 5000 - 100 - 1 + 5000);
-    cx_at(&x, 5000 - 100 - 1);
-    sup_child_tick(x.c, x.now);
-    ret = next_return(&x);
-    assert_int_equal(ret.ret.lease_id, id);
-    assert_int_equal(ret.ret.used, 2);
-    cx_close(&x);
-}
-
-/* A RECALL as the supervisor pushes it: to this child's incarnation `inc`, naming lease `id`. */
-static struct sup_child_event
-recall(struct cx *x, uint64_t inc, uint64_t id)
-{
-    struct proto_lease_msg m;
-
-    memset(&m, 0, sizeof(m));
-    m.type = PROTO_LEASE_RECALL;
-    strcpy(m.origin.child, "search");
-    m.origin.incarnation = inc;
-    m.origin.seq = id;
-    strcpy(m.recall.endpoint, "search");
-    strcpy(m.recall.link, LINK_A);
-    m.recall.lease_id = id;
-    assert_int_equal(proto_lease_validate(&m), TALLY_OK);
-    return cx_deliver(x, &m);
-}
-
-/* A RECALL retires a kept lease at once: it is reported with what it used (so the supervisor
- * credits the rest) and admits nothing more. One for another incarnation, or a duplicate,
- * changes nothing. */
-static void
-test_child_recall_retires_kept_lease(void **state)
-{
-    struct proto_lease_msg ret, acq;
-    struct sup_child_event ev;
-    struct sup_child_stats st;
-    uint64_t id;
-    struct cx x;
-
-    (void)state;
-    id = one_lease_used_once(&x, 4, PROTO_LEASE_GRANT_KEEP);
-    cx_at(&x, 100);
-    (void)recall(&x, 6, id); /* an older incarnation's: ignored */
-    expect_no_return(&x);
-    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
-    ev = recall(&x, 7, id);
-    assert_int_equal(ev.kind, SUP_EV_LINK);
-    assert_string_equal(ev.link, LINK_A);
-    ret = next_return(&x);
-    assert_int_equal(ret.ret.lease_id, id);
-    assert_int_equal(ret.ret.used, 2);
-    (void)recall(&x, 7, id); /* a duplicate: nothing more */
-    expect_no_return(&x);
-    sup_child_stats(x.c, x.now, &st);
-    assert_int_equal(st.lease_recalls, 1);
-    /* The link asks again for its next request. */
-    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
-    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
-    assert_int_equal(acq.acquire.need, 1);
-    cx_close(&x);
-
-    /* A RECALL that overtakes its GRANT: the lease is reported unused as soon as it arrives. */
-    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
-    cx_welcome(&x);
-    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
-    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
-    (void)recall(&x, 7, x.next_lease + 1);
-    (void)cx_grant(&x, &acq, 4, 5000, PROTO_LEASE_GRANT_KEEP, &id);
-    ret = next_return(&x);
-    assert_int_equal(ret.ret.lease_id, id);
-    assert_int_equal(ret.ret.used, 0);
-    assert_int_not_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
-    cx_close(&x);
-}
-
-/* A long kept lease is renewed by the first request after 0.6 of its TTL (a prefetch off the
- * request's path), not by a request that finds it expired. */
-static void
-test_child_long_lease_renewed_on_use_when_old(void **state)
-{
-    struct proto_lease_msg acq, m;
-    struct sup_admit a;
-    struct cx x;
-
-    (void)state;
-    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
-    cx_welcome(&x);
-    (void)cx_admit(&x, LINK_A, 1, 0);
-    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
-    (void)cx_grant(&x, &acq, 8, 60000, PROTO_LEASE_GRANT_KEEP, NULL);
-    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
-    /* Quiet for 30 s: still young, the next request is local and asks nothing. */
-    cx_at(&x, 30000);
-    sup_child_tick(x.c, x.now);
-    expect_no_return(&x);
-    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
-    while (sup_child_next_message(x.c, x.now, &m) == TALLY_OK)
-        assert_int_not_equal(m.type, PROTO_LEASE_ACQUIRE);
-    /* 40 s: past 0.6 of 60 s. Admitted locally, and a renewal goes out behind it. */
-    cx_at(&x, 40000);
-    sup_child_tick(x.c, x.now);
-    a = cx_admit(&x, LINK_A, 1, 0);
-    assert_int_equal(a.verdict, SUP_ADMIT_OK);
-    do
-        assert_int_equal(sup_child_next_message(x.c, x.now, &m), TALLY_OK);
-    while (m.type != PROTO_LEASE_ACQUIRE);
-    assert_int_equal(m.acquire.need, 0);
-    cx_close(&x);
-
-    /* One that ends at its window's end (EDGE) is not renewed by age: a renewal could not go
-     * past that end either. */
-    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
-    cx_welcome(&x);
-    (void)cx_admit(&x, LINK_A, 1, 0);
-    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
-    (void)cx_grant(&x, &acq, 8, 60000, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE, NULL);
-    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
-    cx_at(&x, 40000);
-    sup_child_tick(x.c, x.now);
-    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
-    while (sup_child_next_message(x.c, x.now, &m) == TALLY_OK)
-        assert_int_not_equal(m.type, PROTO_LEASE_ACQUIRE);
     cx_close(&x);
 }
 
@@ -709,10 +500,6 @@ main(void)
         cmocka_unit_test(test_child_deadline_from_first_send),
         cmocka_unit_test(test_child_watermark_prefetch_never_waits),
         cmocka_unit_test(test_child_deny_cached_by_cost),
-        cmocka_unit_test(test_child_idle_lease_returned),
-        cmocka_unit_test(test_child_kept_lease_lives_to_deadline),
-        cmocka_unit_test(test_child_recall_retires_kept_lease),
-        cmocka_unit_test(test_child_long_lease_renewed_on_use_when_old),
         cmocka_unit_test(test_child_live_leases_bounded),
         cmocka_unit_test(test_child_slots),
         cmocka_unit_test(test_child_hot_path_allocates_nothing),

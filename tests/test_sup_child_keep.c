@@ -1,0 +1,285 @@
+/*
+ * How a child counter's leases go back (sup_child.h, sup_child_host.h): an idle lease after 1 s,
+ * a kept one at its deadline, one recalled by the supervisor (RECALL) at once, every one on a
+ * configuration change (sup_child_recall), and a long kept lease renewed in the background once
+ * it is old.
+ */
+/* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
+/* clang-format off */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+/* clang-format on */
+
+#include <stdio.h>
+#include <string.h>
+
+#include "sup_child_host.h"
+#include "sup_child_int.h"
+#include "sup_sim_cx.h"
+#include "test_support.h"
+
+static int
+group_setup(void **state)
+{
+    (void)state;
+    (void)test_seed();
+    return 0;
+}
+
+/* A child whose link LINK_A holds one lease of n tokens (flags as granted) with one used. */
+static uint64_t
+one_lease_used_once(struct cx *x, int64_t n, uint32_t flags)
+{
+    struct proto_lease_msg acq;
+    uint64_t id;
+
+    cx_open(x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(x);
+    (void)cx_admit(x, LINK_A, 1, 0);
+    acq = cx_expect(x, PROTO_LEASE_ACQUIRE);
+    (void)cx_grant(x, &acq, n, 5000, flags, &id);
+    assert_int_equal(cx_admit(x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    return id;
+}
+
+/* The next RETURN due now (a heartbeat may go first: traffic was recent). */
+static struct proto_lease_msg
+next_return(struct cx *x)
+{
+    struct proto_lease_msg m;
+
+    do
+        assert_int_equal(sup_child_next_message(x->c, x->now, &m), TALLY_OK);
+    while (m.type != PROTO_LEASE_RETURN);
+    return m;
+}
+
+static void
+test_child_idle_lease_returned(void **state)
+{
+    struct proto_lease_msg ret, r;
+    uint64_t id;
+    struct cx x;
+
+    (void)state;
+    id = one_lease_used_once(&x, 10, 0);
+    assert_int_equal(sup_child_next_wake_ms(x.c) <= x.now.mono_ms + SUP_CHILD_IDLE_MS_DEFAULT,
+                     true);
+    cx_at(&x, SUP_CHILD_IDLE_MS_DEFAULT + 1);
+    sup_child_tick(x.c, x.now);
+    ret = next_return(&x);
+    assert_int_equal(ret.ret.lease_id, id);
+    assert_int_equal(ret.ret.used, 1);
+    cx_reply_to(&ret, &r, PROTO_LEASE_RETURN_ACK);
+    r.return_ack.lease_id = id;
+    r.return_ack.credited = 9;
+    (void)cx_deliver(&x, &r);
+    /* Returned means no longer used. */
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+    cx_close(&x);
+}
+
+/* Messages due now, none of them a RETURN (a heartbeat may go out: traffic was recent). */
+static void
+expect_no_return(struct cx *x)
+{
+    struct proto_lease_msg m;
+
+    while (sup_child_next_message(x->c, x->now, &m) == TALLY_OK)
+        assert_int_not_equal(m.type, PROTO_LEASE_RETURN);
+}
+
+/* A grant flagged KEEP (small, while the budget is plentiful) is not returned after 1 s idle:
+ * the link's next request, seconds later, is decided from it with no message; it goes back at
+ * its deadline with what it used. */
+static void
+test_child_kept_lease_lives_to_deadline(void **state)
+{
+    struct proto_lease_msg ret;
+    uint64_t id;
+    struct cx x;
+
+    (void)state;
+    id = one_lease_used_once(&x, 4, PROTO_LEASE_GRANT_KEEP);
+    cx_at(&x, SUP_CHILD_IDLE_MS_DEFAULT + 1);
+    sup_child_tick(x.c, x.now);
+    expect_no_return(&x);
+    cx_at(&x, 3000);
+    sup_child_tick(x.c, x.now);
+    expect_no_return(&x);
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    expect_no_return(&x);
+    /* The deadline: 5000 - 2 % - 1 ms after the first send. */
+    assert_true(sup_child_next_wake_ms(x.c) <= 5000 - 100 - 1 + 5000);
+    cx_at(&x, 5000 - 100 - 1);
+    sup_child_tick(x.c, x.now);
+    ret = next_return(&x);
+    assert_int_equal(ret.ret.lease_id, id);
+    assert_int_equal(ret.ret.used, 2);
+    cx_close(&x);
+}
+
+/* A RECALL as the supervisor pushes it: to this child's incarnation `inc`, naming lease `id`. */
+static struct sup_child_event
+recall(struct cx *x, uint64_t inc, uint64_t id)
+{
+    struct proto_lease_msg m;
+
+    memset(&m, 0, sizeof(m));
+    m.type = PROTO_LEASE_RECALL;
+    strcpy(m.origin.child, "search");
+    m.origin.incarnation = inc;
+    m.origin.seq = id;
+    strcpy(m.recall.endpoint, "search");
+    strcpy(m.recall.link, LINK_A);
+    m.recall.lease_id = id;
+    assert_int_equal(proto_lease_validate(&m), TALLY_OK);
+    return cx_deliver(x, &m);
+}
+
+/* A RECALL retires a kept lease at once: it is reported with what it used (so the supervisor
+ * credits the rest) and admits nothing more. One for another incarnation, or a duplicate,
+ * changes nothing. */
+static void
+test_child_recall_retires_kept_lease(void **state)
+{
+    struct proto_lease_msg ret, acq;
+    struct sup_child_event ev;
+    struct sup_child_stats st;
+    uint64_t id;
+    struct cx x;
+
+    (void)state;
+    id = one_lease_used_once(&x, 4, PROTO_LEASE_GRANT_KEEP);
+    cx_at(&x, 100);
+    (void)recall(&x, 6, id); /* an older incarnation's: ignored */
+    expect_no_return(&x);
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    ev = recall(&x, 7, id);
+    assert_int_equal(ev.kind, SUP_EV_LINK);
+    assert_string_equal(ev.link, LINK_A);
+    ret = next_return(&x);
+    assert_int_equal(ret.ret.lease_id, id);
+    assert_int_equal(ret.ret.used, 2);
+    (void)recall(&x, 7, id); /* a duplicate: nothing more */
+    expect_no_return(&x);
+    sup_child_stats(x.c, x.now, &st);
+    assert_int_equal(st.lease_recalls, 1);
+    /* The link asks again for its next request. */
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    assert_int_equal(acq.acquire.need, 1);
+    cx_close(&x);
+
+    /* A RECALL that overtakes its GRANT: the lease is reported unused as soon as it arrives. */
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(&x);
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    (void)recall(&x, 7, x.next_lease + 1);
+    (void)cx_grant(&x, &acq, 4, 5000, PROTO_LEASE_GRANT_KEEP, &id);
+    ret = next_return(&x);
+    assert_int_equal(ret.ret.lease_id, id);
+    assert_int_equal(ret.ret.used, 0);
+    assert_int_not_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    cx_close(&x);
+}
+
+/* A long kept lease is renewed by the first request after 0.6 of its TTL (a prefetch off the
+ * request's path), not by a request that finds it expired. */
+static void
+test_child_long_lease_renewed_on_use_when_old(void **state)
+{
+    struct proto_lease_msg acq, m;
+    struct sup_admit a;
+    struct cx x;
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(&x);
+    (void)cx_admit(&x, LINK_A, 1, 0);
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    (void)cx_grant(&x, &acq, 8, 60000, PROTO_LEASE_GRANT_KEEP, NULL);
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    /* Quiet for 30 s: still young, the next request is local and asks nothing. */
+    cx_at(&x, 30000);
+    sup_child_tick(x.c, x.now);
+    expect_no_return(&x);
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    while (sup_child_next_message(x.c, x.now, &m) == TALLY_OK)
+        assert_int_not_equal(m.type, PROTO_LEASE_ACQUIRE);
+    /* 40 s: past 0.6 of 60 s. Admitted locally, and a renewal goes out behind it. */
+    cx_at(&x, 40000);
+    sup_child_tick(x.c, x.now);
+    a = cx_admit(&x, LINK_A, 1, 0);
+    assert_int_equal(a.verdict, SUP_ADMIT_OK);
+    do
+        assert_int_equal(sup_child_next_message(x.c, x.now, &m), TALLY_OK);
+    while (m.type != PROTO_LEASE_ACQUIRE);
+    assert_int_equal(m.acquire.need, 0);
+    cx_close(&x);
+
+    /* One that ends at its window's end (EDGE) is not renewed by age: a renewal could not go
+     * past that end either. */
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(&x);
+    (void)cx_admit(&x, LINK_A, 1, 0);
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    (void)cx_grant(&x, &acq, 8, 60000, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE, NULL);
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    cx_at(&x, 40000);
+    sup_child_tick(x.c, x.now);
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    while (sup_child_next_message(x.c, x.now, &m) == TALLY_OK)
+        assert_int_not_equal(m.type, PROTO_LEASE_ACQUIRE);
+    cx_close(&x);
+}
+
+/* A configuration change (sup_child_recall, as tallyd's front calls it on a lowered limit):
+ * the live lease stops admitting at once and is reported with what it used, and a grant that
+ * answers an ACQUIRE sent before the recall is handed back unused when it arrives. */
+static void
+test_child_config_recall_drops_leases_and_late_grants(void **state)
+{
+    struct proto_lease_msg acq, ret;
+    struct sup_child_stats st;
+    uint64_t id, late;
+    struct cx x;
+
+    (void)state;
+    id = one_lease_used_once(&x, 10, 0);
+    sup_child_recall(x.c, x.now);
+    ret = next_return(&x);
+    assert_int_equal(ret.ret.lease_id, id);
+    assert_int_equal(ret.ret.used, 1);
+    /* The next request asks again: nothing is admitted from the old lease. */
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    /* A recall while that ACQUIRE is in flight: its grant, sized before, is never used. */
+    sup_child_recall(x.c, x.now);
+    (void)cx_grant(&x, &acq, 10, 5000, 0, &late);
+    ret = next_return(&x);
+    assert_int_equal(ret.ret.lease_id, late);
+    assert_int_equal(ret.ret.used, 0);
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+    sup_child_stats(x.c, x.now, &st);
+    assert_int_equal(st.recalls, 2);
+    cx_close(&x);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_child_idle_lease_returned),
+        cmocka_unit_test(test_child_kept_lease_lives_to_deadline),
+        cmocka_unit_test(test_child_recall_retires_kept_lease),
+        cmocka_unit_test(test_child_long_lease_renewed_on_use_when_old),
+        cmocka_unit_test(test_child_config_recall_drops_leases_and_late_grants),
+    };
+
+    return cmocka_run_group_tests_name("sup_child_keep", tests, group_setup, NULL);
+}
