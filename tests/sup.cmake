@@ -7,6 +7,9 @@ target_link_libraries(test_proto_lease PRIVATE tally_proto)
 tally_add_test(test_sup_ledger test_sup_ledger.c sup_sim_fx.c LABELS unit)
 target_link_libraries(test_sup_ledger PRIVATE tally_ledger_internal tally_child_internal)
 
+tally_add_test(test_sup_ledger_keep test_sup_ledger_keep.c sup_sim_fx.c LABELS unit)
+target_link_libraries(test_sup_ledger_keep PRIVATE tally_ledger_internal tally_child_internal)
+
 tally_add_test(test_sup_journal test_sup_journal.c sup_sim_fx.c LABELS unit)
 target_link_libraries(test_sup_journal PRIVATE tally_ledger_internal tally_child_internal)
 

@@ -1,11 +1,11 @@
 /*
  * The supervisor's grant rule (sup_lease.h), one behaviour at a time: grant sizing under the
- * scarcity cap, small grants kept while plenty remains, pass-through near exhaustion, refusals
+ * scarcity cap, pass-through near exhaustion, refusals
  * naming their scope with the exact Retry-After or "never", no lease across a window boundary, swap
  * reports crediting once, expiry as spent, a new incarnation closing the old one's leases, degraded
  * debt charged and blocking, GCRA endpoints in pass-through, refused links, a wall clock stepping
  * back, reconfiguration by period. The journal side (duplicates, slots, replay, allocation) is
- * test_sup_journal.c.
+ * test_sup_journal.c; kept leases and RECALL: test_sup_ledger_keep.c.
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
@@ -65,196 +65,6 @@ test_ledger_grant_sizing_and_scarcity_cap(void **state)
     assert_int_equal(fx_plan_cell(&f, 60 * MINUTE).granted, 225);
     /* Lease ids grow. */
     assert_true(r.grant.lease_id > 1);
-    fx_close(&f);
-}
-
-static void
-test_ledger_small_grants_kept_while_plenty(void **state)
-{
-    struct proto_lease_msg r;
-    struct fx f;
-
-    (void)state;
-    fx_open(&f);
-    fx_hello(&f, 0, 1, T0);
-    /* Plenty (600 a minute, one holder): a small ask is raised to l_keep and flagged KEEP. */
-    r = fx_acquire(&f, 0, 1, LINK_A, 1, 1, T0);
-    assert_int_equal(r.type, PROTO_LEASE_GRANT);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT);
-    assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
-    /* Kept to the end of the minute (T0 is 20 s into it), well within SUP_KEEP_TTL_MS_DEFAULT. */
-    assert_int_equal(r.grant.ttl_ms, MINUTE - 20000);
-    /* A prefetch too (need 0). */
-    r = fx_acquire(&f, 0, 1, LINK_B, 2, 0, T0 + 1);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT);
-    assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
-    /* A larger ask (or need) is not small: granted as asked, not kept. */
-    r = fx_acquire(&f, 0, 1, LINK_C, SUP_L_KEEP_DEFAULT + 1, 1, T0 + 2);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT + 1);
-    assert_int_equal(r.grant.flags, 0);
-    r = fx_acquire(&f, 0, 1, LINK_D, SUP_L_KEEP_DEFAULT + 2, SUP_L_KEEP_DEFAULT + 2, T0 + 3);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT + 2);
-    assert_int_equal(r.grant.flags, 0);
-    /* 4 holders now: plenty means at least 16 * 5 * 4 = 320 left of the minute. Take it down
-     * to 330 with one large lease, then below 320. */
-    r = fx_acquire(&f, 0, 1, LINK_A, 600 - 19 - 330, 600 - 19 - 330, T0 + 4);
-    assert_int_equal(r.type, PROTO_LEASE_GRANT);
-    assert_int_equal(600 - fx_plan_cell(&f, MINUTE).granted, 330);
-    r = fx_acquire(&f, 0, 1, LINK_B, 1, 1, T0 + 5); /* 6 holders: needs 384 */
-    assert_int_equal(r.grant.n, 1);
-    assert_int_equal(r.grant.flags, 0);
-    fx_close(&f);
-
-    /* Scarce from the start (a link's own 50 a minute is under 16 * 1 * 4 = 64): as asked. */
-    fx_open(&f);
-    fx_limit(&f.cfg.plan.link_limits, 50, MINUTE);
-    assert_int_equal(sup_ledger_configure(f.l, &f.cfg.plan, f.eps, 3), TALLY_OK);
-    fx_hello(&f, 0, 1, T0);
-    r = fx_acquire(&f, 0, 1, LINK_A, 1, 1, T0);
-    assert_int_equal(r.grant.n, 1);
-    assert_int_equal(r.grant.flags, 0);
-    fx_close(&f);
-
-    /* l_keep < 0: never kept. */
-    fx_config(&f);
-    f.cfg.l_keep = -1;
-    fx_start(&f);
-    fx_hello(&f, 0, 1, T0);
-    r = fx_acquire(&f, 0, 1, LINK_A, 1, 1, T0);
-    assert_int_equal(r.grant.n, 1);
-    assert_int_equal(r.grant.flags, 0);
-    fx_close(&f);
-}
-
-/* An ACQUIRE from `child` on LINK_A at `rate_milli`, asking like a quiet link (want 1). */
-static struct proto_lease_msg
-acquire_at_rate(struct fx *f, int child, const char *link, int64_t rate_milli, int64_t now)
-{
-    struct proto_lease_msg m;
-
-    fx_origin(f, &m, PROTO_LEASE_ACQUIRE, child, 1);
-    strcpy(m.acquire.endpoint, f->eps[child].name);
-    strcpy(m.acquire.link, link);
-    m.acquire.want = 1;
-    m.acquire.need = 1;
-    m.acquire.rate_milli = rate_milli;
-    return fx_send(f, now, &m, NULL);
-}
-
-static void
-test_ledger_kept_lease_sized_to_rate_and_life(void **state)
-{
-    struct proto_lease_msg r;
-    struct fx f;
-
-    (void)state;
-    fx_open(&f);
-    fx_hello(&f, 0, 1, T0);
-    /* A link seen once every 20 s: rate * life = 0.05/s * 40 s = 2, so l_keep, to the minute's
-     * end (40 s away, under the 60 s cap). */
-    r = acquire_at_rate(&f, 0, LINK_A, 50, T0);
-    assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT);
-    assert_int_equal(r.grant.ttl_ms, 40000);
-    /* 0.5/s over 40 s is 20 tokens, but all holders keep at most 1/16 of what remains:
-     * (600 - 4) / 16 / 2 holders = 18. */
-    r = acquire_at_rate(&f, 0, LINK_B, 500, T0);
-    assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
-    assert_int_equal(r.grant.n, 18);
-    assert_int_equal(r.grant.ttl_ms, 40000);
-    /* 0.25/s: 10 tokens, under the cap. */
-    r = acquire_at_rate(&f, 0, LINK_C, 250, T0);
-    assert_int_equal(r.grant.n, 10);
-    /* A busy link whose slow start still asks for 1 (10/s: more than l_keep per T_lease) keeps
-     * l_keep for T_lease only: it would strand rate * life. */
-    r = acquire_at_rate(&f, 0, LINK_D, 10000, T0);
-    assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT);
-    assert_int_equal(r.grant.ttl_ms, SUP_LEASE_TTL_MS_DEFAULT);
-    fx_close(&f);
-
-    /* A shorter cap on the life: the TTL is the cap, the size follows it (0.5/s * 10 s). */
-    fx_config(&f);
-    f.cfg.keep_ttl_ms = 10000;
-    fx_start(&f);
-    fx_hello(&f, 0, 1, T0);
-    r = acquire_at_rate(&f, 0, LINK_A, 500, T0);
-    assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP); /* ends before the window: no EDGE */
-    assert_int_equal(r.grant.ttl_ms, 10000);
-    assert_int_equal(r.grant.n, 5);
-    fx_close(&f);
-
-    /* Only an hour window: the life is the cap, not the hour's end (T0 + 60 s cap). */
-    fx_config(&f);
-    memset(&f.cfg.plan.limits, 0, sizeof(f.cfg.plan.limits));
-    fx_limit(&f.cfg.plan.limits, 36000, 60 * MINUTE);
-    fx_start(&f);
-    fx_hello(&f, 0, 1, T0);
-    r = acquire_at_rate(&f, 0, LINK_A, 0, T0);
-    assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
-    assert_int_equal(r.grant.ttl_ms, SUP_KEEP_TTL_MS_DEFAULT);
-    fx_close(&f);
-}
-
-/* A grant that leaves a budget short recalls the kept leases on it, once each; the holder's
- * report then credits what it did not use. */
-static void
-test_ledger_recall_kept_leases_when_short(void **state)
-{
-    struct proto_lease_msg r, m, rc_msg;
-    struct fx f;
-    uint64_t kept;
-
-    (void)state;
-    fx_open(&f);
-    fx_hello(&f, 0, 1, T0);
-    fx_hello(&f, 1, 1, T0);
-    r = acquire_at_rate(&f, 0, LINK_A, 0, T0);
-    assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
-    kept = r.grant.lease_id;
-    assert_int_equal(sup_ledger_next_recall(f.l, &rc_msg), TALLY_ENOTFOUND);
-    /* Plenty still after a modest grant: 600 - 4 - 100 = 496 >= 16 * 2 * 4. */
-    r = fx_acquire(&f, 1, 1, LINK_B, 100, 100, T0 + 1);
-    assert_int_equal(r.type, PROTO_LEASE_GRANT);
-    assert_int_equal(sup_ledger_next_recall(f.l, &rc_msg), TALLY_ENOTFOUND);
-    /* 496 - 400 = 96 < 16 * 3 * 4: the plan is short, the kept lease is recalled. */
-    r = fx_acquire(&f, 1, 1, LINK_B, 400, 400, T0 + 2);
-    assert_int_equal(r.type, PROTO_LEASE_GRANT);
-    assert_int_equal(sup_ledger_next_recall(f.l, &rc_msg), TALLY_OK);
-    assert_int_equal(rc_msg.type, PROTO_LEASE_RECALL);
-    assert_int_equal(proto_lease_validate(&rc_msg), TALLY_OK);
-    assert_string_equal(rc_msg.origin.child, "search");
-    assert_int_equal(rc_msg.origin.incarnation, 1);
-    assert_int_equal(rc_msg.recall.lease_id, kept);
-    assert_string_equal(rc_msg.recall.link, LINK_A);
-    /* Once: neither the queue nor a later refusal on the same budget repeats it. */
-    assert_int_equal(sup_ledger_next_recall(f.l, &rc_msg), TALLY_ENOTFOUND);
-    r = fx_acquire(&f, 1, 1, LINK_B, 500, 500, T0 + 3);
-    assert_int_equal(r.type, PROTO_LEASE_DENY);
-    assert_int_equal(sup_ledger_next_recall(f.l, &rc_msg), TALLY_ENOTFOUND);
-    /* The holder reports it: 3 of 4 credited. */
-    fx_origin(&f, &m, PROTO_LEASE_RETURN, 0, 1);
-    m.ret.lease_id = kept;
-    m.ret.used = 1;
-    r = fx_send(&f, T0 + 4, &m, NULL);
-    assert_int_equal(r.type, PROTO_LEASE_RETURN_ACK);
-    assert_int_equal(r.return_ack.credited, SUP_L_KEEP_DEFAULT - 1);
-    fx_close(&f);
-
-    /* A refusal finds the shortage too: a link of 100 a minute, a kept lease on it, then a
-     * request for more than is left. */
-    fx_open(&f);
-    fx_limit(&f.cfg.plan.link_limits, 100, MINUTE);
-    assert_int_equal(sup_ledger_configure(f.l, &f.cfg.plan, f.eps, 3), TALLY_OK);
-    fx_hello(&f, 0, 1, T0);
-    r = acquire_at_rate(&f, 0, LINK_A, 0, T0);
-    assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
-    kept = r.grant.lease_id;
-    r = fx_acquire(&f, 0, 1, LINK_A, 90, 90, T0 + 1); /* 100 - 4 = 96 left: fits, 6 after */
-    assert_int_equal(r.type, PROTO_LEASE_GRANT);
-    assert_int_equal(sup_ledger_next_recall(f.l, &rc_msg), TALLY_OK);
-    assert_int_equal(rc_msg.recall.lease_id, kept);
-    assert_int_equal(sup_ledger_next_recall(f.l, &rc_msg), TALLY_ENOTFOUND);
     fx_close(&f);
 }
 
@@ -647,9 +457,6 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ledger_grant_sizing_and_scarcity_cap),
-        cmocka_unit_test(test_ledger_small_grants_kept_while_plenty),
-        cmocka_unit_test(test_ledger_kept_lease_sized_to_rate_and_life),
-        cmocka_unit_test(test_ledger_recall_kept_leases_when_short),
         cmocka_unit_test(test_ledger_pass_through_near_exhaustion),
         cmocka_unit_test(test_ledger_deny_scope_retry_and_never),
         cmocka_unit_test(test_ledger_no_lease_spans_a_boundary),
