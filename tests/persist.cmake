@@ -3,8 +3,12 @@
 tally_add_test(test_sup_codec test_sup_codec.c LABELS unit)
 target_link_libraries(test_sup_codec PRIVATE tally_ledger_internal tally_child_internal)
 
-tally_add_test(test_store_upgrade test_store_upgrade.c LABELS unit)
+tally_add_test(test_store_upgrade test_store_upgrade.c upgrade_util.c LABELS unit)
 target_link_libraries(test_store_upgrade PRIVATE tally_ledger_internal tally_child_internal
+                      PkgConfig::SQLITE3)
+
+tally_add_test(test_store_refuse test_store_refuse.c upgrade_util.c LABELS unit)
+target_link_libraries(test_store_refuse PRIVATE tally_ledger_internal tally_child_internal
                       PkgConfig::SQLITE3)
 
 # The same through the real tallyd: format-1 files served, newer files refused.

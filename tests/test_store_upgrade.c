@@ -28,13 +28,7 @@
 #include "sup_child_codec.h"
 #include "sup_journal_codec.h"
 #include "test_support.h"
-
-#define FIXTURES TALLY_SOURCE_DIR "/tests/fixtures/v1"
-
-static char dir[64];
-static char data[128];
-static const struct store_upgrade journal_up = {sup_record_upgrade, NULL};
-static const struct store_upgrade child_up = {sup_child_rec_upgrade, NULL};
+#include "upgrade_util.h"
 
 /* ---- what the fixtures hold (tests/fixtures/v1/README.md) ---- */
 
@@ -116,76 +110,6 @@ static const struct sup_child_lease_rec rows_want[] = {
     {27, 2, LINK_1, 16, 4, 5000, 479578, 484477, 1796135641625},
     {31, 2, LINK_2, 8, 8, 5000, 479671, 484570, 1796135641718},
 };
-
-/* ---- files ---- */
-
-static void
-copy_file(const char *from, const char *to)
-{
-    size_t len = 0;
-    char *bytes = test_read_file(from, &len);
-    FILE *f;
-
-    if (bytes == NULL)
-        fail_msg("missing fixture %s", from);
-    f = fopen(to, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(bytes, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
-    free(bytes);
-}
-
-static void
-path_of(char *buf, size_t len, const char *rel)
-{
-    snprintf(buf, len, "%s/%s", data, rel);
-}
-
-/* A fresh data dir with the fixture's config, and fixture `name` at `rel`. */
-static void
-place(const char *name, const char *rel)
-{
-    char from[512], to[512];
-
-    test_rmtree(data);
-    assert_int_equal(mkdir(data, 0700), 0);
-    path_of(to, sizeof(to), "tenants");
-    assert_int_equal(mkdir(to, 0700), 0);
-    path_of(to, sizeof(to), "tenants/acme");
-    assert_int_equal(mkdir(to, 0700), 0);
-    path_of(to, sizeof(to), "tenants/acme/endpoints");
-    assert_int_equal(mkdir(to, 0700), 0);
-    path_of(to, sizeof(to), "tally.db");
-    copy_file(FIXTURES "/tally.db", to);
-    snprintf(from, sizeof(from), "%s/%s", FIXTURES, name);
-    path_of(to, sizeof(to), rel);
-    copy_file(from, to);
-}
-
-static int64_t
-user_version(sqlite3 *sql)
-{
-    sqlite3_stmt *st = NULL;
-    int64_t v = -1;
-
-    assert_int_equal(sqlite3_prepare_v2(sql, "PRAGMA user_version", -1, &st, NULL), SQLITE_OK);
-    if (sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-
-static int64_t
-file_version(const char *path)
-{
-    sqlite3 *sql = NULL;
-    int64_t v;
-
-    assert_int_equal(sqlite3_open_v2(path, &sql, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    v = user_version(sql);
-    sqlite3_close(sql);
-    return v;
-}
 
 /* Every record of `table` starts with format byte `format`. */
 static int
@@ -531,160 +455,6 @@ test_v1_child_file_unreadable_row_dropped(void **state)
     store_db_close(db);
 }
 
-/* ---- refusals ---- */
-
-static char *
-bytes_of(const char *path, size_t *len)
-{
-    char *b = test_read_file(path, len);
-
-    assert_non_null(b);
-    return b;
-}
-
-static void
-assert_same_bytes(const char *path, const char *before, size_t len)
-{
-    size_t now_len = 0;
-    char *now = bytes_of(path, &now_len);
-
-    assert_int_equal(now_len, len);
-    assert_memory_equal(now, before, len);
-    free(now);
-}
-
-/* A journal whose records failed to upgrade (a format-1 record of the wrong size): the open
- * fails with TALLY_ECORRUPT and the file keeps format 1 and every record. */
-static void
-test_v1_journal_failed_upgrade_changes_nothing(void **state)
-{
-    char path[512];
-    sqlite3 *sql = NULL;
-    store_db *db = NULL;
-    char *before;
-    size_t len = 0;
-
-    (void)state;
-    place("ledger.db", "tenants/acme/ledger.db");
-    path_of(path, sizeof(path), "tenants/acme/ledger.db");
-    assert_int_equal(sqlite3_open(path, &sql), SQLITE_OK);
-    assert_int_equal(
-        sqlite3_exec(sql, "INSERT INTO journal(rec) VALUES(x'01000000')", NULL, NULL, NULL),
-        SQLITE_OK);
-    sqlite3_close(sql); /* the last connection: checkpointed, the WAL removed */
-    before = bytes_of(path, &len);
-    assert_int_equal(store_journal_open(path, STORE_OPEN_PRIVATE, &journal_up, &db),
-                     TALLY_ECORRUPT);
-    assert_null(db);
-    assert_same_bytes(path, before, len);
-    assert_int_equal(file_version(path), 1);
-    free(before);
-}
-
-enum which { JOURNAL, CHILD };
-
-static int
-open_as(enum which w, const char *path, store_db **db)
-{
-    return w == JOURNAL ? store_journal_open(path, STORE_OPEN_PRIVATE, &journal_up, db)
-                        : store_child_open(path, STORE_OPEN_PRIVATE, &child_up, db);
-}
-
-struct newer_case {
-    const char *name;
-    enum which which;
-    const char *fixture, *rel;
-    bool upgrade_first; /* stamp a file of today's format rather than format 1 */
-    bool keep_wal;      /* the newer binary's last commit still in the WAL */
-};
-
-static const struct newer_case newer_cases[] = {
-    {"journal", JOURNAL, "ledger.db", "tenants/acme/ledger.db", true, false},
-    {"journal, WAL pending", JOURNAL, "ledger.db", "tenants/acme/ledger.db", true, true},
-    {"journal from format 1", JOURNAL, "ledger.db", "tenants/acme/ledger.db", false, false},
-    {"child", CHILD, "endpoints/search.db", "tenants/acme/endpoints/search.db", true, false},
-    {"child, WAL pending", CHILD, "endpoints/search.db", "tenants/acme/endpoints/search.db", true,
-     true},
-};
-
-/* Stamps the file at `path` with format `v`, as a newer binary would have left it. */
-static void
-stamp(const char *path, int v, bool keep_wal)
-{
-    char text[64];
-    sqlite3 *sql = NULL;
-
-    assert_int_equal(sqlite3_open(path, &sql), SQLITE_OK);
-    if (keep_wal)
-        assert_int_equal(sqlite3_db_config(sql, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL),
-                         SQLITE_OK);
-    snprintf(text, sizeof(text), "PRAGMA user_version=%d", v);
-    assert_int_equal(sqlite3_exec(sql, text, NULL, NULL, NULL), SQLITE_OK);
-    assert_int_equal(sqlite3_close(sql), SQLITE_OK);
-}
-
-static void
-test_newer_file_refused_and_left_untouched(void **state)
-{
-    char path[512], wal[520], want[64];
-    size_t i;
-
-    (void)state;
-    for (i = 0; i < sizeof(newer_cases) / sizeof(newer_cases[0]); i++) {
-        const struct newer_case *c = &newer_cases[i];
-        int format = c->which == JOURNAL ? STORE_JOURNAL_FORMAT : STORE_CHILD_FORMAT;
-        char *before, *wal_before = NULL;
-        size_t len = 0, wal_len = 0;
-        store_db *db = NULL;
-
-        place(c->fixture, c->rel);
-        path_of(path, sizeof(path), c->rel);
-        snprintf(wal, sizeof(wal), "%s-wal", path);
-        if (c->upgrade_first) {
-            assert_int_equal(open_as(c->which, path, &db), TALLY_OK);
-            store_db_close(db);
-            db = NULL;
-        }
-        stamp(path, format + 1, c->keep_wal);
-        before = bytes_of(path, &len);
-        if (c->keep_wal) {
-            wal_before = bytes_of(wal, &wal_len);
-            assert_true(wal_len > 0);
-        }
-        assert_int_equal(open_as(c->which, path, &db), TALLY_ESCHEMA);
-        assert_null(db);
-        /* One clear line: which file, its format, ours, and that it was left alone. */
-        snprintf(want, sizeof(want), "file format %d is newer than this binary's %d", format + 1,
-                 format);
-        if (strstr(store_open_errmsg(), want) == NULL || strstr(store_open_errmsg(), path) == NULL)
-            fail_msg("%s: unclear refusal: %s", c->name, store_open_errmsg());
-        assert_non_null(strstr(store_open_errmsg(), "left as it is"));
-        assert_same_bytes(path, before, len);
-        if (c->keep_wal)
-            assert_same_bytes(wal, wal_before, wal_len);
-        assert_int_equal(file_version(path), format + 1);
-        free(before);
-        free(wal_before);
-    }
-}
-
-static int
-setup(void **state)
-{
-    (void)state;
-    test_tmpdir(dir, sizeof(dir));
-    snprintf(data, sizeof(data), "%s/data", dir);
-    return 0;
-}
-
-static int
-teardown(void **state)
-{
-    (void)state;
-    test_rmtree(dir);
-    return 0;
-}
-
 int
 main(void)
 {
@@ -693,9 +463,7 @@ main(void)
         cmocka_unit_test(test_v1_child_file_upgrades_and_resumes),
         cmocka_unit_test(test_v1_child_file_without_rows_upgrades),
         cmocka_unit_test(test_v1_child_file_unreadable_row_dropped),
-        cmocka_unit_test(test_v1_journal_failed_upgrade_changes_nothing),
-        cmocka_unit_test(test_newer_file_refused_and_left_untouched),
     };
 
-    return cmocka_run_group_tests_name("store_upgrade", tests, setup, teardown);
+    return cmocka_run_group_tests_name("store_upgrade", tests, upgrade_setup, upgrade_teardown);
 }
