@@ -383,12 +383,7 @@ spawn(sup_manager *m, struct sup_proc *p)
     args[2] = p->tenant;
     n = 3 + sup__manager_options(m, args + 3, &ob);
     args[n] = NULL;
-    memset(stdio, 0, sizeof(stdio));
-    stdio[0].flags = UV_IGNORE;
-    stdio[1].flags = UV_INHERIT_FD;
-    stdio[1].data.fd = 1;
-    stdio[2].flags = UV_INHERIT_FD;
-    stdio[2].data.fd = 2;
+    sup__manager_stdio(stdio);
     stdio[3].flags = UV_CREATE_PIPE | UV_READABLE_PIPE | UV_WRITABLE_PIPE;
     stdio[3].data.stream = (uv_stream_t *)proto_conn_pipe(conn);
     memset(&opts, 0, sizeof(opts));

@@ -171,6 +171,17 @@ on_readable(uv_poll_t *h, int status, int events)
     }
 }
 
+void
+sup__manager_stdio(uv_stdio_container_t stdio[4])
+{
+    memset(stdio, 0, 4 * sizeof(stdio[0]));
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_INHERIT_FD;
+    stdio[1].data.fd = 1;
+    stdio[2].flags = UV_INHERIT_FD;
+    stdio[2].data.fd = 2;
+}
+
 int
 sup__manager_options(const sup_manager *m, char **args, struct sup_manager_optbuf *b)
 {
@@ -223,12 +234,7 @@ sup__fork_open(sup_manager *m)
     args[n++] = "--fork-server"; /* last: the children's titles overwrite it and the room */
     args[n++] = title;
     args[n] = NULL;
-    memset(stdio, 0, sizeof(stdio));
-    stdio[0].flags = UV_IGNORE;
-    stdio[1].flags = UV_INHERIT_FD;
-    stdio[1].data.fd = 1;
-    stdio[2].flags = UV_INHERIT_FD;
-    stdio[2].data.fd = 2;
+    sup__manager_stdio(stdio);
     stdio[3].flags = UV_INHERIT_FD;
     stdio[3].data.fd = fds[1];
     memset(&opts, 0, sizeof(opts));

@@ -119,6 +119,9 @@ struct sup_manager_optbuf {
  *  sync, compaction), into args (room for 12); returns how many. For uv_spawn of
  *  `tallyd --supervise T` and for the fork server, which passes them on. */
 int sup__manager_options(const sup_manager *m, char **args, struct sup_manager_optbuf *b);
+/** The descriptors a spawned process gets: no stdin, tallyd's stdout and stderr (the JSON
+ *  log); the caller sets stdio[3], the channel. */
+void sup__manager_stdio(uv_stdio_container_t stdio[4]);
 
 /* One line per start, restart, exit and hibernation (tally_log.h). */
 void sup__manager_log_start(const struct sup_proc *p, bool restart);

@@ -62,9 +62,8 @@ sup__cell_roll(struct sup_budget *b, const struct tenant_limit *lim, int64_t now
     return c;
 }
 
-/* True iff `lease` reserved on budget `kind` of path `p`. */
-static bool
-lease_on_path(const struct sup_lease *lease, const struct sup_path *p, int kind)
+bool
+sup__lease_on_path(const struct sup_lease *lease, const struct sup_path *p, int kind)
 {
     switch (kind) {
     case SUP_B_PLAN:
@@ -84,7 +83,7 @@ static int64_t
 credit_on(const struct sup_lease *lease, const struct sup_path *p, int kind, int64_t period_ms,
           int64_t window_id, int64_t credit)
 {
-    if (lease == NULL || credit == 0 || !lease_on_path(lease, p, kind))
+    if (lease == NULL || credit == 0 || !sup__lease_on_path(lease, p, kind))
         return 0;
     for (int i = 0; i < TENANT_MAX_WINDOWS; i++) {
         if (lease->periods[kind][i] == period_ms &&

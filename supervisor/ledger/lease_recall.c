@@ -37,24 +37,6 @@ budget_short(const sup_ledger *l, const struct sup_path *p, int kind, int64_t ev
     return false;
 }
 
-/* True iff `lease` reserves on budget `kind` of `p`. */
-static bool
-on_budget(const struct sup_lease *lease, const struct sup_path *p, int kind)
-{
-    bool same_ep = p->ep != NULL && strcmp(lease->endpoint, p->ep->policy.name) == 0;
-
-    switch (kind) {
-    case SUP_B_PLAN:
-        return true;
-    case SUP_B_LINK:
-        return lease->link == p->link;
-    case SUP_B_EP:
-        return same_ep;
-    default:
-        return lease->link == p->link && same_ep;
-    }
-}
-
 static void
 recall_queue(sup_ledger *l, struct sup_lease *lease)
 {
@@ -81,7 +63,8 @@ sup__recall_check(sup_ledger *l, const char *endpoint, const char *link, int64_t
         for (uint32_t i = 0; i < l->lease_hw && p.b[kind]->keeps_out > 0; i++) {
             struct sup_lease *lease = &l->leases[i];
 
-            if (lease->id != 0 && lease->keep && !lease->recalled && on_budget(lease, &p, kind))
+            if (lease->id != 0 && lease->keep && !lease->recalled &&
+                sup__lease_on_path(lease, &p, kind))
                 recall_queue(l, lease);
         }
     }

@@ -170,6 +170,8 @@ void sup__cells_match(struct sup_budget *b, const struct tenant_limits *ls);
 /** Rolls the cell for limit `lim` of `b` to the window of now_ms and returns it. */
 struct sup_cell *sup__cell_roll(struct sup_budget *b, const struct tenant_limit *lim,
                                 int64_t now_ms);
+/** True iff `lease` reserved on budget `kind` of path `p`. */
+bool sup__lease_on_path(const struct sup_lease *lease, const struct sup_path *p, int kind);
 /** Builds a tenant budget equal to budget `kind` of `p` at eval_ms, counting each cell as
  *  G - C + D, plus `extra` (debt about to be charged), minus `credit` on the cells `lease` (may
  *  be NULL) reserved on. */
