@@ -93,6 +93,7 @@ tallyd_main(int argc, char **argv)
             .channel_fd = 3,
             .batch_sync_ms = o.batch_sync,
             .journal_compact_rows = (uint64_t)o.compact_rows,
+            .keep_lease_ms = o.keep_lease,
         };
         size_t title_len = 0;
         char *title;
@@ -128,6 +129,7 @@ tallyd_main(int argc, char **argv)
             .max_connections = (uint32_t)o.max_conns,
             .batch_sync_ms = o.batch_sync,
             .journal_compact_rows = (uint64_t)o.compact_rows,
+            .keep_lease_ms = o.keep_lease,
             .child_idle_ms = o.child_idle,
             .max_open_children = (uint32_t)o.max_open,
         };

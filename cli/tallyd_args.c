@@ -19,7 +19,7 @@ static const char usage_text[] =
     "              [--tcp ADDR:PORT] [--log-level debug|info|warn|error]\n"
     "              [--max-supervisors N] [--max-connections N]\n"
     "              [--batch-sync-ms MS] [--journal-compact-rows N]\n"
-    "              [--child-idle-ms MS] [--max-open-children N]\n"
+    "              [--child-idle-ms MS] [--max-open-children N] [--keep-lease-ms MS]\n"
     "              [--help] [--version]\n"
     "\n"
     "Runs the tally daemon in the foreground until SIGINT or SIGTERM.\n"
@@ -62,6 +62,10 @@ static const char usage_text[] =
     "                     descriptors each (default 1024, 1 to 1000000): above it\n"
     "                     the least recently used idle one closes first; the soft\n"
     "                     ulimit -n is raised (up to the hard one) to fit them\n"
+    "  --keep-lease-ms MS longest life of a kept lease, cut at the end of its\n"
+    "                     windows (default 3600000, 5000 to 31536000000): longer\n"
+    "                     means fewer supervisor round trips, shorter means less\n"
+    "                     stranded when a holder vanishes\n"
     "\n"
     "  --log-level LEVEL  lowest level logged: debug, info (default), warn, error\n"
     "\n"
@@ -157,6 +161,7 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                                         "--journal-compact-rows",
                                         "--child-idle-ms",
                                         "--max-open-children",
+                                        "--keep-lease-ms",
                                         "--fork-server"};
     const char **slots[] = {&o->data,
                             &o->http,
@@ -173,6 +178,7 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                             &o->journal_compact_rows,
                             &o->child_idle_ms,
                             &o->max_open_children,
+                            &o->keep_lease_ms,
                             &o->fork_server};
     enum tally_log_level level;
     struct sockaddr_un sun;
@@ -254,6 +260,9 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
     if (!parse_ms(o->child_idle_ms, 1, 86400000, 60000, &o->child_idle))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --child-idle-ms '%s': 1 to 86400000",
                            o->child_idle_ms);
+    if (!parse_ms(o->keep_lease_ms, 5000, 31536000000, 0, &o->keep_lease))
+        return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --keep-lease-ms '%s': 5000 to 31536000000",
+                           o->keep_lease_ms);
     if (!parse_ms(o->max_open_children, 1, 1000000, 1024, &o->max_open))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --max-open-children '%s': 1 to 1000000",
                            o->max_open_children);

@@ -33,6 +33,7 @@ struct tallyd_opts {
     const char *journal_compact_rows;
     const char *child_idle_ms;
     const char *max_open_children;
+    const char *keep_lease_ms;
     const char *fork_server; /* internal: run as the fork server; the value is spare room for
                                 the title of each supervisor it forks */
     int64_t wait;
@@ -43,6 +44,7 @@ struct tallyd_opts {
     int64_t compact_rows; /* --journal-compact-rows, 0 when not given */
     int64_t child_idle;   /* --child-idle-ms */
     int64_t max_open;     /* --max-open-children */
+    int64_t keep_lease;   /* --keep-lease-ms, 0 when not given */
     char host[64];        /* from --http, without brackets */
     int port;
     bool ipv6;

@@ -10,6 +10,7 @@
 #include "store_int.h"
 
 #include <sqlite3.h>
+#include <stdbool.h>
 
 static int child_upgrade(store_db *db, int version, void *ctx);
 
@@ -20,10 +21,11 @@ static const char *const child_migrations[] = {
     /* 2: encoded rows, rewritten by child_upgrade */
     "CREATE TABLE lease_next(id INTEGER PRIMARY KEY, rec BLOB NOT NULL) STRICT",
 };
-enum { C_META_GET, C_META_PUT, C_LEASE_PUT, C_LEASE_DEL, C_LEASE_ALL, C__COUNT };
+enum { C_META_GET, C_META_PUT, C_META_DEL, C_LEASE_PUT, C_LEASE_DEL, C_LEASE_ALL, C__COUNT };
 static const char *const child_statements[C__COUNT] = {
     [C_META_GET] = "SELECT v FROM meta WHERE k = ?1",
     [C_META_PUT] = "INSERT OR REPLACE INTO meta(k, v) VALUES(?1, ?2)",
+    [C_META_DEL] = "DELETE FROM meta WHERE k = ?1",
     [C_LEASE_PUT] = "INSERT OR REPLACE INTO lease(id, rec) VALUES(?1, ?2)",
     [C_LEASE_DEL] = "DELETE FROM lease WHERE id = ?1",
     [C_LEASE_ALL] = "SELECT id, rec FROM lease ORDER BY id",
@@ -45,30 +47,71 @@ store_child_open(const char *path, unsigned flags, const struct store_upgrade *u
                              (void *)up, out);
 }
 
+/* Reads meta `key` into *v (0 when absent); *found says whether it was there. */
+static int
+meta_get(store_db *db, const char *key, int64_t *v, bool *found)
+{
+    sqlite3_stmt *st = store_db_stmt(db, C_META_GET);
+    int rc;
+
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    *found = rc == SQLITE_ROW;
+    *v = *found ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? TALLY_OK : store_db_rc(db, rc);
+}
+
+static int
+meta_put(store_db *db, const char *key, int64_t v)
+{
+    sqlite3_stmt *st = store_db_stmt(db, C_META_PUT);
+    int rc;
+
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, v);
+    rc = store_db_rc(db, sqlite3_step(st));
+    sqlite3_reset(st);
+    return rc;
+}
+
 int
-store_child_incarnation_next(store_db *db, uint64_t *out)
+store_child_incarnation_next(store_db *db, uint64_t *out, int64_t *limits, bool *limits_found)
 {
     sqlite3_stmt *st;
     int64_t v = 0;
+    bool found = false;
     int rc = store_db_begin(db);
 
     *out = 0;
     if (rc != TALLY_OK)
         return rc;
-    st = store_db_stmt(db, C_META_GET);
-    sqlite3_bind_text(st, 1, "incarnation", -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_reset(st);
-    st = store_db_stmt(db, C_META_PUT);
-    sqlite3_bind_text(st, 1, "incarnation", -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, v + 1);
-    rc = store_db_rc(db, sqlite3_step(st));
-    sqlite3_reset(st);
+    rc = meta_get(db, "incarnation", &v, &found);
+    if (rc == TALLY_OK)
+        rc = meta_put(db, "incarnation", v + 1);
+    if (rc == TALLY_OK && limits != NULL) {
+        rc = meta_get(db, "limits", limits, limits_found);
+        if (rc == TALLY_OK && *limits_found) {
+            st = store_db_stmt(db, C_META_DEL);
+            sqlite3_bind_text(st, 1, "limits", -1, SQLITE_STATIC);
+            rc = store_db_rc(db, sqlite3_step(st));
+            sqlite3_reset(st);
+        }
+    }
     rc = store_db_end(db, rc);
     if (rc == TALLY_OK)
         *out = (uint64_t)(v + 1);
     return rc;
+}
+
+int
+store_child_meta_put(store_db *db, const char *key, int64_t v)
+{
+    int rc = store_db_begin(db);
+
+    if (rc != TALLY_OK)
+        return rc;
+    return store_db_end(db, meta_put(db, key, v));
 }
 
 int

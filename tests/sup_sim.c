@@ -516,6 +516,8 @@ faults(struct sim_world *w)
         if (w->ch[i].c != NULL && (chance(w, w->p.child_crash_per_100k) ||
                                    (w->ch[i].crash_at > 0 && w->t >= w->ch[i].crash_at)))
             sim_child_crash(w, i);
+        else if (w->ch[i].c != NULL && !w->draining && chance(w, w->p.idle_close_per_100k))
+            sim_child_idle_close(w, i);
     }
 }
 

@@ -40,13 +40,14 @@ struct sim_params {
     int write_max_ms; /* a child's row write completes 0..this ms after it is handed out */
     int crash_after_report_pct; /* chance a child dies a few ms after it reports a lease */
     int sup_crash_per_100k, child_crash_per_100k, partition_per_100k, clock_step_per_100k;
-    int compact_per_100k; /* replace the journal by a snapshot of the ledger */
-    int load_pct;         /* steady: chance per ms per stream of a request */
-    int demand_pct;       /* random: demand in busy phases, in % of the plan's first limit */
-    bool steady;          /* constant load, no idle phases, roomy limits */
-    bool realistic;       /* the library's default timers (5 s leases...) and 1 min windows */
-    int quiet_p100k;      /* steady: chance per ms per stream in 1/100000 instead (quiet links) */
-    int64_t keep_ttl_ms;  /* realistic: the ledger's keep_ttl_ms (0 = its default) */
+    int compact_per_100k;    /* replace the journal by a snapshot of the ledger */
+    int idle_close_per_100k; /* a child with nothing waiting parks its kept leases and closes */
+    int load_pct;            /* steady: chance per ms per stream of a request */
+    int demand_pct;          /* random: demand in busy phases, in % of the plan's first limit */
+    bool steady;             /* constant load, no idle phases, roomy limits */
+    bool realistic;          /* the library's default timers (5 s leases...) and 1 min windows */
+    int quiet_p100k;     /* steady: chance per ms per stream in 1/100000 instead (quiet links) */
+    int64_t keep_ttl_ms; /* realistic: the ledger's keep_ttl_ms (0 = its default) */
     bool verbose;
 };
 
@@ -64,6 +65,7 @@ struct sim_result {
      * longest a lost lease had left to live. */
     int64_t crash_lost_max, crash_lost_total, crash_lost_life_max;
     uint64_t plan_refusals, sup_crashes, child_crashes, partitions, clock_steps, duplicates;
+    uint64_t idle_closes, leases_parked; /* closes of idle children, kept leases they parked */
     uint64_t slot_grants, slot_denies, replays, compactions;
     int64_t stranded_max;       /* leased but unused elsewhere at a plan refusal */
     int64_t stranded_bound_max; /* (P-1) * l_max at that moment */

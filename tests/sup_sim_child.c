@@ -223,7 +223,48 @@ sim_child_crash(struct sim_world *w, int i)
     memset(ch->ev_link, 0, sizeof(ch->ev_link));
     ch->down_until = w->t + sim_range(w, 0, 50);
     ch->crash_at = 0;
+    ch->closing_until = 0;
     w->r->child_crashes++;
+}
+
+/* An idle close (tallyd's front closing a child nobody asked for): its kept leases are parked in
+ * its file, the others go back; it closes once its writes are done and nothing is in flight (or
+ * at a deadline, losing what is unwritten, as a crash would), and opens again later, resuming
+ * the parked leases. */
+void
+sim_child_idle_close(struct sim_world *w, int i)
+{
+    struct sim_child *ch = &w->ch[i];
+
+    for (int k = 0; k < SIM_OPS_MAX; k++) {
+        if (ch->ops[k].state != 0)
+            return; /* an operation holds a slot: not idle */
+    }
+    if (ch->npark > 0 || ch->closing_until > 0)
+        return;
+    w->r->leases_parked += sup_child_park(ch->c, sim_child_time(w, i));
+    w->r->idle_closes++;
+    ch->closing_until = w->t + 200;
+}
+
+/* Closes a closing child when its writes and messages are done (or its time is up). */
+static void
+close_when_drained(struct sim_world *w, int i)
+{
+    struct sim_child *ch = &w->ch[i];
+    struct sup_child_stats st;
+
+    sup_child_stats(ch->c, sim_child_time(w, i), &st);
+    if ((ch->npq > 0 || st.inflight > 0 || st.live_leases > 0) && w->t < ch->closing_until)
+        return;
+    sup_child_close(ch->c);
+    ch->c = NULL;
+    ch->npq = 0;
+    ch->npark = 0;
+    memset(ch->ops, 0, sizeof(ch->ops));
+    memset(ch->ev_link, 0, sizeof(ch->ev_link));
+    ch->down_until = w->t + sim_range(w, 0, 20);
+    ch->closing_until = 0;
 }
 
 static void
@@ -325,4 +366,6 @@ sim_child_step(struct sim_world *w, int i)
         ch->pq[ch->npq].at = w->t + (w->p.faults ? sim_range(w, 0, w->p.write_max_ms) : 0);
         ch->npq++;
     }
+    if (ch->closing_until > 0)
+        close_when_drained(w, i);
 }

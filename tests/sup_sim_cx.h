@@ -20,18 +20,23 @@ struct cx {
     struct sup_child_config cfg;
     struct sup_time now;
     uint64_t next_lease;
+    bool welcome_due; /* cx_welcome was called: the HELLO, when it comes, is answered */
 };
 
 /** Sets the clock to `ms` after the start (monotonic 5000 + ms, wall WALL0 + ms). */
 struct sup_time cx_at(struct cx *x, int64_t ms);
 void cx_open(struct cx *x, bool strict, enum tenant_unavailable unavailable);
 void cx_close(struct cx *x);
+/** The next message (a HELLO met after cx_welcome is answered and skipped). */
+struct proto_lease_msg cx_next(struct cx *x);
 /** The next message, which must be of `type`. */
 struct proto_lease_msg cx_expect(struct cx *x, uint8_t type);
 void cx_expect_nothing(struct cx *x);
 struct sup_child_event cx_deliver(struct cx *x, const struct proto_lease_msg *reply);
 void cx_reply_to(const struct proto_lease_msg *req, struct proto_lease_msg *r, uint8_t type);
-/** Answers the HELLO with a WELCOME (T_lease 5 s). */
+/** Answers the HELLO with a WELCOME (T_lease 5 s): now if one is due, else when the child
+ *  says it (a child says HELLO only once it has something for its supervisor), inside the
+ *  cx_expect that meets it. */
 void cx_welcome(struct cx *x);
 struct sup_child_event cx_grant(struct cx *x, const struct proto_lease_msg *acq, int64_t n,
                                 int64_t ttl_ms, uint32_t flags, uint64_t *lease_id);

@@ -56,7 +56,8 @@ struct sim_child {
     struct tenant_endpoint ep;
     uint64_t inc;
     int64_t down_until;
-    int64_t crash_at; /* a crash planned just after a report (0 = none) */
+    int64_t crash_at;      /* a crash planned just after a report (0 = none) */
+    int64_t closing_until; /* parked and draining its writes until closed (0 = not closing) */
     int64_t mono0, drift_ppm;
     struct sup_child_lease_rec rows[SIM_ROWS_MAX]; /* its file */
     int nrows;
@@ -157,6 +158,7 @@ void sim_decode(const uint8_t *b, size_t len, struct proto_lease_msg *m);
 /* sup_sim_child.c */
 void sim_child_open(struct sim_world *w, int i);
 void sim_child_crash(struct sim_world *w, int i);
+void sim_child_idle_close(struct sim_world *w, int i);
 void sim_child_event(struct sim_world *w, int i, const struct sup_child_event *ev);
 void sim_child_step(struct sim_world *w, int i);
 

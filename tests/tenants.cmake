@@ -12,3 +12,7 @@ add_test(NAME test_e2e_tenants_spawns COMMAND test_e2e_tenants spawns)
 set_tests_properties(test_e2e_tenants_spawns PROPERTIES
     ENVIRONMENT "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1;TALLY_BIN=$<TARGET_FILE_DIR:tally_cli>"
     TIMEOUT 600 LABELS e2e RUN_SERIAL TRUE)
+# Kept leases parked across idle closes: no supervisor for a quiet link, exact.
+tally_add_test(test_e2e_park test_e2e_park.c serve_util.c LABELS e2e)
+add_dependencies(test_e2e_park tallyd tally_cli)
+set_tests_properties(test_e2e_park PROPERTIES TIMEOUT 300)

@@ -251,9 +251,10 @@ static void
 test_flags_are_validated_and_documented(void **state)
 {
     static struct test_out o;
-    static const char *const bad[] = {"--child-idle-ms=0",      "--child-idle-ms=86400001",
-                                      "--child-idle-ms=soon",   "--max-open-children=0",
-                                      "--max-open-children=-1", "--max-open-children=1000001"};
+    static const char *const bad[] = {
+        "--child-idle-ms=0",     "--child-idle-ms=86400001",    "--child-idle-ms=soon",
+        "--max-open-children=0", "--max-open-children=-1",      "--max-open-children=1000001",
+        "--keep-lease-ms=4999",  "--keep-lease-ms=31536000001", "--keep-lease-ms=1h"};
 
     (void)state;
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -263,6 +264,7 @@ test_flags_are_validated_and_documented(void **state)
     assert_int_equal(tallyd_args(&o, "--help", NULL), 0);
     assert_non_null(strstr(o.out, "--child-idle-ms MS"));
     assert_non_null(strstr(o.out, "--max-open-children N"));
+    assert_non_null(strstr(o.out, "--keep-lease-ms MS"));
 }
 
 /* ---- an idle child closes its file and resumes exactly ---- */

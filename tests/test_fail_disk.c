@@ -27,6 +27,8 @@
 #include "fail_util.h"
 #include "serve_util.h"
 
+#define KEEP_SHORT "--keep-lease-ms=5000"
+
 #define WAIT_MS    200
 #define MARGIN_MS  800 /* sanitizer builds on a shared 2-core machine */
 #define DEGRADED_N 150
@@ -90,7 +92,8 @@ test_full_disk_follows_policy_and_heals(void **state)
     char *log;
 
     snprintf(wait, sizeof(wait), "--wait-ms=%d", WAIT_MS);
-    serve_start(&e->s, wait, NULL);
+    /* Leases that run out within seconds: what follows them is under test. */
+    serve_start(&e->s, wait, KEEP_SHORT);
     fail_load_start(&e->a, e->s.d.socket, e->token_a, "open", 5);
     fail_load_start(&e->b, e->s.d.socket, e->token_b, "closed", 5);
     /* warm: both tenants' supervisors and files exist and serve from leases */

@@ -44,6 +44,8 @@
 #include "fail_util.h"
 #include "serve_util.h"
 
+#define KEEP_SHORT "--keep-lease-ms=5000"
+
 #define WAIT_MS    200
 #define MARGIN_MS  800 /* sanitizer builds on a shared 2-core machine */
 #define DEGRADED_N 150
@@ -297,7 +299,8 @@ test_readonly_tenant_follows_policy_and_heals(void **state)
     char *log;
 
     snprintf(wait, sizeof(wait), "--wait-ms=%d", WAIT_MS);
-    serve_start(&e->s, wait, NULL);
+    /* Leases that run out within seconds: what follows them is under test. */
+    serve_start(&e->s, wait, KEEP_SHORT);
     fail_load_start(&e->a_open, e->s.d.socket, e->token_a, "open", 5);
     fail_load_start(&e->a_closed, e->s.d.socket, e->token_a, "closed", 5);
     fail_load_start(&e->b, e->s.d.socket, e->token_b, "closed", 5);
@@ -400,7 +403,8 @@ test_fs_turned_readonly_follows_policy(void **state)
     loop_name(dir, loop, sizeof(loop));
 
     snprintf(wait, sizeof(wait), "--wait-ms=%d", WAIT_MS);
-    serve_start(&e->s, wait, NULL);
+    /* Leases that run out within seconds: what follows them is under test. */
+    serve_start(&e->s, wait, KEEP_SHORT);
     fail_load_start(&e->a_open, e->s.d.socket, e->token_a, "open", 5);
     fail_load_start(&e->a_closed, e->s.d.socket, e->token_a, "closed", 5);
     fail_load_start(&e->b, e->s.d.socket, e->token_b, "closed", 5);
@@ -448,7 +452,8 @@ test_fs_turned_readonly_follows_policy(void **state)
     ext4_mount(e, img, dir);
     /* tally.db, two journals, three child files */
     assert_true(fail_integrity_check(e->s.data) >= 6);
-    serve_start(&e->s, wait, NULL);
+    /* Leases that run out within seconds: what follows them is under test. */
+    serve_start(&e->s, wait, KEEP_SHORT);
     memset(&ao, 0, sizeof(ao));
     fail_load_start(&e->a_open, e->s.d.socket, e->token_a, "open", 5);
     t0 = serve_now_ms();

@@ -26,6 +26,8 @@
 #include "fail_util.h"
 #include "serve_util.h"
 
+#define KEEP_SHORT "--keep-lease-ms=5000"
+
 #define WAIT_MS   200
 #define MARGIN_MS 800 /* sanitizer builds on a shared 2-core machine */
 #define LIMIT_N   600
@@ -87,7 +89,8 @@ test_sigstop_under_load(void **state)
     int degraded_lines, unavailable_lines;
 
     snprintf(wait, sizeof(wait), "--wait-ms=%d", WAIT_MS);
-    serve_start(&e->s, wait, NULL);
+    /* Leases that run out within seconds: what follows them is under test. */
+    serve_start(&e->s, wait, KEEP_SHORT);
     fail_load_start(&e->open, e->s.d.socket, e->token, "open", 4);
     fail_load_start(&e->closed, e->s.d.socket, e->token, "closed", 4);
     t0 = serve_now_ms();

@@ -360,7 +360,7 @@ test_v1_child_file_upgrades_and_resumes(void **state)
     assert_int_equal(user_version(store_db_handle(db)), STORE_CHILD_FORMAT);
     assert_int_equal(rows_of_format(db, "lease", SUP_CHILD_REC_FORMAT), 2);
     /* The incarnation carried over: the next start is the third. */
-    assert_int_equal(store_child_incarnation_next(db, &inc), TALLY_OK);
+    assert_int_equal(store_child_incarnation_next(db, &inc, NULL, NULL), TALLY_OK);
     assert_int_equal(inc, 3);
     assert_int_equal(store_child_each(db, collect_row, &rows), TALLY_OK);
     assert_int_equal(rows.n, 2);
@@ -400,7 +400,7 @@ test_v1_child_file_upgrades_and_resumes(void **state)
     assert_int_equal(
         store_child_open(path, STORE_OPEN_SYNC_FULL | STORE_OPEN_PRIVATE, &child_up, &db),
         TALLY_OK);
-    assert_int_equal(store_child_incarnation_next(db, &inc), TALLY_OK);
+    assert_int_equal(store_child_incarnation_next(db, &inc, NULL, NULL), TALLY_OK);
     assert_int_equal(inc, 4);
     rows.n = 0;
     assert_int_equal(store_child_each(db, collect_row, &rows), TALLY_OK);
@@ -423,7 +423,7 @@ test_v1_child_file_without_rows_upgrades(void **state)
     assert_int_equal(file_version(path), 1);
     assert_int_equal(store_child_open(path, STORE_OPEN_PRIVATE, &child_up, &db), TALLY_OK);
     assert_int_equal(user_version(store_db_handle(db)), STORE_CHILD_FORMAT);
-    assert_int_equal(store_child_incarnation_next(db, &inc), TALLY_OK);
+    assert_int_equal(store_child_incarnation_next(db, &inc, NULL, NULL), TALLY_OK);
     assert_int_equal(inc, 3);
     assert_int_equal(store_child_each(db, collect_row, &rows), TALLY_OK);
     assert_int_equal(rows.n, 0);

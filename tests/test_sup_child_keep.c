@@ -155,7 +155,7 @@ test_child_recall_retires_kept_lease(void **state)
     (void)state;
     id = one_lease_used_once(&x, 4, PROTO_LEASE_GRANT_KEEP);
     cx_at(&x, 100);
-    (void)recall(&x, 6, id); /* an older incarnation's: ignored */
+    (void)recall(&x, 8, id); /* a later incarnation's (not this child's): ignored */
     expect_no_return(&x);
     assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
     ev = recall(&x, 7, id);

@@ -236,7 +236,7 @@ test_ledger_expiry_counts_as_spent(void **state)
 }
 
 static void
-test_ledger_new_incarnation_spends_old_leases(void **state)
+test_ledger_new_incarnation_reports_old_leases(void **state)
 {
     struct proto_lease_msg m, r, g;
     struct fx f;
@@ -245,20 +245,34 @@ test_ledger_new_incarnation_spends_old_leases(void **state)
     fx_open(&f);
     fx_hello(&f, 0, 1, T0);
     g = fx_acquire(&f, 0, 1, LINK_A, 10, 1, T0);
-    fx_hello(&f, 0, 2, T0 + 10); /* the child restarted */
+    fx_hello(&f, 0, 2, T0 + 10); /* the child restarted: the lease stays outstanding */
+    assert_int_equal(fx_plan_cell(&f, MINUTE).leases_out, 1);
     /* The old incarnation is stale: its RETURN changes nothing. */
     fx_origin(&f, &m, PROTO_LEASE_RETURN, 0, 1);
     m.ret.lease_id = g.grant.lease_id;
     r = fx_send(&f, T0 + 20, &m, NULL);
     assert_int_equal(r.type, PROTO_LEASE_ERROR);
     assert_int_equal(r.error.code, PROTO_LEASE_E_STALE);
-    /* The new one cannot credit its predecessor's lease either. */
+    /* Another child cannot credit it. */
+    fx_hello(&f, 1, 1, T0 + 20);
+    fx_origin(&f, &m, PROTO_LEASE_RETURN, 1, 1);
+    m.ret.lease_id = g.grant.lease_id;
+    r = fx_send(&f, T0 + 25, &m, NULL);
+    assert_int_equal(r.return_ack.credited, 0);
+    assert_int_equal(fx_plan_cell(&f, MINUTE).leases_out, 1);
+    /* The new incarnation resumed it from its row: its report credits n - used, once. */
     fx_origin(&f, &m, PROTO_LEASE_RETURN, 0, 2);
     m.ret.lease_id = g.grant.lease_id;
+    m.ret.used = 4;
     r = fx_send(&f, T0 + 30, &m, NULL);
-    assert_int_equal(r.return_ack.credited, 0);
-    assert_int_equal(fx_plan_cell(&f, MINUTE).credited, 0);
+    assert_int_equal(r.return_ack.credited, 6);
+    assert_int_equal(fx_plan_cell(&f, MINUTE).credited, 6);
     assert_int_equal(fx_plan_cell(&f, MINUTE).leases_out, 0);
+    fx_origin(&f, &m, PROTO_LEASE_RETURN, 0, 2);
+    m.ret.lease_id = g.grant.lease_id;
+    r = fx_send(&f, T0 + 31, &m, NULL);
+    assert_int_equal(r.return_ack.credited, 0);
+    assert_int_equal(fx_plan_cell(&f, MINUTE).credited, 6);
     /* A request from an incarnation never registered is told to HELLO. */
     fx_origin(&f, &m, PROTO_LEASE_RETURN, 0, 3);
     m.ret.lease_id = 1;
@@ -462,7 +476,7 @@ main(void)
         cmocka_unit_test(test_ledger_no_lease_spans_a_boundary),
         cmocka_unit_test(test_ledger_swap_credits_once),
         cmocka_unit_test(test_ledger_expiry_counts_as_spent),
-        cmocka_unit_test(test_ledger_new_incarnation_spends_old_leases),
+        cmocka_unit_test(test_ledger_new_incarnation_reports_old_leases),
         cmocka_unit_test(test_ledger_debt_blocks_grants),
         cmocka_unit_test(test_ledger_gcra_endpoint_passes_through),
         cmocka_unit_test(test_ledger_refused_link_still_takes_debt),

@@ -128,12 +128,12 @@ test_ledger_kept_lease_sized_to_rate_and_life(void **state)
     /* 0.25/s: 10 tokens, under the cap. */
     r = acquire_at_rate(&f, 0, LINK_C, 250, T0);
     assert_int_equal(r.grant.n, 10);
-    /* A busy link whose slow start still asks for 1 (10/s: more than l_keep per T_lease) keeps
-     * l_keep for T_lease only: it would strand rate * life. */
+    /* A busy link whose slow start still asks for 1 (10/s, 400 over the life) keeps what the
+     * cap allows for the whole life: (600 - 4 - 18 - 10) / 16 / 4 holders = 8. */
     r = acquire_at_rate(&f, 0, LINK_D, 10000, T0);
-    assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT);
-    assert_int_equal(r.grant.ttl_ms, SUP_LEASE_TTL_MS_DEFAULT);
+    assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE);
+    assert_int_equal(r.grant.n, 8);
+    assert_int_equal(r.grant.ttl_ms, 40000);
     fx_close(&f);
 
     /* A shorter cap on the life: the TTL is the cap, the size follows it (0.5/s * 10 s). */
@@ -147,15 +147,27 @@ test_ledger_kept_lease_sized_to_rate_and_life(void **state)
     assert_int_equal(r.grant.n, 5);
     fx_close(&f);
 
-    /* Only an hour window: the life is the cap, not the hour's end (T0 + 60 s cap). */
+    /* Only an hour window and a 60 s cap: the life is the cap, not the hour's end. */
+    fx_config(&f);
+    f.cfg.keep_ttl_ms = 60000;
+    memset(&f.cfg.plan.limits, 0, sizeof(f.cfg.plan.limits));
+    fx_limit(&f.cfg.plan.limits, 36000, 60 * MINUTE);
+    fx_start(&f);
+    fx_hello(&f, 0, 1, T0);
+    r = acquire_at_rate(&f, 0, LINK_A, 0, T0);
+    assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP);
+    assert_int_equal(r.grant.ttl_ms, 60000);
+    fx_close(&f);
+
+    /* By default a kept lease lives to the end of its windows (here the hour's). */
     fx_config(&f);
     memset(&f.cfg.plan.limits, 0, sizeof(f.cfg.plan.limits));
     fx_limit(&f.cfg.plan.limits, 36000, 60 * MINUTE);
     fx_start(&f);
     fx_hello(&f, 0, 1, T0);
     r = acquire_at_rate(&f, 0, LINK_A, 0, T0);
-    assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
-    assert_int_equal(r.grant.ttl_ms, SUP_KEEP_TTL_MS_DEFAULT);
+    assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE);
+    assert_int_equal(r.grant.ttl_ms, 60 * MINUTE - T0 % (60 * MINUTE));
     fx_close(&f);
 }
 

@@ -85,6 +85,8 @@ random_params(uint64_t s, struct sim_params *p)
     r = mix(r);
     p->compact_per_100k = (int)(r % 100);
     r = mix(r);
+    p->idle_close_per_100k = r % 3 == 0 ? 0 : (int)(r % 400);
+    r = mix(r);
     p->demand_pct = 30 + (int)(r % 300);
     p->steady = false;
 }
@@ -128,6 +130,8 @@ test_sim_random_schedules(void **state)
         total.plan_refusals += r.plan_refusals;
         total.sup_crashes += r.sup_crashes;
         total.child_crashes += r.child_crashes;
+        total.idle_closes += r.idle_closes;
+        total.leases_parked += r.leases_parked;
         total.partitions += r.partitions;
         total.clock_steps += r.clock_steps;
         total.duplicates += r.duplicates;
@@ -179,6 +183,8 @@ test_sim_random_schedules(void **state)
            "to live\n",
            (long long)total.crash_lost_total, (long long)total.crash_lost_max,
            (long long)total.crash_lost_life_max);
+    printf("sim: %llu idle closes parked %llu kept leases, resumed at the next open\n",
+           (unsigned long long)total.idle_closes, (unsigned long long)total.leases_parked);
     printf("sim: I5: degraded %llu admitted, %llu charged as debt; worst window over N by %lld\n",
            (unsigned long long)total.debt_reported, (unsigned long long)total.debt_charged,
            (long long)total.over_degraded_max);
@@ -190,6 +196,7 @@ test_sim_random_schedules(void **state)
         assert_true(total.kept_long > 0);     /* long-lived ones */
         assert_true(total.recalls > 0);       /* and their recall */
         assert_true(total.limit_changes > 0); /* lowered limits */
+        assert_true(total.leases_parked > 0); /* idle closes that parked leases */
     }
 }
 

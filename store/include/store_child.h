@@ -15,6 +15,7 @@
 #ifndef STORE_CHILD_H
 #define STORE_CHILD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,8 +38,15 @@ typedef int (*store_child_visit_fn)(void *ctx, uint64_t id, const uint8_t *rec, 
 TALLY_MUST_CHECK int store_child_open(const char *path, unsigned flags,
                                       const struct store_upgrade *up, store_db **out /* OUT */);
 /** Adds one to the stored incarnation (0 when none) and returns it in *out, durably under
- *  STORE_OPEN_SYNC_FULL (otherwise call store_db_sync()). */
-TALLY_MUST_CHECK int store_child_incarnation_next(store_db *db, uint64_t *out /* OUT */);
+ *  STORE_OPEN_SYNC_FULL (otherwise call store_db_sync()). With `limits` non-NULL, also takes
+ *  meta "limits" (the fingerprint stored with parked leases at the last close) out of the file
+ *  in the same transaction: *limits_found says whether it was there. So a fingerprint found
+ *  was written by the close right before this start, never by an earlier one. */
+TALLY_MUST_CHECK int store_child_incarnation_next(store_db *db, uint64_t *out /* OUT */,
+                                                  int64_t *limits /* OUT, may be NULL */,
+                                                  bool *limits_found /* OUT */);
+/** Sets meta value `key` (borrowed) to v, in a transaction of its own. */
+TALLY_MUST_CHECK int store_child_meta_put(store_db *db, const char *key, int64_t v);
 /** Writes rows 0..n-1 from `write` (upsert by id, or delete) in one transaction. */
 TALLY_MUST_CHECK int store_child_write(store_db *db, size_t n, store_child_write_fn write,
                                        void *ctx);

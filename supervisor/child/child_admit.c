@@ -63,17 +63,18 @@ mark_ahead(const sup_child *c, struct child_lease *cl, int64_t upto)
         cl->mark_want = cl->n;
 }
 
-/* Ends the use of a live lease: it is reported (its own incarnation's) and its row deleted. */
+/* Ends the use of a live lease: its row is deleted, then it is reported. A resumed lease is
+ * reported too: its use counts from its durable mark, at least what every incarnation admitted
+ * on it, so the supervisor credits no token that was used. */
 static void
 retire(sup_child *c, struct child_lease *cl)
 {
+    (void)c;
     cl->state = CL_RETIRED;
-    cl->report_due = !cl->foreign;
+    cl->report_due = true;
     cl->quiet = cl->used >= cl->n;
     cl->report_seq = 0;
     cl->delete_due = cl->row;
-    if (cl->foreign && cl->used < cl->n)
-        c->stats.leases_spent++; /* left over and never reported: spent */
 }
 
 void
@@ -198,7 +199,8 @@ after_charge(sup_child *c, struct child_link *k, struct child_lease *cl, int64_t
 {
     int64_t chunk = chunk_of(c, cl->n), n = cl->n;
 
-    if (c->persist_marks && cl->mark_want < n && cl->used >= cl->mark_want - chunk / 2)
+    if ((c->persist_marks || cl->foreign) && cl->mark_want < n &&
+        cl->used >= cl->mark_want - chunk / 2)
         mark_ahead(c, cl, cl->mark_want + 1);
     if (cl->used == n) {
         /* Slow start: a lease used up within T_renew was too small. */
@@ -247,7 +249,9 @@ lease_pick(const sup_child *c, struct child_link *k, int64_t cost, int64_t now_m
         *left += cl->n - cl->used;
         if (cl->used > cl->n - cost)
             continue;
-        if (c->persist_marks && cl->used + cost > cl->mark_durable) {
+        /* A resumed lease follows its marks in either mode: its row would otherwise resume
+         * it again, after a second crash, from a mark it has passed. */
+        if ((c->persist_marks || cl->foreign) && cl->used + cost > cl->mark_durable) {
             if (*blocked == NULL || cl->deadline_mono < (*blocked)->deadline_mono)
                 *blocked = cl;
             continue;
@@ -477,6 +481,7 @@ sup__child_lease_recall(sup_child *c, struct child_link *k, uint64_t id, int64_t
             /* Recalled because a budget ran short, not because it was too big: slow start
              * keeps its size. */
             retire(c, cl);
+            cl->recalled = true;
             c->stats.lease_recalls++;
         }
         return;
@@ -500,8 +505,10 @@ sup_child_recall(sup_child *c, struct sup_time now)
         struct child_link *k = c->links[i];
         if (k == NULL)
             continue;
-        for (int j = 0; j < CHILD_LEASES; j++)
+        for (int j = 0; j < CHILD_LEASES; j++) {
+            k->l[j].recalled = k->l[j].state == CL_LIVE || k->l[j].recalled;
             sup__child_retire(c, k, &k->l[j]);
+        }
         k->deny_until = 0;
         k->pass = false;
         sup__child_touch(c, (int32_t)i, now.mono_ms);

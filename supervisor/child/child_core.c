@@ -326,6 +326,17 @@ link_persist(sup_child *c, struct child_link *k, struct sup_child_persist *out)
             c->stats.writes++;
             return true;
         }
+        if (cl->state == CL_PARKED && cl->park_due) {
+            /* Nothing more is admitted on it here: its exact use is what the next
+             * incarnation resumes from. */
+            out->op = SUP_PERSIST_PUT;
+            lease_rec(c, k, cl, &out->rec);
+            out->rec.mark = cl->used;
+            cl->park_due = false;
+            cl->row = true;
+            c->stats.writes++;
+            return true;
+        }
         if (cl->state == CL_RETIRED && cl->delete_due) {
             memset(out, 0, sizeof(*out));
             out->op = SUP_PERSIST_DELETE;
@@ -444,6 +455,37 @@ sup_child_shutdown(sup_child *c, struct sup_time now)
             sup__child_touch(c, (int32_t)i, now.mono_ms);
         }
     }
+}
+
+uint32_t
+sup_child_park(sup_child *c, struct sup_time now)
+{
+    uint32_t parked = 0;
+
+    for (uint32_t i = 0; i < c->link_hw; i++) {
+        struct child_link *k = c->links[i];
+
+        for (int j = 0; k != NULL && j < CHILD_LEASES; j++) {
+            struct child_lease *cl = &k->l[j];
+
+            if (cl->state != CL_LIVE)
+                continue;
+            if ((cl->keep || cl->foreign) && cl->used < cl->n &&
+                cl->deadline_mono - now.mono_ms >= SUP_CHILD_PARK_MIN_MS) {
+                cl->state = CL_PARKED;
+                cl->park_due = true;
+                c->stats.leases_parked++;
+                parked++;
+            } else {
+                sup__child_retire(c, k, cl);
+            }
+        }
+        if (k != NULL) {
+            k->acq_due = false;
+            sup__child_touch(c, (int32_t)i, now.mono_ms);
+        }
+    }
+    return parked;
 }
 
 /* ---- introspection ---- */

@@ -15,9 +15,22 @@
 #include <string.h>
 
 bool
+sup__child_acquire_held(const struct child_link *k)
+{
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        const struct child_lease *cl = &k->l[j];
+
+        if (cl->state == CL_RETIRED && cl->recalled && cl->report_due && cl->report_seq == 0 &&
+            !cl->quiet && cl->row)
+            return true;
+    }
+    return false;
+}
+
+bool
 sup__child_msg_work(const struct child_link *k)
 {
-    if (k->acq_due && k->acq_seq == 0)
+    if (k->acq_due && k->acq_seq == 0 && !sup__child_acquire_held(k))
         return true;
     for (int j = 0; j < CHILD_LEASES; j++) {
         const struct child_lease *cl = &k->l[j];
@@ -37,7 +50,7 @@ sup__child_persist_work(const struct child_link *k)
         const struct child_lease *cl = &k->l[j];
 
         if ((cl->state == CL_LIVE && cl->mark_want > cl->mark_sent) ||
-            (cl->state == CL_RETIRED && cl->delete_due))
+            (cl->state == CL_RETIRED && cl->delete_due) || (cl->state == CL_PARKED && cl->park_due))
             return true;
     }
     return false;

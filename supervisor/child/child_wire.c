@@ -154,6 +154,21 @@ build_acquire(sup_child *c, struct child_link *k, int32_t index, struct sup_time
     return true;
 }
 
+/* Recalled leases of k whose report could go now. */
+static int
+recalled_ready(const struct child_link *k)
+{
+    int n = 0;
+
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        const struct child_lease *cl = &k->l[j];
+
+        n += cl->state == CL_RETIRED && cl->recalled && cl->report_due && cl->report_seq == 0 &&
+             !cl->quiet && !cl->row;
+    }
+    return n;
+}
+
 static bool
 build_return(sup_child *c, struct child_link *k, int32_t index, struct sup_time now,
              struct proto_lease_msg *out)
@@ -175,11 +190,32 @@ build_return(sup_child *c, struct child_link *k, int32_t index, struct sup_time 
     return true;
 }
 
-/* A heartbeat is worth sending while there is debt to report or traffic to describe. */
+/* A heartbeat is worth sending only while there is degraded debt to report (the recent traffic
+ * rides along). Traffic alone sends nothing: a child deciding on its leases needs no supervisor,
+ * and one that heard nothing from its child for a while may hibernate. */
 static bool
-hb_wanted(const sup_child *c, int64_t now_mono)
+hb_wanted(const sup_child *c)
 {
-    return c->debt_total > 0 || now_mono - c->last_use < 2 * c->heartbeat_ms;
+    return c->debt_total > 0;
+}
+
+/* True iff the child has something for its supervisor: a request in flight or waiting to go,
+ * a link with a message to send, or debt. Only then does a new incarnation say HELLO: a child
+ * that only decides on the leases it resumed never starts its supervisor. */
+static bool
+wants_channel(const sup_child *c)
+{
+    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+        if (c->req[i].seq != 0 && c->req[i].seq != c->hello_seq)
+            return true;
+    }
+    for (uint32_t pos = 0; pos < c->msgq.len; pos++) {
+        const struct child_link *k = c->links[c->msgq.item[pos]];
+
+        if (k != NULL && sup__child_msg_work(k))
+            return true;
+    }
+    return hb_wanted(c);
 }
 
 static bool
@@ -232,6 +268,8 @@ sup_child_next_message(sup_child *c, struct sup_time now, struct proto_lease_msg
     if (!c->welcomed) {
         struct child_req *h = sup__child_req_find(c, c->hello_seq);
 
+        if (h == NULL && !wants_channel(c))
+            return TALLY_ENOTFOUND;
         if (h == NULL) {
             h = sup__child_req_new(c, PROTO_LEASE_HELLO, -1, now.mono_ms);
             if (h == NULL)
@@ -264,12 +302,17 @@ sup_child_next_message(sup_child *c, struct sup_time now, struct proto_lease_msg
             sup__child_queue_drop(c, &c->msgq, pos);
             continue;
         }
-        if ((k->acq_due && k->acq_seq == 0 && build_acquire(c, k, (int32_t)i, now, out)) ||
+        /* Recalled leases are reported before the link asks again: a second one goes in a
+         * RETURN ahead of the ACQUIRE that carries the first. */
+        if (k->acq_due && recalled_ready(k) > 1 && build_return(c, k, (int32_t)i, now, out))
+            return TALLY_OK;
+        if ((k->acq_due && k->acq_seq == 0 && !sup__child_acquire_held(k) &&
+             build_acquire(c, k, (int32_t)i, now, out)) ||
             build_return(c, k, (int32_t)i, now, out))
             return TALLY_OK;
         break; /* work, but no request entry free: nothing else can go out either */
     }
-    if (c->hb_seq == 0 && now.mono_ms >= c->hb_next_mono && hb_wanted(c, now.mono_ms) &&
+    if (c->hb_seq == 0 && now.mono_ms >= c->hb_next_mono && hb_wanted(c) &&
         build_heartbeat(c, now, out))
         return TALLY_OK;
     return TALLY_ENOTFOUND;
@@ -419,10 +462,11 @@ sup_child_on_message(sup_child *c, struct sup_time now, const struct proto_lease
     memset(ev, 0, sizeof(*ev));
     if (m == NULL || !proto_lease_is_reply(m->type))
         return TALLY_EPROTO;
-    if (strcmp(m->origin.child, c->policy.name) != 0 || m->origin.incarnation != c->incarnation)
+    if (strcmp(m->origin.child, c->policy.name) != 0 || m->origin.incarnation > c->incarnation)
         return TALLY_OK;
     if (m->type == PROTO_LEASE_RECALL) {
-        /* Pushed, not a reply: its seq is the lease id, matching no request. */
+        /* Pushed, not a reply: its seq is the lease id, matching no request. It names the
+         * incarnation that was granted the lease: an earlier one for a lease resumed here. */
         k = sup__child_link_find(c, m->recall.link, &index);
         sup__child_lease_recall(c, k, m->recall.lease_id, now.mono_ms);
         if (k != NULL) {
@@ -432,6 +476,8 @@ sup_child_on_message(sup_child *c, struct sup_time now, const struct proto_lease
         }
         return TALLY_OK;
     }
+    if (m->origin.incarnation != c->incarnation)
+        return TALLY_OK; /* an answer to an earlier incarnation */
     r = sup__child_req_find(c, m->origin.seq);
     if (r == NULL || !reply_matches(r->msg.type, m->type))
         return TALLY_OK; /* a duplicate, or a reply to something already answered */
@@ -535,9 +581,9 @@ sup_child_next_wake_ms(const sup_child *c)
             (c->welcomed || c->req[i].seq == c->hello_seq))
             next = c->req[i].next_mono;
     }
-    if (!c->welcomed && c->hello_seq == 0)
+    if (!c->welcomed && c->hello_seq == 0 && wants_channel(c))
         next = 0; /* a HELLO is due now */
-    if (c->welcomed && c->hb_seq == 0 && hb_wanted(c, c->hb_next_mono) && c->hb_next_mono < next)
+    if (c->welcomed && c->hb_seq == 0 && hb_wanted(c) && c->hb_next_mono < next)
         next = c->hb_next_mono;
     return next;
 }

@@ -28,7 +28,9 @@
 #define CHILD_NEVER_CACHE_MS 60000 /* a "never" refusal is remembered this long */
 #define CHILD_RECALLED       8     /* RECALLs remembered for grants still on their way */
 
-enum child_lease_state { CL_FREE = 0, CL_LIVE, CL_RETIRED };
+/* PARKED: a kept lease left to the next incarnation when the child closes while idle: written
+ * with its exact use, never reported, resumed by the next open. */
+enum child_lease_state { CL_FREE = 0, CL_LIVE, CL_RETIRED, CL_PARKED };
 
 struct child_lease {
     enum child_lease_state state;
@@ -37,14 +39,16 @@ struct child_lease {
     int64_t ttl_ms, sent_mono, deadline_mono, deadline_wall, got_mono;
     int64_t mark_durable, mark_want, mark_sent; /* strict mode: reserved_upto */
     bool pass;                                  /* a pass-through grant */
-    bool keep;    /* granted KEEP: not returned when idle, it lives to its deadline */
-    bool edge;    /* its TTL ends at a window boundary, or was cut short: no renewal by age */
-    bool foreign; /* resumed from an earlier incarnation: never reported */
+    bool keep;     /* granted KEEP: not returned when idle, it lives to its deadline */
+    bool edge;     /* its TTL ends at a window boundary, or was cut short: no renewal by age */
+    bool foreign;  /* resumed from an earlier incarnation: never reported */
+    bool park_due; /* parked: its row (mark := used) is to be handed out */
     /* Retired: */
     bool report_due; /* n - used must be reported (own incarnation, used < n) */
     bool quiet;      /* used up: reported only on an ACQUIRE going out anyway (until its deadline),
                         so that the supervisor stops counting it as a holder; nothing to credit */
     uint64_t report_seq; /* the request carrying the report, 0 = none yet */
+    bool recalled;       /* retired by a RECALL or a configuration recall */
     bool row;            /* a row may exist in the file */
     bool delete_due;     /* a DELETE is to be handed out */
 };
@@ -162,6 +166,9 @@ bool sup__child_link_idle(const struct child_link *k);
 
 /* child_sched.c */
 bool sup__child_msg_work(const struct child_link *k);
+/* A recalled lease with tokens left still waits for its row to go: the link's ACQUIRE waits
+ * too, so the supervisor hears the report (and credits it) before it decides the ACQUIRE. */
+bool sup__child_acquire_held(const struct child_link *k);
 bool sup__child_persist_work(const struct child_link *k);
 /** Puts link `index` in the queues it has work for. */
 void sup__child_enqueue(sup_child *c, int32_t index);

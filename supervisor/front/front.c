@@ -56,6 +56,45 @@ limits_changed(const store_snapshot *old, const store_snapshot *cur, const struc
            ea->algorithm != eb->algorithm;
 }
 
+static uint64_t
+fp_mix(uint64_t h, int64_t v)
+{
+    for (int i = 0; i < 8; i++) { /* FNV-1a over the value's bytes, low first */
+        h ^= (uint64_t)v >> (8 * i) & 0xff;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static uint64_t
+fp_limits(uint64_t h, const struct tenant_limits *ls)
+{
+    h = fp_mix(h, ls->count);
+    for (uint32_t i = 0; i < ls->count; i++)
+        h = fp_mix(fp_mix(h, ls->v[i].n), ls->v[i].period_ms);
+    return h;
+}
+
+int64_t
+front_limits_fp(const store_snapshot *snap, const struct front_child *fc)
+{
+    const struct store_snap_tenant *t = store_snapshot_tenant(snap, fc->tenant);
+    const struct tenant_endpoint *e;
+    uint64_t h = 14695981039346656037ull;
+
+    if (t == NULL)
+        return 0;
+    e = store_snapshot_endpoint(snap, t->plan->name, fc->endpoint);
+    if (e == NULL)
+        return 0;
+    /* What limits_changed compares, and nothing else. */
+    h = fp_limits(fp_limits(h, &t->plan->limits), &t->plan->link_limits);
+    h = fp_mix(h, t->plan->concurrency);
+    h = fp_limits(fp_limits(h, &e->limits), &e->tenant_limits);
+    h = fp_mix(h, e->algorithm);
+    return (int64_t)(h | 1); /* never 0: 0 is "no tenant or endpoint" */
+}
+
 /* A changed limit is in force from this reload on: the children it bounds stop using the
  * leases granted under the old one (their unused tokens go back to the supervisor, which
  * has read the new configuration before it grants again: it checks before every ACQUIRE).
@@ -181,6 +220,7 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
     mc.max_supervisors = cfg->max_supervisors;
     mc.batch_sync_ms = cfg->strict ? 0 : cfg->batch_sync_ms;
     mc.journal_compact_rows = cfg->journal_compact_rows;
+    mc.keep_lease_ms = cfg->keep_lease_ms;
     rc = sup_manager_open(loop, &mc, &mgr_cbs, f, &f->mgr);
     if (rc != TALLY_OK)
         goto out;

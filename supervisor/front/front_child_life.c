@@ -192,18 +192,25 @@ closable(const struct front_child *fc, struct sup_time now)
            fc->store.n == 0 && fc->mode == FRONT_MODE_NORMAL && sup_child_reachable(fc->child, now);
 }
 
-/* OPEN -> DRAINING: the child gives its leases back; front_child_drain_check
- * closes the file once they are answered. */
+/* OPEN -> DRAINING: the child parks its kept leases in its file (with the
+ * fingerprint of the limits they were granted under) and gives the others back;
+ * front_child_drain_check closes the file once that is written and answered. */
 static void
 drain(struct front_child *fc)
 {
     struct sup_time now = front_now();
+    uint32_t parked;
 
     lru_unlink(fc->f, fc);
     fc->f->n_leaving++;
     fc->state = FRONT_CHILD_DRAINING;
     fc->drain_mono_ms = now.mono_ms + FRONT_CHILD_DRAIN_MS;
-    sup_child_shutdown(fc->child, now);
+    parked = sup_child_park(fc->child, now);
+    fc->f->stats.leases_parked += parked;
+    if (parked > 0) {
+        fc->store.limits_fp = front_limits_fp(fc->f->snap, fc);
+        fc->store.limits_fp_put = true;
+    }
     front_child_pump(fc);
 }
 
@@ -310,6 +317,13 @@ start_child(struct front_child *fc)
     rc = sup_child_open(&cfg, &fc->child);
     if (rc == TALLY_OK)
         rc = front_store_resume(fc);
+    /* Leases parked under other limits than today's are not used: a limit lowered
+     * while the child was closed is in force too (their tokens count as spent). */
+    if (rc == TALLY_OK && fc->store.limits_fp_found &&
+        fc->store.limits_fp != front_limits_fp(f->snap, fc)) {
+        sup_child_recall(fc->child, front_now());
+        f->stats.recalls++;
+    }
     if (rc != TALLY_OK) {
         snprintf(fc->store.errmsg, sizeof(fc->store.errmsg), "%s", "cannot start the child");
         sup_child_close(fc->child);

@@ -76,7 +76,8 @@ open_work(uv_work_t *w)
 
     /* Every start is a new incarnation. */
     if (rc == TALLY_OK)
-        rc = store_child_incarnation_next(s->db, &s->incarnation);
+        rc = store_child_incarnation_next(s->db, &s->incarnation, &s->limits_fp,
+                                          &s->limits_fp_found);
     /* Durable in both modes: after an OS crash a reused incarnation would be
      * answered from the supervisor's dedupe window with grants already spent. */
     if (rc == TALLY_OK && !fc->f->cfg.strict)
@@ -144,6 +145,11 @@ close_work(uv_work_t *w)
 {
     struct front_child *fc = w->data;
 
+    /* The limits its parked leases were granted under: a later open that finds others
+     * does not use them. Not written (a failed write), they are resumed as after a crash. */
+    if (fc->store.limits_fp_put)
+        fc->store.rc = store_child_meta_put(fc->store.db, "limits", fc->store.limits_fp);
+    fc->store.limits_fp_put = false;
     /* The last connection's close checkpoints the WAL into the file and removes it. */
     store_db_close(fc->store.db);
     fc->store.db = NULL;

@@ -207,6 +207,11 @@ sup__manager_options(const sup_manager *m, char **args, struct sup_manager_optbu
         args[n++] = "--journal-compact-rows";
         args[n++] = b->compact;
     }
+    if (m->cfg.keep_lease_ms > 0) {
+        snprintf(b->keep, sizeof(b->keep), "%lld", (long long)m->cfg.keep_lease_ms);
+        args[n++] = "--keep-lease-ms";
+        args[n++] = b->keep;
+    }
     return n;
 }
 

@@ -154,6 +154,9 @@ leases(struct proto_http_response *resp, const struct sup_front_stats *fs)
     counter(resp, "tally_lease_recalls_total",
             "Child counters that gave up their leases because a limit on them changed.",
             fs->recalls);
+    counter(resp, "tally_leases_parked_total",
+            "Kept leases an idle child counter left in its file for its next open.",
+            fs->leases_parked);
 }
 
 static void

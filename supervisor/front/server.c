@@ -224,6 +224,7 @@ start_front(struct server *d)
     fc.idle_exit_ms = d->o->idle_exit_ms;
     fc.max_supervisors = d->o->max_supervisors;
     fc.batch_sync_ms = d->o->batch_sync_ms;
+    fc.keep_lease_ms = d->o->keep_lease_ms;
     fc.journal_compact_rows = d->o->journal_compact_rows;
     fc.child_idle_ms = d->o->child_idle_ms;
     fc.max_open_children = d->o->max_open_children;

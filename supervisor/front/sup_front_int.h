@@ -45,6 +45,10 @@ struct front_store {
     uint64_t writes, failures;
     uint64_t failing;     /* failed attempts in a row */
     uint64_t incarnation; /* from the open */
+    /* The fingerprint of the limits over the child's path (front_limits_fp) when its leases
+     * were parked: read at the open (found or not), written at an idle close. */
+    int64_t limits_fp;
+    bool limits_fp_found, limits_fp_put;
     struct front_resume resume;
     char errmsg[512];      /* why the open failed */
     int64_t backoff_ms;    /* before the next attempt of a failed batch */
@@ -128,6 +132,11 @@ struct sup_front {
 };
 
 /* Both clocks, read now: monotonic for durations and deadlines, wall for window ids. */
+/* A fingerprint of every limit over fc's path in `snap` (what limits_changed compares); 0
+ * when the tenant or the endpoint is gone. Leases parked under one fingerprint are not used
+ * under another. */
+int64_t front_limits_fp(const store_snapshot *snap, const struct front_child *fc);
+
 static inline struct sup_time
 front_now(void)
 {

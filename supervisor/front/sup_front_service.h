@@ -56,6 +56,7 @@ struct sup_front_config {
     uint32_t max_supervisors;      /* 0 = sup_max_supervisors_default() */
     int64_t batch_sync_ms;         /* batched: supervisors' journal sync delay; 0 = theirs (100) */
     uint64_t journal_compact_rows; /* supervisors' compaction threshold; 0 = theirs (4096) */
+    int64_t keep_lease_ms;         /* supervisors' longest kept lease; 0 = theirs (1 h) */
     int64_t child_idle_ms;         /* a child counter unused this long closes its file; 0 = 60000 */
     uint32_t max_open_children;    /* child files open at once (about 3 descriptors each); the
                                       least recently used idle one closes first; 0 = 1024 */
@@ -127,7 +128,8 @@ struct sup_front_stats {
                                      child's retransmit timers send them again */
     uint64_t pump_deferrals;      /* pumps cut short by their round limit, resumed next turn */
     uint64_t reloads;
-    uint64_t recalls; /* child counters that dropped their leases for a changed limit */
+    uint64_t recalls;       /* child counters that dropped their leases for a changed limit */
+    uint64_t leases_parked; /* kept leases left in their file by an idle close */
     uint64_t reload_failures;
     uint32_t reload_fail_streak;
     uint64_t shadow_refused;     /* refusals admitted because the endpoint is in shadow mode */

@@ -38,6 +38,7 @@ struct sup_manager_config {
                                       tenant that needs room waits for its exit */
     int64_t batch_sync_ms;         /* passed on as --batch-sync-ms (batched only); 0 = not passed */
     uint64_t journal_compact_rows; /* passed on as --journal-compact-rows; 0 = not passed */
+    int64_t keep_lease_ms;         /* passed on as --keep-lease-ms; 0 = not passed */
 };
 
 struct sup_manager_cbs {

@@ -113,7 +113,7 @@ bool sup__fork_release(sup_manager *m);
 
 /* The strings sup__manager_options writes into. */
 struct sup_manager_optbuf {
-    char idle[32], sync_ms[32], compact[32];
+    char idle[32], sync_ms[32], compact[32], keep[32];
 };
 /** The options every supervisor runs with (data dir, durability, idle exit, log level, batch
  *  sync, compaction), into args (room for 12); returns how many. For uv_spawn of

@@ -153,14 +153,9 @@ apply_hello(sup_ledger *l, const struct sup_record *rec)
     peer = l->peers[pi];
     if (rec->origin.incarnation <= peer->incarnation)
         return TALLY_EINVAL;
-    /* The older incarnation lost its memory: whatever it held is spent, never credited. */
-    for (uint32_t i = 0; i < l->lease_hw && peer->leases > 0; i++) {
-        struct sup_lease *lease = &l->leases[i];
-
-        if (lease->id != 0 && lease->peer == (uint32_t)pi &&
-            lease->incarnation < rec->origin.incarnation)
-            lease_close(l, lease, 0);
-    }
+    /* The older incarnation's leases stay until their deadline: the new one may have resumed
+     * them from their rows and report them (sup__lease_reportable); the others expire as
+     * spent, never credited. */
     peer->incarnation = rec->origin.incarnation;
     peer->hwm_durable = 0;
     peer->hwm_volatile = 0;

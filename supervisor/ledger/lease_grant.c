@@ -41,9 +41,9 @@ report_plan(const sup_ledger *l, int pi, int64_t eval_ms, const struct proto_lea
     struct sup_lease *lease = sup__lease_find(l, a->report_lease);
 
     memset(out, 0, sizeof(*out));
-    /* Credit only on proof from the lease's own incarnation (docs/LEASE-PROTOCOL.md §2). */
-    if (lease == NULL || lease->peer != (uint32_t)pi ||
-        lease->incarnation != in->origin.incarnation)
+    /* Credit only on proof from the child that holds it: the incarnation it was granted to,
+     * or a later one that resumed it from its row (docs/LEASE-PROTOCOL.md §2). */
+    if (lease == NULL || !sup__lease_reportable(lease, pi, &in->origin))
         return;
     if (eval_ms > lease->deadline_ms + l->margin_ms) {
         out->flags = SUP_RECF_REPORT_SPENT;
@@ -91,7 +91,7 @@ grant_size(const sup_ledger *l, int64_t ask, int64_t cap, int64_t need)
 }
 
 /* What a kept lease of `life_ms` holds: max(l_keep, ceil(rate * life)), at most `keep_cap`
- * (1/keep_factor of what remains, shared by the holders). */
+ * (1/keep_factor of what remains per holder). */
 static int64_t
 keep_size(const sup_ledger *l, int64_t rate_milli, int64_t life_ms, int64_t keep_cap)
 {
@@ -160,19 +160,22 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
         int64_t life = l->keep_ttl_ms < ttl_cap ? l->keep_ttl_ms : ttl_cap;
         n = grant_size(l, a->want, cap, a->need);
         ttl = l->lease_ttl_ms;
-        if (plenty && n <= l->l_keep) {
-            /* Giving back a few tokens of a link costs a message and a commit, and its next
-             * request a round trip (a spawn when its supervisor sleeps): while plenty remains,
-             * a small lease is worth keeping. A quiet link (at most l_keep tokens per T_lease)
-             * keeps one sized to its own rate for up to keep_ttl_ms; a busy one (its slow
-             * start asks for little) keeps l_keep for T_lease, as it gains little from a long
-             * life and would strand rate * life. */
-            bool quiet = rate_milli <= l->l_keep * 1000000 / l->lease_ttl_ms;
-            int64_t k = quiet ? keep_size(l, rate_milli, life, keep_cap) : l->l_keep;
+        if (plenty) {
+            /* While every budget of the path is plentiful, a grant that the link's own rate
+             * over a long life covers is kept instead: it lives up to keep_ttl_ms (cut at the
+             * end of every window of the path), holds max(l_keep, rate * life), never more than
+             * 1/keep_factor of what remains per holder, and its holder keeps it when the link
+             * goes quiet and renews it before it runs out. After warm-up a link then asks its
+             * supervisor about once per life, at a window end, or when a budget runs short
+             * (RECALL): quiet tenants decide locally and their supervisors may sleep. A link
+             * asking for more than that (a burst, slow start) gets the ordinary lease. */
+            int64_t k = keep_size(l, rate_milli, life, keep_cap);
 
-            n = grant_size(l, k, cap, a->need);
-            ttl = quiet ? life : l->lease_ttl_ms;
-            rec->flags |= SUP_RECF_KEEP;
+            if (k >= n) {
+                n = grant_size(l, k, cap, a->need);
+                ttl = life;
+                rec->flags |= SUP_RECF_KEEP;
+            }
         }
     }
     /* No lease spans a window boundary (I3); the boundary is after eval_ms, so ttl >= 1. A

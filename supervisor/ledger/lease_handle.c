@@ -91,8 +91,9 @@ decide_hello(sup_ledger *l, int64_t now_ms, const struct proto_lease_msg *in,
     return true;
 }
 
-/* RETURN: credit n - used once, only from the lease's own incarnation and before its deadline
- * (+ margin); after it the lease is closed as spent. Anything else credits nothing. */
+/* RETURN: credit n - used once, only from the lease's holder (sup__lease_reportable) and before
+ * its deadline (+ margin); after it the lease is closed as spent. Anything else credits
+ * nothing. */
 static bool
 decide_return(sup_ledger *l, int pi, int64_t now_ms, const struct proto_lease_msg *in,
               struct sup_record *rec, struct proto_lease_msg *reply)
@@ -102,8 +103,7 @@ decide_return(sup_ledger *l, int pi, int64_t now_ms, const struct proto_lease_ms
     sup__record_init(l, rec, SUP_REC_RETURN, in, now_ms);
     rec->report_lease = in->ret.lease_id;
     rec->report_used = in->ret.used;
-    if (lease == NULL || lease->peer != (uint32_t)pi ||
-        lease->incarnation != in->origin.incarnation) {
+    if (lease == NULL || !sup__lease_reportable(lease, pi, &in->origin)) {
         sup__record_reply(l, rec, reply);
         return false;
     }

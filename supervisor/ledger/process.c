@@ -335,6 +335,7 @@ open_all(struct sp *s)
     cfg.endpoint_count = s->n_eps;
     cfg.link_allows = link_allows;
     cfg.link_ctx = s;
+    cfg.keep_ttl_ms = s->o->keep_lease_ms;
     rc = sup_ledger_open(&cfg, &s->ledger);
     if (rc == TALLY_OK)
         rc = sp_replay(s);

@@ -47,17 +47,16 @@ typedef struct sup_ledger sup_ledger;
 #define SUP_HEARTBEAT_MS_DEFAULT 1000
 #define SUP_L_MIN_DEFAULT        1
 #define SUP_L_MAX_DEFAULT        ((int64_t)1 << 20)
-/* Keep leases: while every bound of a path has at least SUP_KEEP_FACTOR * P * l_keep left, a
- * small grant is raised to l_keep tokens and flagged KEEP: its holder keeps it to its deadline
- * when idle instead of returning it after 1 s (a quiet link's next request is then local). */
-#define SUP_L_KEEP_DEFAULT 4
-#define SUP_KEEP_FACTOR    16
-/* A kept lease lives up to this long (cut at the end of every window of its path) and holds
- * about what its link uses in that time: max(l_keep, rate * life), at most
- * rem / (SUP_KEEP_FACTOR * P) on every bound. While every budget of the path stays plentiful a
- * quiet link decides locally for a minute; when one runs short the supervisor pushes a RECALL
- * for the kept leases on it (docs/LEASE-PROTOCOL.md §2, §6). */
-#define SUP_KEEP_TTL_MS_DEFAULT 60000
+/* Kept leases: while every bound of a path has at least SUP_KEEP_FACTOR * P * l_keep left, a
+ * grant is flagged KEEP: its holder keeps it to its deadline when idle instead of returning it
+ * after 1 s, so a quiet link's next request is local. It lives up to the keep life (cut at the
+ * end of every window of its path) and holds about what its link uses in that time:
+ * max(l_keep, rate * life, the child's ask), at most rem / (SUP_KEEP_FACTOR * P) on every
+ * bound. When a budget runs short the supervisor pushes a RECALL for the kept leases on it
+ * (docs/LEASE-PROTOCOL.md §2, §6). */
+#define SUP_L_KEEP_DEFAULT      4
+#define SUP_KEEP_FACTOR         16
+#define SUP_KEEP_TTL_MS_DEFAULT 3600000
 #define SUP_RECALL_QUEUE        256 /* RECALLs waiting to be sent; more are found again later */
 #define SUP_DEDUPE              64  /* replies kept per child (and window of live seqs) */
 #define SUP_MAX_ENDPOINTS       256

@@ -198,6 +198,15 @@ void sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int6
 /* lease_apply.c: records */
 /* lease_ids.c */
 struct sup_lease *sup__lease_find(const sup_ledger *l, uint64_t id);
+
+/* A report of `lease` from `o` (child index pi) may credit it: from the incarnation it was
+ * granted to, or from a later one of the same child, which resumed it from its row with its
+ * durable mark as used (at least what was admitted on it) and has deleted that row first. */
+static inline bool
+sup__lease_reportable(const struct sup_lease *lease, int pi, const struct proto_lease_origin *o)
+{
+    return lease->peer == (uint32_t)pi && lease->incarnation <= o->incarnation;
+}
 /** (Re)builds the id index and the free list for max_leases entries. TALLY_OK, TALLY_ENOMEM
  *  (then the old ones stay, covering the entries they covered). */
 int sup__lease_tables_build(sup_ledger *l);

@@ -48,6 +48,9 @@ struct sup_child_lease_rec {
 
 enum sup_persist_op { SUP_PERSIST_PUT = 1, SUP_PERSIST_DELETE = 2 };
 
+/* A kept lease with less than this to live is returned at an idle close, not parked. */
+#define SUP_CHILD_PARK_MIN_MS 2000
+
 struct sup_child_persist {
     enum sup_persist_op op;
     struct sup_child_lease_rec rec; /* DELETE: lease_id only */
@@ -55,8 +58,9 @@ struct sup_child_persist {
 
 struct sup_child_stats {
     uint64_t admits, degraded, refused, unavailable, waits, acquires, grants, denies, returns;
-    uint64_t retransmits, messages, writes, resumed, leases_spent, prefetches;
+    uint64_t retransmits, messages, writes, resumed, prefetches;
     uint64_t recalls;         /* sup_child_recall calls */
+    uint64_t leases_parked;   /* kept leases left in the file by sup_child_park */
     uint64_t lease_recalls;   /* leases retired by a RECALL from the supervisor */
     uint64_t grants_no_room;  /* grants the link's table had no room for, handed back */
     uint64_t grants_stranded; /* of those, left to expire (no request slot for the RETURN) */
@@ -99,6 +103,12 @@ TALLY_MUST_CHECK int sup_child_resume(sup_child *c, const struct sup_child_lease
                                       struct sup_time now);
 /** Stops using every lease and queues their RETURNs. */
 void sup_child_shutdown(sup_child *c, struct sup_time now);
+/** Closing while idle: like sup_child_shutdown, except that every kept (or resumed) lease with
+ *  at least SUP_CHILD_PARK_MIN_MS to live is parked instead: a PUT writes its row with mark :=
+ *  what it admitted, and it is neither used nor reported again by this incarnation. The next
+ *  open resumes it exactly (nothing lost, nothing twice) without asking the supervisor, which
+ *  counts it as outstanding until then. Drain the writes (and RETURNs) before closing. */
+uint32_t sup_child_park(sup_child *c, struct sup_time now); /* leases parked */
 
 void sup_child_stats(const sup_child *c, struct sup_time now,
                      struct sup_child_stats *out /* OUT */);

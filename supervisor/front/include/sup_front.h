@@ -45,6 +45,7 @@ struct sup_server_opts {
     uint32_t max_connections;
     int64_t batch_sync_ms;         /* batched only; 0 = the supervisors' default */
     uint64_t journal_compact_rows; /* 0 = the supervisors' default */
+    int64_t keep_lease_ms;         /* 0 = the supervisors' default (1 h) */
     int64_t child_idle_ms;         /* 0 = the front's default (60000) */
     uint32_t max_open_children;    /* 0 = the front's default (1024) */
 };

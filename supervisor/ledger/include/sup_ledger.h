@@ -27,6 +27,8 @@ struct sup_process_opts {
     /* Journal rows since the last compaction that trigger the next (tallyd
      * --journal-compact-rows); 0 = 4096, at least 16. */
     uint64_t journal_compact_rows;
+    /* Longest life of a kept lease (tallyd --keep-lease-ms); 0 = the ledger's default (1 h). */
+    int64_t keep_lease_ms;
 };
 
 /** Runs the supervisor until it should exit; returns the exit status: 0 (idle,

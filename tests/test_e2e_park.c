@@ -1,0 +1,176 @@
+/*
+ * Kept leases across an idle close, through the real tallyd and its supervisors:
+ *
+ *  - A quiet link decides locally: its child parks its kept lease when it closes
+ *    while idle, its supervisor hibernates, and the next requests reopen the file
+ *    and are answered from the parked lease without starting the supervisor
+ *    (tally_supervisor_events_total{event="start"} does not move).
+ *  - Exact over many closes: bursts separated by idle closes and hibernations
+ *    admit exactly the limit, then refuse, and some bursts need no supervisor.
+ *  - A limit lowered while the child is closed is in force at its next open: the
+ *    parked lease is not used (admitted never exceeds the new limit plus what was
+ *    admitted before the change).
+ */
+/* clang-format off */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+
+#include <cmocka.h>
+/* clang-format on */
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve_util.h"
+
+struct env {
+    struct serve_env s;
+    char token[64];
+};
+
+static int
+setup(void **state)
+{
+    struct env *e = calloc(1, sizeof(*e));
+
+    assert_non_null(e);
+    serve_env_init(&e->s);
+    serve_tally_ok(&e->s, NULL, 0, "plan", "set", "pro", "--limit", "100000000/365d", NULL);
+    /* 200 a year: plentiful for up to 3 leases outstanding (200 / 16 >= 3 x 4), so its
+     * grants are kept (each at most 200 / 16 / P). */
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "quiet", "--limit", "200/365d", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "acme", "--plan", "pro", NULL);
+    serve_tally_ok(&e->s, e->token, sizeof(e->token), "link", "create", "acme", NULL);
+    *state = e;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct env *e = *state;
+
+    serve_env_release(&e->s);
+    free(e);
+    return 0;
+}
+
+static double
+metric(const struct env *e, const char *series)
+{
+    struct serve_http h;
+
+    serve_http_get(e->s.http_port, "/metrics", NULL, &h);
+    assert_int_equal(h.status, 200);
+    return serve_metric(h.body, series);
+}
+
+static int
+check(const struct env *e)
+{
+    struct serve_http h;
+
+    serve_check(&e->s, e->token, "quiet", &h);
+    assert_true(h.status == 200 || h.status == 429);
+    return h.status;
+}
+
+/* Waits (up to 10 s) until the child's file is closed and, if `asleep`, no supervisor runs. */
+static void
+wait_closed(const struct env *e, bool asleep)
+{
+    int64_t until = serve_now_ms() + 10000;
+
+    while (metric(e, "tally_child_counters_open") != 0 ||
+           (asleep && metric(e, "tally_supervisors_live") != 0)) {
+        assert_true(serve_now_ms() < until);
+        serve_sleep_ms(50);
+    }
+}
+
+static const char *const QUIET[] = {"--child-idle-ms=200", "--idle-exit-ms=300"};
+#define STARTS "tally_supervisor_events_total{event=\"start\"}"
+
+static void
+test_quiet_link_needs_no_supervisor_after_close(void **state)
+{
+    struct env *e = *state;
+    double starts;
+
+    serve_start(&e->s, QUIET[0], QUIET[1]);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(check(e), 200);
+    wait_closed(e, true);
+    assert_true(metric(e, "tally_leases_parked_total") >= 1);
+    starts = metric(e, STARTS);
+    /* The file opens again, the parked lease answers: no supervisor is started. */
+    assert_int_equal(check(e), 200);
+    assert_int_equal(check(e), 200);
+    assert_true(metric(e, "tally_child_files_total{event=\"open\"}") >= 2);
+    assert_true(metric(e, STARTS) == starts);
+    serve_stop(&e->s);
+}
+
+static void
+test_exact_across_idle_closes(void **state)
+{
+    struct env *e = *state;
+    int admitted = 0, refused = 0, local = 0;
+
+    serve_start(&e->s, QUIET[0], QUIET[1]);
+    /* Bursts of 2 and 9 in turn, with an idle close and a hibernation between them. */
+    for (int round = 0; refused == 0; round++) {
+        double starts = metric(e, STARTS);
+        int burst = 0;
+
+        for (int i = 0; i < (round % 2 == 0 ? 9 : 2); i++) {
+            int st = check(e);
+            admitted += st == 200;
+            refused += st == 429;
+            burst += st == 200;
+        }
+        local += burst > 0 && metric(e, STARTS) == starts;
+        assert_true(admitted <= 200);
+        if (refused == 0)
+            wait_closed(e, round % 4 == 3); /* a hibernation now and then */
+    }
+    assert_int_equal(admitted, 200);
+    assert_true(local >= 1); /* at least one burst was served from parked leases alone */
+    serve_stop(&e->s);
+}
+
+static void
+test_limit_lowered_while_closed(void **state)
+{
+    struct env *e = *state;
+    int admitted = 0;
+
+    serve_start(&e->s, QUIET[0], QUIET[1]);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(check(e), 200);
+    wait_closed(e, true);
+    assert_true(metric(e, "tally_leases_parked_total") >= 1);
+    /* 3 admitted; the limit drops to 5 while the child is closed: 2 more at most. */
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "quiet", "--limit", "5/365d", NULL);
+    for (int i = 0; i < 10; i++)
+        admitted += check(e) == 200;
+    assert_int_equal(admitted, 2);
+    serve_stop(&e->s);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_quiet_link_needs_no_supervisor_after_close, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_exact_across_idle_closes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_limit_lowered_while_closed, setup, teardown),
+    };
+
+    return cmocka_run_group_tests_name("e2e_park", tests, NULL, NULL);
+}
