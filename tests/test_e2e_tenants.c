@@ -7,7 +7,8 @@
  *    exactly: k admitted of N before, exactly N - k after.
  *  - SIGTERM while child files are being opened: tallyd exits 0.
  *  - With --max-open-children 8, asking 48 tenants in turn keeps tallyd's
- *    descriptors under a bound far below one file per tenant.
+ *    descriptors under a bound far below one file per tenant: the least
+ *    recently used children close their files and stay loaded (asleep).
  *  - A hot tenant under steady load keeps its p99 while 100 new child counters a
  *    second make their first request: new endpoints of running tenants (file
  *    opens only), and, run alone by `test_e2e_tenants spawns`, new tenants (file
@@ -365,6 +366,10 @@ test_descriptors_stay_bounded(void **state)
     assert_true(files_worst <= 3 * (FD_MAX_OPEN + 4));
     assert_true(worst <= base + 3 * (FD_MAX_OPEN + 4) + 16 + 16);
     assert_true(metric(e, "tally_child_counters_open") <= FD_MAX_OPEN + 4);
+    /* The cap closed files, not children: every child is still loaded (asleep), and
+     * its next write opened its file again. */
+    assert_true(metric(e, "tally_child_files_total{event=\"sleep\"}") > 0);
+    assert_true(metric(e, "tally_child_counters") == FD_TENANTS + 1);
     serve_stop(&e->s);
 }
 

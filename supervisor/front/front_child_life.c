@@ -113,6 +113,39 @@ lru_push_front(sup_front *f, struct front_child *fc)
         f->lru_tail = fc;
 }
 
+/* The OPEN children whose file is open, most recently used first: the cap on open
+ * files closes the least recently used of them (the child itself stays). */
+static void
+files_unlink(sup_front *f, struct front_child *fc)
+{
+    if (!fc->in_files)
+        return;
+    if (fc->file_prev != NULL)
+        fc->file_prev->file_next = fc->file_next;
+    else
+        f->file_head = fc->file_next;
+    if (fc->file_next != NULL)
+        fc->file_next->file_prev = fc->file_prev;
+    else
+        f->file_tail = fc->file_prev;
+    fc->file_prev = fc->file_next = NULL;
+    fc->in_files = false;
+}
+
+static void
+files_push_front(sup_front *f, struct front_child *fc)
+{
+    files_unlink(f, fc);
+    fc->file_prev = NULL;
+    fc->file_next = f->file_head;
+    if (f->file_head != NULL)
+        f->file_head->file_prev = fc;
+    f->file_head = fc;
+    if (f->file_tail == NULL)
+        f->file_tail = fc;
+    fc->in_files = true;
+}
+
 /* ---- lifecycle ---- */
 
 static void
@@ -192,6 +225,15 @@ closable(const struct front_child *fc, struct sup_time now)
            fc->store.n == 0 && fc->mode == FRONT_MODE_NORMAL && sup_child_reachable(fc->child, now);
 }
 
+/* An OPEN child whose file may close while it stays: nothing to write or being
+ * written, nothing waiting. */
+static bool
+sleepable(const struct front_child *fc)
+{
+    return fc->state == FRONT_CHILD_OPEN && fc->store.db != NULL && !fc->store.busy &&
+           fc->store.n == 0 && fc->parked == NULL;
+}
+
 /* OPEN -> DRAINING: the child parks its kept leases in its file (with the
  * fingerprint of the limits they were granted under) and gives the others back;
  * front_child_drain_check closes the file once that is written and answered. */
@@ -202,7 +244,10 @@ drain(struct front_child *fc)
     uint32_t parked;
 
     lru_unlink(fc->f, fc);
-    fc->f->n_leaving++;
+    files_unlink(fc->f, fc);
+    /* Counted as leaving while its file is open (or opening again for a write). */
+    fc->leaving = fc->store.db != NULL || fc->store.busy;
+    fc->f->n_leaving += fc->leaving;
     fc->state = FRONT_CHILD_DRAINING;
     fc->drain_mono_ms = now.mono_ms + FRONT_CHILD_DRAIN_MS;
     parked = sup_child_park(fc->child, now);
@@ -215,17 +260,21 @@ drain(struct front_child *fc)
 }
 
 /* Open files (not counting those on their way out) above the cap: the least
- * recently used children that can close, close. */
+ * recently used children whose file can close, close it and stay (asleep). */
 static void
 enforce_cap(sup_front *f)
 {
-    struct front_child *fc = f->lru_tail;
-    struct sup_time now = front_now();
+    struct front_child *fc = f->file_tail;
+    uint32_t closing = 0;
 
-    while (fc != NULL && f->n_files - f->n_leaving > f->cfg.max_open_children) {
-        struct front_child *prev = fc->lru_prev;
-        if (closable(fc, now))
-            drain(fc);
+    while (fc != NULL && f->n_files - f->n_leaving - closing > f->cfg.max_open_children) {
+        struct front_child *prev = fc->file_prev;
+        if (sleepable(fc)) {
+            files_unlink(f, fc);
+            front_store_sleep_start(fc);
+            f->stats.child_sleeps++;
+            closing++;
+        }
         fc = prev;
     }
 }
@@ -254,6 +303,8 @@ front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *
             lru_unlink(f, fc);
             lru_push_front(f, fc);
         }
+        if (fc->in_files && f->file_head != fc)
+            files_push_front(f, fc);
         *out = fc;
         return TALLY_OK;
     }
@@ -357,6 +408,7 @@ front_child_opened(struct front_child *fc, int rc)
     }
     fc->state = FRONT_CHILD_OPEN;
     lru_push_front(f, fc);
+    files_push_front(f, fc);
     /* The requests that waited for the file run in arrival order; one that
      * parks again (for a lease) goes to the back of the list, after them. */
     batch = fc->parked;
@@ -397,13 +449,13 @@ front_child_drain_check(struct front_child *fc)
 }
 
 void
-front_child_file_closed(struct front_child *fc)
+front_child_file_closed(struct front_child *fc, bool had_file)
 {
     sup_front *f = fc->f;
 
-    f->n_files--;
-    if (fc->state == FRONT_CHILD_DRAINING || fc->state == FRONT_CHILD_CLOSING)
-        f->n_leaving--;
+    f->n_files -= had_file;
+    f->n_leaving -= fc->leaving;
+    fc->leaving = false;
     f->stats.child_closes++;
     if (fc->closed) {
         front_child_release(fc);
@@ -415,6 +467,35 @@ front_child_file_closed(struct front_child *fc)
         return;
     }
     retire(fc);
+}
+
+void
+front_child_file_slept(struct front_child *fc)
+{
+    sup_front *f = fc->f;
+
+    f->n_files--;
+    if (fc->closed) { /* shut down meanwhile: its last writes, then freed */
+        if (fc->child == NULL || !front_store_flush(fc))
+            front_child_release(fc);
+        return;
+    }
+    front_child_pump(fc); /* a write that came meanwhile opens it again */
+}
+
+void
+front_child_file_woke(struct front_child *fc)
+{
+    sup_front *f = fc->f;
+
+    if (fc->store.db == NULL) {
+        f->n_files--; /* the open failed: the batch is tried again later */
+        return;
+    }
+    if (fc->state == FRONT_CHILD_OPEN && !fc->closed) {
+        files_push_front(f, fc);
+        enforce_cap(f);
+    }
 }
 
 /* How often idle children are looked for: a fraction of the idle time, so one

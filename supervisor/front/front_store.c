@@ -147,7 +147,7 @@ close_work(uv_work_t *w)
 
     /* The limits its parked leases were granted under: a later open that finds others
      * does not use them. Not written (a failed write), they are resumed as after a crash. */
-    if (fc->store.limits_fp_put)
+    if (fc->store.limits_fp_put && fc->store.db != NULL)
         fc->store.rc = store_child_meta_put(fc->store.db, "limits", fc->store.limits_fp);
     fc->store.limits_fp_put = false;
     /* The last connection's close checkpoints the WAL into the file and removes it. */
@@ -162,7 +162,7 @@ close_done(uv_work_t *w, int status)
 
     (void)status;
     fc->store.busy = false;
-    front_child_file_closed(fc);
+    front_child_file_closed(fc, true);
 }
 
 void
@@ -171,13 +171,40 @@ front_store_close_start(struct front_child *fc)
     struct front_store *s = &fc->store;
     int rc;
 
+    if (s->db == NULL) { /* asleep: nothing to close */
+        front_child_file_closed(fc, false);
+        return;
+    }
     s->work.data = fc;
     rc = uv_queue_work(fc->f->loop, &s->work, close_work, close_done);
     if (NEVER(rc != 0)) {
         front_store_close(fc);
-        front_child_file_closed(fc);
+        front_child_file_closed(fc, true);
         return;
     }
+    s->busy = true;
+}
+
+static void
+sleep_done(uv_work_t *w, int status)
+{
+    struct front_child *fc = w->data;
+
+    (void)status;
+    fc->store.busy = false;
+    front_child_file_slept(fc);
+}
+
+void
+front_store_sleep_start(struct front_child *fc)
+{
+    struct front_store *s = &fc->store;
+    int rc;
+
+    s->work.data = fc;
+    rc = uv_queue_work(fc->f->loop, &s->work, close_work, sleep_done);
+    if (NEVER(rc != 0))
+        return;
     s->busy = true;
 }
 
@@ -200,7 +227,11 @@ write_batch(uv_work_t *w)
     struct front_child *fc = w->data;
     struct front_store *s = &fc->store;
 
-    s->rc = store_child_write(s->db, s->n, encode_write, s);
+    /* An asleep child's file is opened again first (no new incarnation: the same
+     * state machine goes on). */
+    s->rc = s->db == NULL ? open_file(fc) : TALLY_OK;
+    if (s->rc == TALLY_OK)
+        s->rc = store_child_write(s->db, s->n, encode_write, s);
 }
 
 static void
@@ -233,6 +264,10 @@ batch_done(uv_work_t *w, int status)
 
     if (status != 0 && s->rc == TALLY_OK)
         s->rc = TALLY_EIO;
+    if (s->reopening) { /* open again, or still closed (the open failed) */
+        s->reopening = false;
+        front_child_file_woke(fc);
+    }
     if (s->rc != TALLY_OK) {
         /* Not durable: the child keeps waiting for these writes (its requests are
          * given up at their deadline: degraded or 503 per policy) and the same
@@ -299,6 +334,9 @@ front_store_flush(struct front_child *fc)
     rc = uv_queue_work(fc->f->loop, &s->work, write_batch, batch_done);
     if (NEVER(rc != 0))
         return false;
+    s->reopening = s->db == NULL;
+    if (s->reopening)
+        fc->f->n_files++; /* being opened again */
     s->busy = true;
     return true;
 }

@@ -142,13 +142,14 @@ leases(struct proto_http_response *resp, const struct sup_front_stats *fs)
     gauge(resp, "tally_child_counters_open",
           "Child counters with their file open (about 3 descriptors each).", fs->children_open);
     family(resp, "tally_child_files_total", "counter", "Child counter files by event.");
-    proto_http_response_printf(resp,
-                               "tally_child_files_total{event=\"open\"} %llu\n"
-                               "tally_child_files_total{event=\"close\"} %llu\n"
-                               "tally_child_files_total{event=\"open_failed\"} %llu\n",
-                               (unsigned long long)fs->child_opens,
-                               (unsigned long long)fs->child_closes,
-                               (unsigned long long)fs->child_open_failures);
+    proto_http_response_printf(
+        resp,
+        "tally_child_files_total{event=\"open\"} %llu\n"
+        "tally_child_files_total{event=\"close\"} %llu\n"
+        "tally_child_files_total{event=\"sleep\"} %llu\n"
+        "tally_child_files_total{event=\"open_failed\"} %llu\n",
+        (unsigned long long)fs->child_opens, (unsigned long long)fs->child_closes,
+        (unsigned long long)fs->child_sleeps, (unsigned long long)fs->child_open_failures);
     gauge(resp, "tally_links_live", "Links in the loaded configuration.", fs->live_links);
     counter(resp, "tally_config_reloads_total", "Configuration reloads.", fs->reloads);
     counter(resp, "tally_lease_recalls_total",

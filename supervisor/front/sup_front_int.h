@@ -49,6 +49,7 @@ struct front_store {
      * were parked: read at the open (found or not), written at an idle close. */
     int64_t limits_fp;
     bool limits_fp_found, limits_fp_put;
+    bool reopening; /* the batch in flight opens the file first (it was asleep) */
     struct front_resume resume;
     char errmsg[512];      /* why the open failed */
     int64_t backoff_ms;    /* before the next attempt of a failed batch */
@@ -62,8 +63,10 @@ struct front_store {
  *   OPENING  -> OPEN      file opened, incarnation bumped, rows read (thread pool);
  *                         the state machine is created and resumed on the loop
  *   OPENING  -> (gone)    the open failed: its requests get 503, the entry is freed
- *   OPEN     -> DRAINING  idle for child_idle_ms, or the least recently used over
- *                         max_open_children: sup_child_shutdown, RETURNs out
+ *   OPEN     -> OPEN      the least recently used over max_open_children closes
+ *                         its file (thread pool) and stays: its next write opens
+ *                         the file again on the thread pool (same incarnation)
+ *   OPEN     -> DRAINING  idle for child_idle_ms: sup_child_park, RETURNs out
  *   DRAINING -> CLOSING   nothing in flight (or the drain deadline passed)
  *   CLOSING  -> (gone)    file checkpointed and closed (thread pool), entry freed;
  *               OPENING   instead when requests came meanwhile: a new incarnation */
@@ -86,6 +89,9 @@ struct front_child {
     int64_t used_mono_ms;                    /* the last request */
     int64_t drain_mono_ms;                   /* DRAINING: close then, whatever is still in flight */
     struct front_child *lru_prev, *lru_next; /* OPEN children, most recently used first */
+    struct front_child *file_prev, *file_next; /* OPEN children with their file open, too */
+    bool in_files;                             /* in that second list */
+    bool leaving;                              /* its file counts in f->n_leaving */
     struct front_store store;
     uv_timer_t timer;
     bool timer_live;
@@ -113,9 +119,10 @@ struct sup_front {
     uint32_t cap_children;
     struct tenant_index child_index; /* key -> index into children */
     struct front_child *lru_head, *lru_tail;
-    uint32_t n_files;      /* child files open or being opened */
-    uint32_t n_leaving;    /* of those, children draining or closing */
-    uv_timer_t idle_timer; /* closes idle children */
+    struct front_child *file_head, *file_tail; /* OPEN children with an open file, by use */
+    uint32_t n_files;                          /* child files open or being opened */
+    uint32_t n_leaving;                        /* of those, children draining or closing */
+    uv_timer_t idle_timer;                     /* closes idle children */
     uv_timer_t reload_timer;
     struct sup_front_stats stats;
     struct front_obs obs;
@@ -162,8 +169,12 @@ int front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoi
 void front_child_submit(struct front_child *fc, struct sup_front_req *r);
 /** The open started by front_store_open_start is done (rc, details in fc->store). */
 void front_child_opened(struct front_child *fc, int rc);
-/** The file closed by front_store_close_start is closed. */
-void front_child_file_closed(struct front_child *fc);
+/** The file closed by front_store_close_start is closed (had_file: it was open). */
+void front_child_file_closed(struct front_child *fc, bool had_file);
+/** The file of an OPEN child closed by front_store_sleep_start is closed: the child stays. */
+void front_child_file_slept(struct front_child *fc);
+/** An OPEN child's file was opened again for a write: it counts among the open files. */
+void front_child_file_woke(struct front_child *fc);
 /** A DRAINING child whose last RETURN or write is done closes its file. */
 void front_child_drain_check(struct front_child *fc);
 /** Starts the idle sweep (front_child_life.c); its timer is closed by front_children_close. */
@@ -196,8 +207,12 @@ void front_store_open_start(struct front_child *fc);
  *  them. */
 int front_store_resume(struct front_child *fc);
 /** Closes the file on the thread pool (checkpointed: its WAL removed);
- *  front_child_file_closed() runs on the loop when done. */
+ *  front_child_file_closed() runs on the loop when done (at once when it was closed). */
 void front_store_close_start(struct front_child *fc);
+/** Closes the file of an OPEN child that stays (nothing to write, not busy) on the thread
+ *  pool; front_child_file_slept() runs on the loop when done. Its next batch of writes
+ *  opens the file again first, on the thread pool (front_store_flush). */
+void front_store_sleep_start(struct front_child *fc);
 /** Queues the child's pending writes as one batch on the thread pool unless one is
  *  in flight; true when it queued one. When it is durable the child hears of it,
  *  and is pumped (or, closed, flushed again and then released). */

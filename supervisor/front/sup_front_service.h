@@ -141,7 +141,8 @@ struct sup_front_stats {
     uint32_t children;               /* child counters known: open, opening or closing */
     uint32_t children_open;          /* of those, with their file open (or being opened) */
     uint64_t child_opens;  /* child files opened (first use, or again after an idle close) */
-    uint64_t child_closes; /* child files closed for idleness or the --max-open-children cap */
+    uint64_t child_closes; /* child files closed for idleness (the child freed) */
+    uint64_t child_sleeps; /* child files closed for the --max-open-children cap (child kept) */
     uint64_t child_open_failures;
     uint32_t live_links;
     struct sup_manager_stats sup;
