@@ -39,7 +39,7 @@ static const char usage_text[] =
     "  --wait-ms MS       longest wait of a request for its tenant's supervisor\n"
     "                     (default 50)\n"
     "  --idle-exit-ms MS  a supervisor with no message for this long exits; the\n"
-    "                     next request brings it back (default 60000)\n"
+    "                     next request brings it back (default 10000)\n"
     "  --max-supervisors N  supervisor processes running at once (1 to 100000;\n"
     "                     default: an eighth of the memory at 2 MiB each, at most\n"
     "                     a quarter of the open-file limit, 64 to 4096); at the\n"
@@ -238,7 +238,7 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                            o->durability);
     if (!parse_ms(o->wait_ms, 1, 60000, 50, &o->wait))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --wait-ms '%s': 1 to 60000", o->wait_ms);
-    if (!parse_ms(o->idle_exit_ms, 1, 86400000, 60000, &o->idle_exit))
+    if (!parse_ms(o->idle_exit_ms, 1, 86400000, 10000, &o->idle_exit))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --idle-exit-ms '%s': 1 to 86400000",
                            o->idle_exit_ms);
     if (!parse_ms(o->max_supervisors, 1, 100000, 0, &o->max_sups))

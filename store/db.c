@@ -415,7 +415,13 @@ store_db_open_ctx(const char *path, const struct store_schema *schema, unsigned 
     if (rc != TALLY_OK)
         goto out;
     sqlite3_extended_result_codes(db->sql, 0);
-    rc = version_check(db, &version);
+    /* A file only this process opens keeps its WAL index in memory: no -shm file to
+     * create, map and keep open (one descriptor less per open file). Set before the
+     * first read, which is when SQLite decides. */
+    if (flags & STORE_OPEN_PRIVATE)
+        rc = store_db_exec(db, "PRAGMA locking_mode=EXCLUSIVE");
+    if (rc == TALLY_OK)
+        rc = version_check(db, &version);
     if (rc == TALLY_OK)
         rc = configure(db, flags);
     if (rc == TALLY_OK)

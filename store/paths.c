@@ -4,11 +4,13 @@
  * the "one authority per tenant, survives kill -9" property we want; the
  * descriptors are close-on-exec so a spawned child never inherits a lock.
  */
+#include "store_config.h"
 #include "store_paths.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -84,4 +86,37 @@ store_lock_take(const char *path, int *fd_out)
     }
     *fd_out = fd;
     return TALLY_OK;
+}
+
+/* The stamp of one file: zeros when it does not exist (a WAL may not). */
+static void
+stamp_of(const char *path, int64_t v[4])
+{
+    struct stat st;
+
+    memset(v, 0, 4 * sizeof(v[0]));
+    if (stat(path, &st) != 0)
+        return;
+    v[0] = (int64_t)st.st_ino;
+    v[1] = (int64_t)st.st_size;
+    v[2] = (int64_t)st.st_mtim.tv_sec;
+    v[3] = (int64_t)st.st_mtim.tv_nsec;
+}
+
+bool
+store_config_stamp_changed(const char *dir, struct store_config_stamp *stamp)
+{
+    struct store_config_stamp now;
+    char path[STORE_PATH_MAX];
+    int n = snprintf(path, sizeof(path), "%s/" STORE_CONFIG_FILE "-wal", dir);
+
+    if (n < 0 || (size_t)n >= sizeof(path))
+        return true;
+    stamp_of(path, now.v + 4);
+    path[n - 4] = '\0'; /* without "-wal" */
+    stamp_of(path, now.v);
+    if (memcmp(&now, stamp, sizeof(now)) == 0)
+        return false;
+    *stamp = now;
+    return true;
 }

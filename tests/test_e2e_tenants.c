@@ -361,7 +361,7 @@ test_descriptors_stay_bounded(void **state)
     print_message("descriptors: %d at start, at most %d with %d tenants (child files: at most %d "
                   "descriptors)\n",
                   base, worst, FD_TENANTS, files_worst);
-    /* 3 per open child (file, WAL, shared memory), a few children closing, one channel
+    /* 2 per open child (file, WAL; at most 3 with a -shm), a few children closing, one channel
      * per live supervisor; without the cap it would be 3 per tenant. */
     assert_true(files_worst <= 3 * (FD_MAX_OPEN + 4));
     assert_true(worst <= base + 3 * (FD_MAX_OPEN + 4) + 16 + 16);

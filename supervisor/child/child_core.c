@@ -30,6 +30,7 @@ sup_child_close(sup_child *c)
     for (uint32_t i = 0; c->links != NULL && i < c->max_links; i++)
         tally_free(c->links[i]);
     tally_free(c->links);
+    tally_free(c->req);
     tenant_index_release(&c->link_index);
     sup__child_sched_free(c);
     tally_free(c);
@@ -107,7 +108,9 @@ sup_child_open(const struct sup_child_config *cfg, sup_child **out)
         goto out;
     rc = TALLY_ENOMEM;
     c->links = tally_calloc(c->max_links, sizeof(*c->links));
-    if (c->links == NULL || sup__child_sched_size(c, c->max_links) != TALLY_OK)
+    c->req = tally_calloc(CHILD_REQ_INITIAL, sizeof(*c->req));
+    c->req_cap = CHILD_REQ_INITIAL;
+    if (c->links == NULL || c->req == NULL || sup__child_sched_size(c, c->max_links) != TALLY_OK)
         goto out;
     *out = c;
     c = NULL; /* ownership moved to the caller */
@@ -140,7 +143,7 @@ sup__child_link_find(const sup_child *c, const char *id, int32_t *index)
 static bool
 link_in_flight(const sup_child *c, int32_t index)
 {
-    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+    for (uint32_t i = 0; i < c->req_cap; i++) {
         if (c->req[i].seq != 0 && c->req[i].link == index)
             return true;
     }
@@ -261,7 +264,7 @@ sup__child_reachable(const sup_child *c, int64_t now_mono)
 
     if (!c->connected)
         return false;
-    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+    for (uint32_t i = 0; i < c->req_cap; i++) {
         const struct child_req *r = &c->req[i];
 
         if (r->seq != 0 && r->first_mono >= 0 && r->first_mono < oldest)
@@ -501,7 +504,7 @@ sup_child_stats(const sup_child *c, struct sup_time now, struct sup_child_stats 
         for (int j = 0; c->links[i] != NULL && j < CHILD_LEASES; j++)
             out->live_leases += c->links[i]->l[j].state == CL_LIVE;
     }
-    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++)
+    for (uint32_t i = 0; i < c->req_cap; i++)
         out->inflight += c->req[i].seq != 0;
     out->reachable = sup__child_reachable(c, now.mono_ms);
 }

@@ -21,7 +21,7 @@ req_free(sup_child *c)
     struct child_req *r = NULL;
     uint64_t oldest = c->next_seq + 1;
 
-    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+    for (uint32_t i = 0; i < c->req_cap; i++) {
         if (c->req[i].seq == 0) {
             if (r == NULL)
                 r = &c->req[i];
@@ -29,10 +29,45 @@ req_free(sup_child *c)
             oldest = c->req[i].seq;
         }
     }
-    if (r == NULL || c->next_seq + 1 - oldest >= CHILD_SEQ_WINDOW ||
-        c->next_seq >= PROTO_LEASE_ID_MAX)
+    if (c->next_seq + 1 - oldest >= CHILD_SEQ_WINDOW || c->next_seq >= PROTO_LEASE_ID_MAX)
         return NULL;
     return r;
+}
+
+/* True iff a request could go out now: a free entry, or room to grow the table, within the
+ * window of seqs. */
+static bool
+req_room(const sup_child *c)
+{
+    uint64_t oldest = c->next_seq + 1;
+    bool free_entry = c->req_cap < SUP_CHILD_INFLIGHT;
+
+    for (uint32_t i = 0; i < c->req_cap; i++) {
+        if (c->req[i].seq == 0)
+            free_entry = true;
+        else if (c->req[i].seq < oldest)
+            oldest = c->req[i].seq;
+    }
+    return free_entry && c->next_seq + 1 - oldest < CHILD_SEQ_WINDOW &&
+           c->next_seq < PROTO_LEASE_ID_MAX;
+}
+
+/* Doubles the request table (up to SUP_CHILD_INFLIGHT): the first new entry, or NULL. */
+static struct child_req *
+req_grow(sup_child *c)
+{
+    uint32_t old = c->req_cap, cap = old * 2 > SUP_CHILD_INFLIGHT ? SUP_CHILD_INFLIGHT : old * 2;
+    struct child_req *n;
+
+    if (cap <= old || !req_room(c))
+        return NULL;
+    n = tally_realloc(c->req, cap * sizeof(*n));
+    if (n == NULL)
+        return NULL;
+    memset(n + old, 0, (cap - old) * sizeof(*n));
+    c->req = n;
+    c->req_cap = cap;
+    return &n[old];
 }
 
 struct child_req *
@@ -40,6 +75,8 @@ sup__child_req_new(sup_child *c, uint8_t type, int32_t link, int64_t now_mono)
 {
     struct child_req *r = req_free(c);
 
+    if (r == NULL)
+        r = req_grow(c);
     if (r == NULL)
         return NULL;
     memset(r, 0, sizeof(*r));
@@ -59,7 +96,7 @@ sup__child_req_new(sup_child *c, uint8_t type, int32_t link, int64_t now_mono)
 struct child_req *
 sup__child_req_find(sup_child *c, uint64_t seq)
 {
-    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+    for (uint32_t i = 0; i < c->req_cap; i++) {
         if (seq != 0 && c->req[i].seq == seq)
             return &c->req[i];
     }
@@ -205,7 +242,7 @@ hb_wanted(const sup_child *c)
 static bool
 wants_channel(const sup_child *c)
 {
-    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+    for (uint32_t i = 0; i < c->req_cap; i++) {
         if (c->req[i].seq != 0 && c->req[i].seq != c->hello_seq)
             return true;
     }
@@ -283,7 +320,7 @@ sup_child_next_message(sup_child *c, struct sup_time now, struct proto_lease_msg
         return TALLY_OK;
     }
     /* Due first sends and retransmissions, oldest first. */
-    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+    for (uint32_t i = 0; i < c->req_cap; i++) {
         struct child_req *r = &c->req[i];
 
         if (r->seq != 0 && r->next_mono <= now.mono_ms && (due == NULL || r->seq < due->seq))
@@ -493,7 +530,7 @@ sup_child_on_message(sup_child *c, struct sup_time now, const struct proto_lease
         c->lease_ttl_ms = m->welcome.lease_ttl_ms;
         req_complete(c, r, now.mono_ms);
         /* Whatever waited for the registration goes out now. */
-        for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+        for (uint32_t i = 0; i < c->req_cap; i++) {
             if (c->req[i].seq != 0)
                 c->req[i].next_mono = now.mono_ms;
         }
@@ -550,7 +587,7 @@ static bool
 work_due(const sup_child *c)
 {
     /* Messages only when one can go out (a full window would make this a busy loop). */
-    bool send = c->welcomed && req_free((sup_child *)c) != NULL;
+    bool send = c->welcomed && req_room(c);
 
     for (uint32_t pos = 0; send && pos < c->msgq.len; pos++) {
         const struct child_link *k = c->links[c->msgq.item[pos]];
@@ -576,7 +613,7 @@ sup_child_next_wake_ms(const sup_child *c)
         return 0; /* something to send or write now: a caller that only follows this timer
                      still never leaves an ACQUIRE or a mark behind */
 
-    for (int i = 0; i < SUP_CHILD_INFLIGHT; i++) {
+    for (uint32_t i = 0; i < c->req_cap; i++) {
         if (c->req[i].seq != 0 && c->req[i].next_mono < next &&
             (c->welcomed || c->req[i].seq == c->hello_seq))
             next = c->req[i].next_mono;

@@ -27,6 +27,7 @@
 #define CHILD_BACKOFF_MAX_MS 1000
 #define CHILD_NEVER_CACHE_MS 60000 /* a "never" refusal is remembered this long */
 #define CHILD_RECALLED       8     /* RECALLs remembered for grants still on their way */
+#define CHILD_REQ_INITIAL    4     /* request entries at open */
 
 /* PARKED: a kept lease left to the next incarnation when the child closes while idle: written
  * with its exact use, never reported, resumed by the next open. */
@@ -117,7 +118,11 @@ struct sup_child {
     int64_t debt_total; /* sum of the links' debt_new */
     int64_t last_use;   /* latest last_use of any link */
 
-    struct child_req req[SUP_CHILD_INFLIGHT];
+    /* Requests in flight: a table grown (doubling) from CHILD_REQ_INITIAL entries up to
+     * SUP_CHILD_INFLIGHT when all are busy, so a quiet child stays small. Entries move when
+     * it grows: no pointer to one is kept across sup__child_req_new. */
+    struct child_req *req;
+    uint32_t req_cap;
     uint64_t next_seq;   /* last seq handed out */
     uint64_t recall_seq; /* grants answering seqs up to this one are never used (recall) */
     uint64_t recalled[CHILD_RECALLED]; /* lease ids RECALLed before their GRANT arrived (ring) */

@@ -471,7 +471,7 @@ sup_manager_open(uv_loop_t *loop, const struct sup_manager_config *cfg,
     snprintf(m->durability, sizeof(m->durability), "%s",
              cfg->durability != NULL ? cfg->durability : "strict");
     if (m->cfg.idle_exit_ms <= 0)
-        m->cfg.idle_exit_ms = 60000;
+        m->cfg.idle_exit_ms = 10000;
     if (m->cfg.backoff_min_ms <= 0)
         m->cfg.backoff_min_ms = 10;
     if (m->cfg.backoff_max_ms <= 0)

@@ -140,7 +140,7 @@ leases(struct proto_http_response *resp, const struct sup_front_stats *fs)
     gauge(resp, "tally_supervisors_live", "Supervisor processes running.", fs->sup.live);
     gauge(resp, "tally_child_counters", "Child counters (tenant, endpoint) loaded.", fs->children);
     gauge(resp, "tally_child_counters_open",
-          "Child counters with their file open (about 3 descriptors each).", fs->children_open);
+          "Child counters with their file open (about 2 descriptors each).", fs->children_open);
     family(resp, "tally_child_files_total", "counter", "Child counter files by event.");
     proto_http_response_printf(
         resp,

@@ -270,8 +270,8 @@ on_signal(uv_signal_t *s, int signum)
     stop(d);
 }
 
-/* Descriptors: about 3 per open child file (the file, its WAL, its shared-memory
- * index), one per supervisor channel, one per connection (HTTP and binary), and
+/* Descriptors: 3 per open child file counted (the file and its WAL, and room to
+ * spare), one per supervisor channel, one per connection (HTTP and binary), and
  * some to spare. The soft limit is raised towards the hard one to fit them all; when
  * even the child files and supervisors cannot fit, one line says so at start. */
 static void

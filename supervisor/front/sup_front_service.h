@@ -52,7 +52,7 @@ struct sup_front_config {
     bool strict;                   /* durability */
     int64_t wait_ms;               /* longest wait for the supervisor; 0 = 50 */
     int64_t cold_start_ms;         /* longest wait for a supervisor being started; 0 = 5000 */
-    int64_t idle_exit_ms;          /* supervisors hibernate after this; 0 = 60000 */
+    int64_t idle_exit_ms;          /* supervisors hibernate after this; 0 = 10000 */
     uint32_t max_supervisors;      /* 0 = sup_max_supervisors_default() */
     int64_t batch_sync_ms;         /* batched: supervisors' journal sync delay; 0 = theirs (100) */
     uint64_t journal_compact_rows; /* supervisors' compaction threshold; 0 = theirs (4096) */

@@ -270,8 +270,16 @@ on_reload(uv_timer_t *h)
 {
     struct sp *s = h->data;
     const struct store_snap_tenant *t = NULL;
+    uint64_t now = uv_now(&s->loop);
     int rc;
 
+    /* Two stats first: data_version locks tally.db, which every supervisor shares (with
+     * a thousand of them, the kernel's list of locks on it grows long). Every commit
+     * changes the stamp; a full look every RELOAD_FULL_MS anyway. */
+    if (!store_config_stamp_changed(s->o->data, &s->config_stamp) &&
+        now - s->reload_full_ms < RELOAD_FULL_MS)
+        return;
+    s->reload_full_ms = now;
     if (store_data_version(s->config) == store_snapshot_version(s->snap))
         return;
     rc = load_config(s, &t);
@@ -316,6 +324,8 @@ open_all(struct sp *s)
     int rc;
 
     rc = store_config_open(s->o->data, false, &s->config);
+    /* Stamped before the read: a commit after it moves the stamp. */
+    (void)store_config_stamp_changed(s->o->data, &s->config_stamp);
     if (rc == TALLY_OK)
         rc = load_config(s, &t);
     if (rc != TALLY_OK)
@@ -455,8 +465,8 @@ sup_process_run(const struct sup_process_opts *o)
     uv_timer_init(&s.loop, &s.idle_timer);
     s.idle_timer.data = &s;
     uv_timer_start(&s.idle_timer, on_idle,
-                   (uint64_t)(o->idle_exit_ms > 0 ? o->idle_exit_ms : 60000),
-                   (uint64_t)(o->idle_exit_ms > 0 ? o->idle_exit_ms : 60000));
+                   (uint64_t)(o->idle_exit_ms > 0 ? o->idle_exit_ms : 10000),
+                   (uint64_t)(o->idle_exit_ms > 0 ? o->idle_exit_ms : 10000));
     uv_timer_init(&s.loop, &s.reload_timer);
     s.reload_timer.data = &s;
     uv_timer_start(&s.reload_timer, on_reload, RELOAD_CHECK_MS, RELOAD_CHECK_MS);

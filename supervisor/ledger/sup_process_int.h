@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "proto_stream.h"
+#include "store_config.h"
 #include "store_journal.h"
 #include "store_snapshot.h"
 #include "sup_lease.h"
@@ -20,7 +21,8 @@
 #include "tally_log.h"
 
 #define BATCH_RECORDS   256
-#define RELOAD_CHECK_MS 250 /* a change made with tally is in force within 1 s */
+#define RELOAD_CHECK_MS 250  /* a change made with tally is in force within 1 s */
+#define RELOAD_FULL_MS  5000 /* PRAGMA data_version even when the files' stamp did not move */
 /* The journal is compacted once it has grown by this many rows and by at least
  * the size of the last snapshot (sup_process_opts.journal_compact_rows overrides it). */
 #define COMPACT_ROWS_DEFAULT 4096
@@ -40,6 +42,8 @@ struct sp {
     uv_signal_t sigint;
     proto_conn *conn;
     store_db *config;
+    struct store_config_stamp config_stamp; /* tally.db when last looked at (stat) */
+    uint64_t reload_full_ms;                /* loop time of the last PRAGMA data_version */
     store_db *journal;
     store_snapshot *snap;
     sup_ledger *ledger;

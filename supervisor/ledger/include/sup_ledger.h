@@ -19,7 +19,7 @@ struct sup_process_opts {
     const char *data;
     const char *tenant;
     bool strict;          /* synchronous=FULL; NORMAL otherwise (batched) */
-    int64_t idle_exit_ms; /* 0 = 60000 */
+    int64_t idle_exit_ms; /* 0 = 10000 */
     int channel_fd;       /* 3 */
     /* Batched: the longest a commit stays unsynced, in ms (tallyd --batch-sync-ms);
      * 0 = 100. Ignored when strict. */
