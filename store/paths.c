@@ -88,33 +88,36 @@ store_lock_take(const char *path, int *fd_out)
     return TALLY_OK;
 }
 
-/* The stamp of one file: zeros when it does not exist (a WAL may not). */
-static void
-stamp_of(const char *path, int64_t v[4])
-{
-    struct stat st;
-
-    memset(v, 0, 4 * sizeof(v[0]));
-    if (stat(path, &st) != 0)
-        return;
-    v[0] = (int64_t)st.st_ino;
-    v[1] = (int64_t)st.st_size;
-    v[2] = (int64_t)st.st_mtim.tv_sec;
-    v[3] = (int64_t)st.st_mtim.tv_nsec;
-}
-
+/* The stamp of tally.db: the file's inode, and its WAL's inode, size and header
+ * (checkpoint sequence and salts, bytes 12 to 23). Within one WAL generation every
+ * commit appends frames (the size grows); a new generation has new salts. */
 bool
 store_config_stamp_changed(const char *dir, struct store_config_stamp *stamp)
 {
     struct store_config_stamp now;
+    unsigned char h[12];
     char path[STORE_PATH_MAX];
-    int n = snprintf(path, sizeof(path), "%s/" STORE_CONFIG_FILE "-wal", dir);
+    struct stat st;
+    int n = snprintf(path, sizeof(path), "%s/" STORE_CONFIG_FILE "-wal", dir), fd;
 
     if (n < 0 || (size_t)n >= sizeof(path))
         return true;
-    stamp_of(path, now.v + 4);
+    memset(&now, 0, sizeof(now));
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && fstat(fd, &st) == 0) {
+        now.v[1] = (int64_t)st.st_ino;
+        now.v[2] = (int64_t)st.st_size;
+        if (pread(fd, h, sizeof(h), 12) == (ssize_t)sizeof(h)) {
+            now.v[3] = (int64_t)h[0] << 24 | h[1] << 16 | h[2] << 8 | h[3];
+            now.v[4] = (int64_t)h[4] << 24 | h[5] << 16 | h[6] << 8 | h[7];
+            now.v[5] = (int64_t)h[8] << 24 | h[9] << 16 | h[10] << 8 | h[11];
+        }
+    }
+    if (fd >= 0)
+        close(fd);
     path[n - 4] = '\0'; /* without "-wal" */
-    stamp_of(path, now.v);
+    if (stat(path, &st) == 0)
+        now.v[0] = (int64_t)st.st_ino;
     if (memcmp(&now, stamp, sizeof(now)) == 0)
         return false;
     *stamp = now;

@@ -15,15 +15,16 @@
 #define STORE_CONFIG_FILE "tally.db"
 #define STORE_KEY_FILE    "secret.key"
 
-/* What stat(2) says of DIR/tally.db and its WAL: every commit changes it. */
+/* DIR/tally.db as its files show it: every commit changes the stamp. */
 struct store_config_stamp {
-    int64_t v[8]; /* inode, size, mtime s and ns of the file, then of its WAL */
+    int64_t v[6]; /* the file's inode; its WAL's inode, size, checkpoint sequence, salts */
 };
 
-/** A hint, without any lock, that DIR/tally.db may have changed since *stamp was taken:
- *  true when stat(2) of the file or its WAL differs (or cannot be read), and *stamp is
- *  updated. Checking PRAGMA data_version takes a lock on the shared file (with many readers,
- *  the kernel's lock list on it grows long); this costs two stats. */
+/** Whether DIR/tally.db changed since *stamp was taken, without a connection or a lock:
+ *  true when the file's inode, or its WAL's inode, size or header (a new generation after
+ *  a checkpoint has new salts) differ; *stamp is then updated. A connection held open
+ *  costs every reader of the shared file (the kernel keeps one list of locks on it, and a
+ *  thousand supervisors make it long); this costs a stat, an open and a read. */
 bool store_config_stamp_changed(const char *dir, struct store_config_stamp *stamp);
 /** Opens DIR/tally.db (must exist unless `create`). Release with store_db_close(). */
 TALLY_MUST_CHECK int store_config_open(const char *dir, bool create, store_db **out /* OUT */);

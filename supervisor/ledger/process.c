@@ -249,12 +249,19 @@ resolve_endpoints(struct sp *s, const struct tenant_plan *plan)
     return TALLY_OK;
 }
 
+/* Reads the tenant's configuration with a connection of its own, closed at once: a
+ * connection held open would cost every reader of the shared file (the kernel keeps one
+ * list of locks on it). */
 static int
 load_config(struct sp *s, const struct store_snap_tenant **t)
 {
     store_snapshot *snap = NULL;
-    int rc = store_snapshot_load(s->config, s->o->tenant, &snap);
+    store_db *config = NULL;
+    int rc = store_config_open(s->o->data, false, &config);
 
+    if (rc == TALLY_OK)
+        rc = store_snapshot_load(config, s->o->tenant, &snap);
+    store_db_close(config);
     if (rc != TALLY_OK)
         return rc;
     store_snapshot_free(s->snap);
@@ -270,17 +277,10 @@ on_reload(uv_timer_t *h)
 {
     struct sp *s = h->data;
     const struct store_snap_tenant *t = NULL;
-    uint64_t now = uv_now(&s->loop);
     int rc;
 
-    /* Two stats first: data_version locks tally.db, which every supervisor shares (with
-     * a thousand of them, the kernel's list of locks on it grows long). Every commit
-     * changes the stamp; a full look every RELOAD_FULL_MS anyway. */
-    if (!store_config_stamp_changed(s->o->data, &s->config_stamp) &&
-        now - s->reload_full_ms < RELOAD_FULL_MS)
-        return;
-    s->reload_full_ms = now;
-    if (store_data_version(s->config) == store_snapshot_version(s->snap))
+    /* Only when tally.db changed (its stamp: no connection, no lock). */
+    if (!store_config_stamp_changed(s->o->data, &s->config_stamp))
         return;
     rc = load_config(s, &t);
     if (rc == TALLY_ENOTFOUND) {
@@ -305,13 +305,10 @@ static void
 shrink(struct sp *s)
 {
     static const char cap[] = "PRAGMA cache_size=-" CACHE_KB;
-    sqlite3 *dbs[2] = {store_db_handle(s->journal), store_db_handle(s->config)};
-    int i;
+    sqlite3 *db = store_db_handle(s->journal);
 
-    for (i = 0; i < 2; i++) {
-        (void)sqlite3_exec(dbs[i], cap, NULL, NULL, NULL);
-        (void)sqlite3_db_release_memory(dbs[i]);
-    }
+    (void)sqlite3_exec(db, cap, NULL, NULL, NULL);
+    (void)sqlite3_db_release_memory(db);
     (void)malloc_trim(0);
 }
 
@@ -323,11 +320,9 @@ open_all(struct sp *s)
     struct sup_ledger_config cfg;
     int rc;
 
-    rc = store_config_open(s->o->data, false, &s->config);
     /* Stamped before the read: a commit after it moves the stamp. */
     (void)store_config_stamp_changed(s->o->data, &s->config_stamp);
-    if (rc == TALLY_OK)
-        rc = load_config(s, &t);
+    rc = load_config(s, &t);
     if (rc != TALLY_OK)
         return rc == TALLY_ENOTFOUND ? TALLY_ENODATA : rc;
     rc = store_path_tenant(s->o->data, s->o->tenant, "ledger.db", path, sizeof(path));
@@ -506,7 +501,6 @@ out:
     sup_ledger_close(s.ledger);
     store_db_close(s.journal);
     store_snapshot_free(s.snap);
-    store_db_close(s.config);
     tally_free(s.eps);
     tally_free(s.out);
     if (lock_fd >= 0)

@@ -22,7 +22,6 @@
 
 #define BATCH_RECORDS   256
 #define RELOAD_CHECK_MS 250  /* a change made with tally is in force within 1 s */
-#define RELOAD_FULL_MS  5000 /* PRAGMA data_version even when the files' stamp did not move */
 /* The journal is compacted once it has grown by this many rows and by at least
  * the size of the last snapshot (sup_process_opts.journal_compact_rows overrides it). */
 #define COMPACT_ROWS_DEFAULT 4096
@@ -41,9 +40,7 @@ struct sp {
     uv_signal_t sigterm;
     uv_signal_t sigint;
     proto_conn *conn;
-    store_db *config;
-    struct store_config_stamp config_stamp; /* tally.db when last looked at (stat) */
-    uint64_t reload_full_ms;                /* loop time of the last PRAGMA data_version */
+    struct store_config_stamp config_stamp; /* tally.db when its configuration was read */
     store_db *journal;
     store_snapshot *snap;
     sup_ledger *ledger;
