@@ -192,6 +192,8 @@ sleep_done(uv_work_t *w, int status)
 
     (void)status;
     fc->store.busy = false;
+    tally_free(fc->store.batch); /* nothing in it: a sleeping child writes nothing */
+    fc->store.batch = NULL;
     front_child_file_slept(fc);
 }
 
@@ -323,6 +325,11 @@ front_store_flush(struct front_child *fc)
         return false;
     if (s->n > 0 && front_now().mono_ms < s->retry_mono_ms)
         return false; /* a failed batch waits for its retry (front_store_wake_ms) */
+    if (s->batch == NULL) {
+        s->batch = tally_malloc(FRONT_STORE_BATCH * sizeof(*s->batch));
+        if (s->batch == NULL)
+            return false; /* the writes stay with the child: the next pump tries again */
+    }
     while (s->n < FRONT_STORE_BATCH &&
            sup_child_next_persist(fc->child, &s->batch[s->n]) == TALLY_OK)
         s->n++;
@@ -354,6 +361,8 @@ front_store_close(struct front_child *fc)
 {
     store_db_close(fc->store.db);
     fc->store.db = NULL;
+    tally_free(fc->store.batch);
+    fc->store.batch = NULL;
     tally_free(fc->store.resume.rec);
     memset(&fc->store.resume, 0, sizeof(fc->store.resume));
 }

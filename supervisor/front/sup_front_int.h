@@ -54,7 +54,9 @@ struct front_store {
     char errmsg[512];      /* why the open failed */
     int64_t backoff_ms;    /* before the next attempt of a failed batch */
     int64_t retry_mono_ms; /* when a failed batch (n > 0, not busy) is tried again */
-    struct sup_child_persist batch[FRONT_STORE_BATCH];
+    /* FRONT_STORE_BATCH writes, allocated at the first write and freed when the file
+     * closes: an asleep child does not carry them. */
+    struct sup_child_persist *batch;
 };
 
 /* A child counter's life around its file (front_child_life.c). Each step that

@@ -21,7 +21,7 @@
 #include "tally_log.h"
 
 #define BATCH_RECORDS   256
-#define RELOAD_CHECK_MS 250  /* a change made with tally is in force within 1 s */
+#define RELOAD_CHECK_MS 250 /* a change made with tally is in force within 1 s */
 /* The journal is compacted once it has grown by this many rows and by at least
  * the size of the last snapshot (sup_process_opts.journal_compact_rows overrides it). */
 #define COMPACT_ROWS_DEFAULT 4096
