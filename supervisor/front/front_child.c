@@ -527,10 +527,15 @@ front_child_on_down(sup_front *f, const char *tenant)
      * requests parked for one keep only their own deadline. */
     bool crashed = sup_manager_crashed(f->mgr, tenant);
     int64_t until = front_now().mono_ms + f->cfg.wait_ms;
+    size_t n_eps = 0;
+    const struct tenant_endpoint *eps =
+        f->snap != NULL ? store_snapshot_endpoints(f->snap, &n_eps) : NULL;
 
-    for (i = 0; i < f->n_children; i++) {
-        struct front_child *fc = f->children[i];
-        if (strcmp(fc->tenant, tenant) != 0 || fc->child == NULL)
+    /* The tenant's children, found by endpoint (a policy per plan may repeat a name:
+     * pumping a child twice does no harm), not by a walk over every tenant's. */
+    for (i = 0; i < n_eps; i++) {
+        struct front_child *fc = front_child_find(f, tenant, eps[i].name);
+        if (fc == NULL || fc->child == NULL)
             continue;
         for (struct sup_front_req *r = fc->parked; crashed && r != NULL; r = r->next) {
             if (r->stage == SUP_FRONT_LEASE && r->give_up_ms > until)

@@ -49,16 +49,23 @@ start_failed(sup_manager *m, struct sup_proc *p, bool failed)
     }
 }
 
+static const char *
+proc_key(const void *ctx, uint32_t item)
+{
+    const sup_manager *m = ctx;
+
+    return m->procs[item]->tenant;
+}
+
 static struct sup_proc *
 proc_find(const sup_manager *m, const char *tenant)
 {
-    uint32_t i;
+    int64_t i;
 
-    for (i = 0; i < m->n_procs; i++) {
-        if (strcmp(m->procs[i]->tenant, tenant) == 0)
-            return m->procs[i];
-    }
-    return NULL;
+    if (m->proc_index.slot == NULL)
+        return NULL;
+    i = tenant_index_find(&m->proc_index, tenant, proc_key, m);
+    return i >= 0 ? m->procs[i] : NULL;
 }
 
 static struct sup_proc *
@@ -71,10 +78,18 @@ proc_get(sup_manager *m, const char *tenant)
     if (m->n_procs == m->cap_procs) {
         uint32_t cap = m->cap_procs == 0 ? 16 : m->cap_procs * 2;
         struct sup_proc **n = tally_realloc(m->procs, cap * sizeof(*n));
+        struct tenant_index ix = {NULL, 0};
+
         if (n == NULL)
             return NULL;
         m->procs = n;
+        if (tenant_index_init(&ix, cap) != TALLY_OK)
+            return NULL;
         m->cap_procs = cap;
+        tenant_index_release(&m->proc_index);
+        m->proc_index = ix;
+        for (uint32_t i = 0; i < m->n_procs; i++)
+            ix.slot[tenant_index_pos(&ix, m->procs[i]->tenant, proc_key, m)] = i + 1;
     }
     p = tally_calloc(1, sizeof(*p));
     if (p == NULL)
@@ -82,7 +97,8 @@ proc_get(sup_manager *m, const char *tenant)
     snprintf(p->tenant, sizeof(p->tenant), "%s", tenant);
     p->m = m;
     p->process.data = p;
-    m->procs[m->n_procs++] = p;
+    m->procs[m->n_procs] = p;
+    m->proc_index.slot[tenant_index_pos(&m->proc_index, tenant, proc_key, m)] = ++m->n_procs;
     return p;
 }
 
@@ -104,6 +120,7 @@ sup__manager_maybe_finish(sup_manager *m)
         tally_free(m->procs[i]);
     }
     tally_free(m->procs);
+    tenant_index_release(&m->proc_index);
     if (m->close_cb != NULL)
         m->close_cb(m->close_data);
     tally_free(m);

@@ -114,17 +114,46 @@ reap(struct sup_proc *p)
         sup__proc_exited(p, 127, 0); /* not ours to wait for: cannot happen with CLONE_PARENT */
 }
 
+/* The forked supervisor with this pid, NULL when it is none of them (a process libuv
+ * spawned: the fork server, or a supervisor started without it). */
+static struct sup_proc *
+forked_by_pid(const sup_manager *m, pid_t pid)
+{
+    for (uint32_t i = 0; i < m->n_procs; i++) {
+        struct sup_proc *p = m->procs[i];
+        if (p->forked && p->process_live && p->pid == (int64_t)pid)
+            return p;
+    }
+    return NULL;
+}
+
+/* Reaps the forked supervisors that exited. waitid(WNOWAIT) names an exited child without
+ * reaping it: ours are reaped one by one (a waitpid per exit, not one per live supervisor);
+ * at the first that is libuv's, every live forked one is polled instead and libuv's own
+ * handler reaps its child. */
 static void
 on_sigchld(uv_signal_t *s, int signum)
 {
     sup_manager *m = s->data;
-    uint32_t i;
 
     (void)signum;
-    for (i = 0; i < m->n_procs; i++) {
-        struct sup_proc *p = m->procs[i];
-        if (p->forked && p->process_live && p->pid > 0)
-            reap(p);
+    for (uint32_t round = 0; round <= m->n_procs; round++) {
+        siginfo_t si;
+        struct sup_proc *p;
+
+        memset(&si, 0, sizeof(si));
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0)
+            break;
+        p = forked_by_pid(m, si.si_pid);
+        if (p == NULL) {
+            for (uint32_t i = 0; i < m->n_procs; i++) {
+                p = m->procs[i];
+                if (p->forked && p->process_live && p->pid > 0)
+                    reap(p);
+            }
+            break;
+        }
+        reap(p);
     }
     sup__manager_maybe_finish(m);
 }

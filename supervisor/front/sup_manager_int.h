@@ -11,6 +11,7 @@
 #include "proto_stream.h"
 #include "sup_manager.h"
 #include "tenant.h"
+#include "tenant_index.h"
 
 #define HEALTHY_RUN_MS 10000
 /* Restarts of a supervisor that found its tenant locked by another never wait longer. */
@@ -87,6 +88,7 @@ struct sup_manager {
     struct sup_proc **procs;
     uint32_t n_procs;
     uint32_t cap_procs;
+    struct tenant_index proc_index; /* procs by tenant: one lookup per frame, not a scan */
     struct sup_manager_stats stats;
     uint32_t n_waiting; /* procs with waiting_room: make_room has nothing to do at 0 */
     struct sup_forker forker;
