@@ -459,9 +459,14 @@ sup_process_run(const struct sup_process_opts *o)
     s.expire_timer.data = &s;
     uv_timer_init(&s.loop, &s.idle_timer);
     s.idle_timer.data = &s;
-    uv_timer_start(&s.idle_timer, on_idle,
-                   (uint64_t)(o->idle_exit_ms > 0 ? o->idle_exit_ms : 10000),
-                   (uint64_t)(o->idle_exit_ms > 0 ? o->idle_exit_ms : 10000));
+    {
+        /* Up to half as long again, by pid: supervisors started in one burst (a deployment's
+         * first minute) do not all checkpoint and exit in the same second. */
+        uint64_t idle = (uint64_t)(o->idle_exit_ms > 0 ? o->idle_exit_ms : 10000);
+        uint64_t spread = idle / 2 > 0 ? (uint64_t)getpid() * 2654435761u % (idle / 2 + 1) : 0;
+
+        uv_timer_start(&s.idle_timer, on_idle, idle + spread, idle + spread);
+    }
     uv_timer_init(&s.loop, &s.reload_timer);
     s.reload_timer.data = &s;
     uv_timer_start(&s.reload_timer, on_reload, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
