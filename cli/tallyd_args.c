@@ -5,6 +5,8 @@
  */
 #include "tallyd_args.h"
 
+#include "sup_callers.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <sys/un.h>
@@ -157,7 +159,8 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                                         "--journal-compact-rows",
                                         "--child-idle-ms",
                                         "--max-open-children",
-                                        "--fork-server"};
+                                        "--fork-server",
+                                        "--callers"};
     const char **slots[] = {&o->data,
                             &o->http,
                             &o->socket,
@@ -173,7 +176,8 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                             &o->journal_compact_rows,
                             &o->child_idle_ms,
                             &o->max_open_children,
-                            &o->fork_server};
+                            &o->fork_server,
+                            &o->callers};
     enum tally_log_level level;
     struct sockaddr_un sun;
     int i;
@@ -257,6 +261,9 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
     if (!parse_ms(o->max_open_children, 1, 1000000, 1024, &o->max_open))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --max-open-children '%s': 1 to 1000000",
                            o->max_open_children);
+    if (!parse_ms(o->callers, 0, SUP_CALLER_SHARDS - 1, 0, &o->callers_shard))
+        return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --callers '%s': 0 to %d", o->callers,
+                           SUP_CALLER_SHARDS - 1);
     if (o->supervise != NULL && !tenant_name_valid(o->supervise))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid tenant name for --supervise");
     if (o->socket != NULL && strlen(o->socket) >= sizeof(sun.sun_path))

@@ -105,6 +105,15 @@ tenant_callers_close(tenant_callers *t)
     tally_free(t);
 }
 
+int
+tenant_callers_set_max(tenant_callers *t, int64_t max_entries)
+{
+    if (max_entries < 1 || max_entries > TENANT_MAX_CALLERS_MAX)
+        return TALLY_EINVAL;
+    t->max = (uint64_t)max_entries;
+    return TALLY_OK;
+}
+
 static uint64_t
 key_word(const unsigned char *key, unsigned at)
 {
@@ -164,10 +173,10 @@ make_room(tenant_callers *t)
     void *e;
     uint32_t *idx;
 
+    if (t->n >= t->max)
+        return TALLY_ETOOBIG;
     if (t->n < t->cap)
         return TALLY_OK;
-    if (t->cap >= t->max)
-        return TALLY_ETOOBIG;
     cap = t->cap == 0 ? 64 : t->cap * 2;
     if (cap > t->max)
         cap = t->max;
@@ -207,12 +216,25 @@ reclaim(tenant_callers *t, int64_t now_ms)
     }
 }
 
+static uint32_t
+cell_of(const unsigned char *key, unsigned row)
+{
+    return (uint32_t)(row * TENANT_CALLERS_SKETCH_WIDTH +
+                      key_word(key, 4 * row) % TENANT_CALLERS_SKETCH_WIDTH);
+}
+
 static union tenant_callers_state *
 sketch_cell(tenant_callers *t, const unsigned char *key, unsigned row)
 {
-    uint64_t col = key_word(key, 4 * row) % TENANT_CALLERS_SKETCH_WIDTH;
+    return &t->sketch[cell_of(key, row)];
+}
 
-    return &t->sketch[(uint64_t)row * TENANT_CALLERS_SKETCH_WIDTH + col];
+void
+tenant_callers_sketch_cells(const unsigned char key[TENANT_CALLER_KEY_BYTES],
+                            uint32_t out[TENANT_CALLERS_SKETCH_DEPTH])
+{
+    for (unsigned r = 0; r < TENANT_CALLERS_SKETCH_DEPTH; r++)
+        out[r] = cell_of(key, r);
 }
 
 static int
@@ -353,6 +375,51 @@ charge_one(tenant_callers *t, enum tenant_algorithm alg, const struct tenant_lim
     return TALLY_OK;
 }
 
+typedef struct tenant_callers_undo_one undo_one;
+
+static void
+remember(const tenant_callers *t, const unsigned char *key, const struct one *o, undo_one *u)
+{
+    memcpy(u->key, key, TENANT_CALLER_KEY_BYTES);
+    u->exact = !o->sketch;
+    u->before = o->entry >= 0 ? t->entries[o->entry].st : o->tmp;
+}
+
+static void
+remember_after(const tenant_callers *t, const unsigned char *key, undo_one *u)
+{
+    int64_t e = find(t, key);
+
+    u->exact = u->exact && e >= 0;
+    if (u->exact)
+        u->after = t->entries[e].st;
+}
+
+void
+tenant_callers_undo(tenant_callers *t, enum tenant_algorithm algorithm,
+                    const struct tenant_callers_undo *undo)
+{
+    for (uint32_t i = 0; i < undo->n && i < TENANT_CALLERS_MAX; i++) {
+        const undo_one *u = &undo->v[i];
+        int64_t e = u->exact ? find(t, u->key) : -1;
+        union tenant_callers_state *st;
+        if (e < 0)
+            continue;
+        st = &t->entries[e].st;
+        if (algorithm == TENANT_ALG_GCRA) {
+            if (memcmp(&st->gcra, &u->after.gcra, sizeof(st->gcra)) == 0)
+                st->gcra = u->before.gcra;
+            continue;
+        }
+        for (unsigned k = 0; k < TENANT_MAX_WINDOWS; k++) {
+            struct tenant_window_state *w = &st->window;
+            if (w->period_ms[k] != 0 && w->period_ms[k] == u->after.window.period_ms[k] &&
+                w->window_id[k] == u->after.window.window_id[k] && w->used[k] >= undo->cost)
+                w->used[k] -= undo->cost;
+        }
+    }
+}
+
 /* Refused: the longest wait wins (never first). Admitted: the least remaining. */
 static bool
 reports_better(const struct tenant_verdict *a, const struct tenant_verdict *cur, bool admitted)
@@ -370,7 +437,8 @@ int
 tenant_callers_decide(tenant_callers *t, enum tenant_algorithm algorithm,
                       const struct tenant_limits *ls,
                       const unsigned char (*keys)[TENANT_CALLER_KEY_BYTES], size_t n,
-                      int64_t now_ms, int64_t cost, struct tenant_callers_decision *out)
+                      int64_t now_ms, int64_t cost, struct tenant_callers_decision *out,
+                      struct tenant_callers_undo *undo)
 {
     struct one one[TENANT_CALLERS_MAX];
     bool dup[TENANT_CALLERS_MAX] = {false};
@@ -402,13 +470,22 @@ tenant_callers_decide(tenant_callers *t, enum tenant_algorithm algorithm,
         if (!dup[i] && reports_better(&one[i].v, &one[best].v, admitted))
             best = (uint32_t)i;
     }
+    if (undo != NULL)
+        memset(undo, 0, sizeof(*undo));
     if (admitted) {
         for (size_t i = 0; i < n && rc == TALLY_OK; i++) {
-            if (!dup[i])
-                rc = charge_one(t, algorithm, ls, keys[i], now_ms, cost, &one[i]);
+            if (dup[i])
+                continue;
+            if (undo != NULL)
+                remember(t, keys[i], &one[i], &undo->v[undo->n]);
+            rc = charge_one(t, algorithm, ls, keys[i], now_ms, cost, &one[i]);
+            if (undo != NULL)
+                remember_after(t, keys[i], &undo->v[undo->n++]);
         }
         if (rc != TALLY_OK)
             return rc;
+        if (undo != NULL)
+            undo->cost = cost;
     }
     t->sketched += out->sketched ? 1 : 0;
     out->admitted = admitted;
@@ -443,6 +520,26 @@ tenant_callers_find(const tenant_callers *t, const unsigned char key[TENANT_CALL
     int64_t e = find(t, key);
 
     return e >= 0 ? &t->entries[e] : NULL;
+}
+
+const union tenant_callers_state *
+tenant_callers_sketch_get(const tenant_callers *t, uint32_t cell)
+{
+    return t->sketch != NULL && cell < TENANT_CALLERS_SKETCH_CELLS ? &t->sketch[cell] : NULL;
+}
+
+int
+tenant_callers_sketch_restore(tenant_callers *t, uint32_t cell,
+                              const union tenant_callers_state *st)
+{
+    int rc;
+
+    if (cell >= TENANT_CALLERS_SKETCH_CELLS)
+        return TALLY_EINVAL;
+    rc = sketch_need(t);
+    if (rc == TALLY_OK)
+        t->sketch[cell] = *st;
+    return rc;
 }
 
 int

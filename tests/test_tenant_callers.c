@@ -132,8 +132,9 @@ decide1(tenant_callers *t, enum tenant_algorithm alg, const struct tenant_limits
     unsigned char k[1][TENANT_CALLER_KEY_BYTES];
 
     key_of(who, k[0]);
-    assert_int_equal(tenant_callers_decide(t, alg, ls, (const unsigned char(*)[16])k, 1, now, 1, d),
-                     TALLY_OK);
+    assert_int_equal(
+        tenant_callers_decide(t, alg, ls, (const unsigned char(*)[16])k, 1, now, 1, d, NULL),
+        TALLY_OK);
     return d->admitted;
 }
 
@@ -180,7 +181,8 @@ test_callers_all_or_nothing(void **state)
     /* caller 2 is spent: the pair is refused and caller 1 is not charged */
     for (int i = 0; i < 10; i++) {
         assert_int_equal(tenant_callers_decide(t, TENANT_ALG_WINDOW, &ls,
-                                               (const unsigned char(*)[16])k, 3, T0 + 5, 1, &d),
+                                               (const unsigned char(*)[16])k, 3, T0 + 5, 1, &d,
+                                               NULL),
                          TALLY_OK);
         assert_false(d.admitted);
         assert_int_equal(d.caller, 1);
@@ -192,7 +194,7 @@ test_callers_all_or_nothing(void **state)
     assert_false(decide1(t, TENANT_ALG_WINDOW, &ls, 1, T0 + 6, &d));
     /* a cost above the limit never fits */
     assert_int_equal(tenant_callers_decide(t, TENANT_ALG_WINDOW, &ls,
-                                           (const unsigned char(*)[16])k + 1, 1, T0, 4, &d),
+                                           (const unsigned char(*)[16])k + 1, 1, T0, 4, &d, NULL),
                      TALLY_OK);
     assert_true(d.never);
     tenant_callers_close(t);
@@ -315,6 +317,46 @@ test_callers_restore(void **state)
     tenant_callers_close(t);
 }
 
+/* A HOLD taken back gives its tokens back, never more: charges made since stay. */
+static void
+test_callers_undo(void **state)
+{
+    struct tenant_limits ls = limits("3/1m");
+    struct tenant_callers_decision d;
+    struct tenant_callers_undo u, u2;
+    unsigned char k[1][TENANT_CALLER_KEY_BYTES];
+    tenant_callers *t = NULL;
+
+    (void)state;
+    key_of(9, k[0]);
+    assert_int_equal(tenant_callers_open(10, &t), TALLY_OK);
+    assert_int_equal(tenant_callers_decide(t, TENANT_ALG_WINDOW, &ls, (const unsigned char(*)[16])k,
+                                           1, T0, 2, &d, &u),
+                     TALLY_OK);
+    assert_true(d.admitted);
+    assert_true(decide1(t, TENANT_ALG_WINDOW, &ls, 9, T0, &d)); /* charged since */
+    tenant_callers_undo(t, TENANT_ALG_WINDOW, &u);
+    assert_true(decide1(t, TENANT_ALG_WINDOW, &ls, 9, T0, &d));
+    assert_true(decide1(t, TENANT_ALG_WINDOW, &ls, 9, T0, &d));
+    assert_false(decide1(t, TENANT_ALG_WINDOW, &ls, 9, T0, &d)); /* 3, not more */
+    tenant_callers_close(t);
+
+    /* GCRA: back only when nothing was charged since */
+    assert_int_equal(tenant_callers_open(10, &t), TALLY_OK);
+    assert_int_equal(tenant_callers_decide(t, TENANT_ALG_GCRA, &ls, (const unsigned char(*)[16])k,
+                                           1, T0, 3, &d, &u),
+                     TALLY_OK);
+    tenant_callers_undo(t, TENANT_ALG_GCRA, &u);
+    assert_int_equal(tenant_callers_decide(t, TENANT_ALG_GCRA, &ls, (const unsigned char(*)[16])k,
+                                           1, T0, 2, &d, &u2),
+                     TALLY_OK);
+    assert_true(d.admitted);
+    assert_true(decide1(t, TENANT_ALG_GCRA, &ls, 9, T0, &d));
+    tenant_callers_undo(t, TENANT_ALG_GCRA, &u2); /* too late: stays charged */
+    assert_false(decide1(t, TENANT_ALG_GCRA, &ls, 9, T0, &d));
+    tenant_callers_close(t);
+}
+
 static void
 test_callers_bad_arguments(void **state)
 {
@@ -329,13 +371,13 @@ test_callers_bad_arguments(void **state)
     assert_int_equal(tenant_callers_open(TENANT_MAX_CALLERS_MAX + 1, &t), TALLY_EINVAL);
     assert_int_equal(tenant_callers_open(10, &t), TALLY_OK);
     assert_int_equal(tenant_callers_decide(t, TENANT_ALG_WINDOW, &ls, (const unsigned char(*)[16])k,
-                                           5, T0, 1, &d),
+                                           5, T0, 1, &d, NULL),
                      TALLY_EINVAL);
     assert_int_equal(tenant_callers_decide(t, TENANT_ALG_WINDOW, &none,
-                                           (const unsigned char(*)[16])k, 1, T0, 1, &d),
+                                           (const unsigned char(*)[16])k, 1, T0, 1, &d, NULL),
                      TALLY_EINVAL);
     assert_int_equal(tenant_callers_decide(t, TENANT_ALG_WINDOW, &ls, (const unsigned char(*)[16])k,
-                                           1, T0, 0, &d),
+                                           1, T0, 0, &d, NULL),
                      TALLY_ECOST);
     tenant_callers_close(t);
     tenant_callers_close(NULL);
@@ -353,6 +395,7 @@ main(void)
         cmocka_unit_test(test_callers_flood_past_ceiling),
         cmocka_unit_test(test_callers_reclaim_first),
         cmocka_unit_test(test_callers_restore),
+        cmocka_unit_test(test_callers_undo),
         cmocka_unit_test(test_callers_bad_arguments),
     };
 

@@ -75,6 +75,35 @@ struct tenant_callers_stats {
  *  *out is owned by the caller, release with tenant_callers_close(). */
 TALLY_MUST_CHECK int tenant_callers_open(int64_t max_entries, tenant_callers **out /* OUT */);
 void tenant_callers_close(tenant_callers *t);
+/** Moves the ceiling (the endpoint's --max-callers changed): entries beyond a lowered
+ *  one stay until they expire, new callers go to the sketch meanwhile. TALLY_EINVAL
+ *  outside 1..TENANT_MAX_CALLERS_MAX. */
+TALLY_MUST_CHECK int tenant_callers_set_max(tenant_callers *t, int64_t max_entries);
+
+/* What an exact entry holds, for persistence: the key, the instant it is whole again,
+ * and the state of every limit. Plain integers only. */
+union tenant_callers_state {
+    struct tenant_window_state window;
+    struct tenant_gcra_state gcra;
+};
+struct tenant_callers_entry {
+    unsigned char key[TENANT_CALLER_KEY_BYTES];
+    int64_t expires_ms; /* from this instant the entry counts as fresh and may be dropped */
+    union tenant_callers_state st;
+};
+
+/* How to take back what one admitted decision charged (a HOLD that another authority's
+ * refusal cancels): the state of each exact entry before and after. */
+struct tenant_callers_undo_one {
+    unsigned char key[TENANT_CALLER_KEY_BYTES];
+    bool exact; /* counted in an exact entry; sketch counts are never taken back */
+    union tenant_callers_state before, after;
+};
+struct tenant_callers_undo {
+    uint32_t n;
+    int64_t cost;
+    struct tenant_callers_undo_one v[TENANT_CALLERS_MAX];
+};
 
 /** Decides `cost` for the `n` callers `keys` (1..TENANT_CALLERS_MAX; a repeated key
  *  counts once) against `ls` with `algorithm`, all or nothing: when every caller
@@ -89,20 +118,15 @@ TALLY_MUST_CHECK int tenant_callers_decide(tenant_callers *t, enum tenant_algori
                                            const struct tenant_limits *ls,
                                            const unsigned char (*keys)[TENANT_CALLER_KEY_BYTES],
                                            size_t n, int64_t now_ms, int64_t cost,
-                                           struct tenant_callers_decision *out /* OUT */);
+                                           struct tenant_callers_decision *out /* OUT */,
+                                           struct tenant_callers_undo *undo /* OUT, or NULL */);
+/** Takes back an admitted decision's charge (undo from tenant_callers_decide), never
+ *  more than it added: in a window that has not rolled over its cost is subtracted
+ *  (counts add up, so charges made since stay counted); a GCRA state goes back only
+ *  if nothing was charged since; what the sketch counted stays. Calls it once. */
+void tenant_callers_undo(tenant_callers *t, enum tenant_algorithm algorithm,
+                         const struct tenant_callers_undo *undo);
 void tenant_callers_stats(const tenant_callers *t, struct tenant_callers_stats *out /* OUT */);
-
-/* What an exact entry holds, for persistence: the key, the instant it is whole again,
- * and the state of every limit. Plain integers only. */
-union tenant_callers_state {
-    struct tenant_window_state window;
-    struct tenant_gcra_state gcra;
-};
-struct tenant_callers_entry {
-    unsigned char key[TENANT_CALLER_KEY_BYTES];
-    int64_t expires_ms; /* from this instant the entry counts as fresh and may be dropped */
-    union tenant_callers_state st;
-};
 
 /** The exact entry of `key`, or NULL (borrowed, valid until the next decide). */
 const struct tenant_callers_entry *
@@ -111,5 +135,17 @@ tenant_callers_find(const tenant_callers *t, const unsigned char key[TENANT_CALL
  *  table is full. TALLY_OK, TALLY_ETOOBIG when full, TALLY_ENOMEM. */
 TALLY_MUST_CHECK int tenant_callers_restore(tenant_callers *t, const struct tenant_callers_entry *e,
                                             int64_t now_ms);
+
+/* The sketch, for persistence: a caller's cells, and a cell's state. */
+#define TENANT_CALLERS_SKETCH_CELLS (TENANT_CALLERS_SKETCH_DEPTH * TENANT_CALLERS_SKETCH_WIDTH)
+/** The cells a caller counts in, one per row (whether or not the sketch exists). */
+void tenant_callers_sketch_cells(const unsigned char key[TENANT_CALLER_KEY_BYTES],
+                                 uint32_t out[TENANT_CALLERS_SKETCH_DEPTH] /* OUT */);
+/** Cell `cell` (0..TENANT_CALLERS_SKETCH_CELLS - 1), or NULL while there is no sketch. */
+const union tenant_callers_state *tenant_callers_sketch_get(const tenant_callers *t, uint32_t cell);
+/** Puts back a cell read from storage (allocating the sketch). TALLY_OK, TALLY_EINVAL,
+ *  TALLY_ENOMEM. */
+TALLY_MUST_CHECK int tenant_callers_sketch_restore(tenant_callers *t, uint32_t cell,
+                                                   const union tenant_callers_state *st);
 
 #endif /* TENANT_CALLERS_H */
