@@ -16,222 +16,13 @@
  * when idle like the supervisors. Requests waiting for verdicts come from a
  * fixed pool: beyond it, 503.
  */
-#include "front_callers.h"
+#include "front_callers_int.h"
 
-#include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "proto_caller.h"
-#include "proto_stream.h"
-#include "sup_callers.h"
 #include "tally_log.h"
-
-#define POOL          4096 /* caller requests waiting for verdicts at once */
-#define SWEEP_MS      5    /* deadline resolution */
-#define BACKOFF_MIN   10
-#define BACKOFF_MAX   2000
-#define DEGRADED_MAX  65536 /* callers counted per endpoint while authorities are away */
-#define KILL_AFTER_MS 2000  /* at shutdown: an authority not gone by then is killed */
-
-struct front_caller_req {
-    struct sup_front_req *r;
-    struct front_caller_req *next, *prev;
-    uint32_t id;                         /* request id of every DECIDE it sent */
-    uint8_t involved, waiting, admitted; /* bits by authority */
-    bool failed;
-    bool have;
-    struct proto_caller_verdict best;
-    int64_t give_up_ms; /* monotonic */
-    int64_t sent_wall_ms;
-    char endpoint[TENANT_NAME_MAX + 1];
-    enum tenant_unavailable on_unavailable;
-    enum tenant_algorithm algorithm;
-    struct tenant_limits degraded;
-    int64_t cost;
-    uint32_t n;
-    unsigned char keys[TENANT_CALLERS_MAX][TENANT_CALLER_KEY_BYTES];
-};
-
-struct authority {
-    struct front_callers *fc;
-    unsigned shard;
-    uv_process_t proc;
-    proto_conn *conn;
-    bool live;     /* spawned, not exited */
-    bool answered; /* has answered since it was spawned */
-    bool counted;  /* its process handle is waited for by the close */
-    int64_t backoff_ms;
-    uint64_t not_before; /* loop ms */
-    uint64_t entries;
-};
-
-struct degraded_table {
-    char endpoint[TENANT_NAME_MAX + 1];
-    tenant_callers *t;
-};
-
-struct front_callers {
-    sup_front *f;
-    struct authority a[SUP_CALLER_SHARDS];
-    struct front_caller_req pool[POOL];
-    struct front_caller_req *free, *busy;
-    uint32_t next_id;
-    uv_timer_t sweep;
-    uv_timer_t kill;
-    struct degraded_table degraded[8];
-    bool closing;
-    int pending; /* handles and processes to wait for at close */
-    void (*closed)(sup_front *f);
-};
-
-static void on_conn_frame(proto_conn *c, const struct proto_frame *fr, void *data);
-static void on_conn_close(proto_conn *c, int reason, void *data);
-
-static void
-count_down(struct front_callers *fc)
-{
-    if (--fc->pending == 0 && fc->closed != NULL)
-        fc->closed(fc->f);
-}
-
-static void
-on_handle_closed(uv_handle_t *h)
-{
-    struct front_callers *fc = h->data;
-
-    count_down(fc);
-}
-
-static bool
-any_live(const struct front_callers *fc)
-{
-    for (unsigned s = 0; s < SUP_CALLER_SHARDS; s++) {
-        if (fc->a[s].live)
-            return true;
-    }
-    return false;
-}
-
-static void
-on_proc_closed(uv_handle_t *h)
-{
-    struct authority *a = h->data;
-    struct front_callers *fc = a->fc;
-
-    if (!a->counted)
-        return;
-    a->counted = false;
-    if (!any_live(fc) && !uv_is_closing((uv_handle_t *)&fc->kill))
-        uv_close((uv_handle_t *)&fc->kill, on_handle_closed);
-    count_down(fc);
-}
-
-static void
-on_exit(uv_process_t *p, int64_t status, int signum)
-{
-    struct authority *a = p->data;
-    struct front_callers *fc = a->fc;
-    bool failed = status != 0 || signum != 0;
-
-    a->live = false;
-    fc->f->stats.callers.authorities_live--;
-    if (failed)
-        fc->f->stats.callers.authority_crashes++;
-    if (a->conn != NULL)
-        proto_conn_close(a->conn); /* on_conn_close drops the reference */
-    a->backoff_ms = !failed                           ? 0
-                    : a->backoff_ms == 0              ? BACKOFF_MIN
-                    : a->backoff_ms * 2 > BACKOFF_MAX ? BACKOFF_MAX
-                                                      : a->backoff_ms * 2;
-    a->not_before = uv_now(fc->f->loop) + (uint64_t)a->backoff_ms;
-    if (failed) {
-        struct tally_log l;
-        if (tally_log_begin(&l, TALLY_LOG_WARN, "callers_authority_exit")) {
-            tally_log_int(&l, "shard", (int64_t)a->shard);
-            tally_log_int(&l, "status", signum != 0 ? 128 + signum : status);
-            tally_log_int(&l, "retry_in_ms", a->backoff_ms);
-            tally_log_end(&l);
-        }
-    }
-    uv_close((uv_handle_t *)&a->proc, on_proc_closed);
-}
-
-static int
-spawn(struct authority *a)
-{
-    static const struct proto_conn_cbs cbs = {on_conn_frame, on_conn_close};
-    sup_front *f = a->fc->f;
-    char shard[8], idle[24];
-    char *args[12];
-    uv_stdio_container_t stdio[4];
-    uv_process_options_t opts;
-    proto_conn *conn = NULL;
-    int n = 0;
-    int rc;
-
-    if (a->live || uv_is_active((uv_handle_t *)&a->proc) ||
-        uv_is_closing((uv_handle_t *)&a->proc) || uv_now(f->loop) < a->not_before)
-        return TALLY_EUNAVAIL;
-    rc = proto_conn_pipe_new(f->loop, &cbs, a, &conn);
-    if (rc != TALLY_OK)
-        return rc;
-    snprintf(shard, sizeof(shard), "%u", a->shard);
-    snprintf(idle, sizeof(idle), "%lld",
-             (long long)(f->cfg.idle_exit_ms > 0 ? f->cfg.idle_exit_ms : 60000));
-    args[n++] = f->exe;
-    args[n++] = "--callers";
-    args[n++] = shard;
-    args[n++] = "--data";
-    args[n++] = f->data;
-    args[n++] = "--durability";
-    args[n++] = f->cfg.strict ? "strict" : "batched";
-    args[n++] = "--idle-exit-ms";
-    args[n++] = idle;
-    args[n] = NULL;
-    memset(stdio, 0, sizeof(stdio));
-    stdio[0].flags = UV_IGNORE;
-    stdio[1].flags = UV_INHERIT_FD;
-    stdio[1].data.fd = 1;
-    stdio[2].flags = UV_INHERIT_FD;
-    stdio[2].data.fd = 2;
-    stdio[3].flags = UV_CREATE_PIPE | UV_READABLE_PIPE | UV_WRITABLE_PIPE;
-    stdio[3].data.stream = (uv_stream_t *)proto_conn_pipe(conn);
-    memset(&opts, 0, sizeof(opts));
-    opts.file = f->exe;
-    opts.args = args;
-    opts.exit_cb = on_exit;
-    opts.stdio = stdio;
-    opts.stdio_count = 4;
-    a->proc.data = a;
-    if (uv_spawn(f->loop, &a->proc, &opts) != 0 || proto_conn_start(conn) != TALLY_OK) {
-        proto_conn_close(conn);
-        if (uv_is_active((uv_handle_t *)&a->proc))
-            uv_process_kill(&a->proc, SIGKILL); /* on_exit closes it */
-        else
-            uv_close((uv_handle_t *)&a->proc, NULL);
-        a->backoff_ms = BACKOFF_MAX;
-        a->not_before = uv_now(f->loop) + BACKOFF_MAX;
-        return TALLY_EUNAVAIL;
-    }
-    a->conn = conn;
-    a->live = true;
-    a->answered = false;
-    f->stats.callers.authority_starts++;
-    f->stats.callers.authorities_live++;
-    return TALLY_OK;
-}
-
-static int
-authority_send(struct authority *a, const uint8_t *frame, size_t len)
-{
-    if (!a->live && spawn(a) != TALLY_OK)
-        return TALLY_EUNAVAIL;
-    if (a->conn == NULL)
-        return TALLY_EUNAVAIL;
-    return proto_conn_send(a->conn, frame, len);
-}
 
 static void
 cancel_hold(struct front_callers *fc, unsigned shard, uint32_t id)
@@ -406,8 +197,8 @@ merge(struct front_caller_req *q, const struct proto_caller_verdict *v)
     q->have = true;
 }
 
-static void
-on_conn_frame(proto_conn *c, const struct proto_frame *fr, void *data)
+void
+fc__on_frame(proto_conn *c, const struct proto_frame *fr, void *data)
 {
     struct authority *a = data;
     struct front_callers *fc = a->fc;
@@ -443,19 +234,6 @@ on_conn_frame(proto_conn *c, const struct proto_frame *fr, void *data)
         merge(q, &v);
     if (q->waiting == 0)
         conclude(fc, q, false);
-}
-
-static void
-on_conn_close(proto_conn *c, int reason, void *data)
-{
-    struct authority *a = data;
-
-    (void)reason;
-    if (a->conn == c)
-        a->conn = NULL;
-    proto_conn_unref(c);
-    if (a->live && !a->fc->closing)
-        uv_process_kill(&a->proc, SIGTERM); /* a channel gone bad: start afresh */
 }
 
 int
@@ -583,7 +361,7 @@ front_callers_check(struct front_callers *fc, struct sup_front_req *r, const cha
         len = proto_caller_decide_encode(frame, q->id, &m[s]);
         q->waiting |= (uint8_t)(1u << s);
         if (len > 0)
-            (void)authority_send(&fc->a[s], frame, len);
+            (void)fc__authority_send(&fc->a[s], frame, len);
         cold |= fc->a[s].live && !fc->a[s].answered;
     }
     q->give_up_ms = now.mono_ms + (cold ? f->cfg.cold_start_ms : f->cfg.wait_ms);
@@ -600,17 +378,6 @@ front_callers_cancel(struct front_callers *fc, struct sup_front_req *r)
         return;
     cancel_admitted(fc, q); /* the verdicts still to come are cancelled as they arrive */
     unlink_req(fc, q);
-}
-
-static void
-on_kill(uv_timer_t *t)
-{
-    struct front_callers *fc = t->data;
-
-    for (unsigned s = 0; s < SUP_CALLER_SHARDS; s++) {
-        if (fc->a[s].live)
-            uv_process_kill(&fc->a[s].proc, SIGKILL);
-    }
 }
 
 void
@@ -638,22 +405,16 @@ front_callers_close(struct front_callers *fc, void (*closed)(sup_front *f))
     for (size_t i = 0; i < sizeof(fc->degraded) / sizeof(fc->degraded[0]); i++)
         tenant_callers_close(fc->degraded[i].t);
     uv_timer_stop(&fc->sweep);
-    uv_close((uv_handle_t *)&fc->sweep, on_handle_closed);
-    if (any_live(fc))
-        uv_timer_start(&fc->kill, on_kill, KILL_AFTER_MS, 0);
+    uv_close((uv_handle_t *)&fc->sweep, fc__on_handle_closed);
+    if (fc__any_live(fc))
+        uv_timer_start(&fc->kill, fc__on_kill, KILL_AFTER_MS, 0);
     else
-        uv_close((uv_handle_t *)&fc->kill, on_handle_closed);
-    count_down(fc);
+        uv_close((uv_handle_t *)&fc->kill, fc__on_handle_closed);
+    fc__count_down(fc);
 }
 
 void
 front_callers_free(struct front_callers *fc)
 {
     tally_free(fc);
-}
-
-int
-front_callers_pid(const struct front_callers *fc, unsigned shard)
-{
-    return shard < SUP_CALLER_SHARDS && fc->a[shard].live ? fc->a[shard].proc.pid : 0;
 }
