@@ -7,7 +7,7 @@
  * keys a caller endpoint; nothing on disk or in the log holds a caller in
  * clear; kill -9 of tallyd and of the authorities keeps every count; a stopped
  * authority (SIGSTOP) makes a fail-closed endpoint answer 503, without charging
- * the caller, until SIGCONT.
+ * the caller, until SIGCONT; /metrics counts caller decisions and entries.
  */
 /* clang-format off */
 #include <setjmp.h>
@@ -131,6 +131,17 @@ test_callers_signin_per_address(void **state)
     assert_int_equal(check(e, "login", &r, "ip:203.0.113.8", NULL), 200);
     /* refusals charge nothing: still exactly 5 for the first address */
     assert_int_equal(check(e, "login", &r, "ip:203.0.113.7", NULL), 429);
+    assert_int_equal(check(e, "login", &r, NULL), 400);
+    /* counted in /metrics, with no caller in any label */
+    serve_http_get(e->http_port, "/metrics", NULL, &r);
+    assert_int_equal(r.status, 200);
+    assert_true(serve_metric(r.body, "tally_caller_decisions_total{result=\"admitted\"}") == 6);
+    assert_true(serve_metric(r.body, "tally_caller_decisions_total{result=\"refused\"}") == 2);
+    assert_true(serve_metric(r.body, "tally_caller_decisions_total{result=\"bad_request\"}") == 1);
+    assert_true(serve_metric(r.body, "tally_refusals_total{scope=\"caller\"}") == 2);
+    assert_true(serve_metric(r.body, "tally_caller_entries") == 2);
+    assert_true(serve_metric(r.body, "tally_caller_authorities_live") >= 1);
+    assert_null(strstr(r.body, "203.0.113"));
     serve_stop(e);
 }
 

@@ -122,7 +122,7 @@ struct sup_front_stats {
     uint64_t checks;
     uint64_t admitted, refused, unauthorized, bad_request, unavailable, internal;
     uint64_t degraded;
-    uint64_t refused_by_scope[6];
+    uint64_t refused_by_scope[7]; /* by enum tenant_scope */
     uint64_t waits;
     uint64_t lease_messages;      /* lease frames sent to supervisors */
     uint64_t lease_send_failures; /* lease frames not sent (supervisor down, in backoff): the
