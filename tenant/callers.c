@@ -543,11 +543,17 @@ tenant_callers_sketch_restore(tenant_callers *t, uint32_t cell,
 }
 
 int
-tenant_callers_restore(tenant_callers *t, const struct tenant_callers_entry *e, int64_t now_ms)
+tenant_callers_restore(tenant_callers *t, enum tenant_algorithm algorithm,
+                       const struct tenant_callers_entry *e, int64_t now_ms)
 {
     int64_t at;
     int rc;
 
+    int64_t last = algorithm == TENANT_ALG_GCRA ? e->st.gcra.last_now_ms : e->st.window.last_now_ms;
+
+    /* the clock's high-water mark survives a restart through the entries */
+    if (last > t->hwm_ms)
+        t->hwm_ms = last;
     if (e->expires_ms <= now_ms)
         return TALLY_OK;
     at = find(t, e->key);

@@ -262,6 +262,58 @@ test_callers_flood_past_ceiling(void **state)
     tenant_callers_close(t);
 }
 
+/* 100,000 distinct callers under the default ceiling: memory within the documented
+ * bound (docs/DESIGN.md §12: 160 bytes an entry plus 4 an index slot, at most doubled
+ * while the arrays grow), and no sketch. */
+static void
+test_callers_memory_per_caller(void **state)
+{
+    struct tenant_limits ls = limits("5/5m");
+    struct tenant_callers_decision d;
+    struct tenant_callers_stats s;
+    tenant_callers *t = NULL;
+
+    (void)state;
+    assert_int_equal(sizeof(struct tenant_callers_entry), 160);
+    assert_int_equal(tenant_callers_open(TENANT_MAX_CALLERS_DEFAULT, &t), TALLY_OK);
+    for (unsigned c = 0; c < 100000; c++)
+        assert_true(decide1(t, TENANT_ALG_WINDOW, &ls, c, T0, &d));
+    tenant_callers_stats(t, &s);
+    print_message("100000 callers: %llu bytes, %llu per caller\n", (unsigned long long)s.bytes,
+                  (unsigned long long)(s.bytes / 100000));
+    assert_int_equal(s.entries, 100000);
+    assert_false(s.sketch);
+    assert_true(s.bytes <= 100000ull * 2 * (160 + 2 * 4) + 4096);
+    tenant_callers_close(t);
+}
+
+/* What a legitimate newcomer sees past the ceiling: the share of 200 fresh callers whose
+ * first attempt is admitted after a flood of F distinct callers (one attempt each) in the
+ * same window, limit 5 per caller (docs/DESIGN.md §12 quotes these figures). */
+static void
+test_callers_sketch_newcomers(void **state)
+{
+    static const unsigned floods[] = {5000, 20000, 40000, 80000};
+    struct tenant_limits ls = limits("5/5m");
+    struct tenant_callers_decision d;
+
+    (void)state;
+    for (size_t f = 0; f < sizeof(floods) / sizeof(floods[0]); f++) {
+        tenant_callers *t = NULL;
+        unsigned ok = 0;
+        assert_int_equal(tenant_callers_open(1, &t), TALLY_OK);
+        for (unsigned c = 0; c < floods[f]; c++)
+            (void)decide1(t, TENANT_ALG_WINDOW, &ls, c, T0, &d);
+        for (unsigned c = 0; c < 200; c++)
+            ok += decide1(t, TENANT_ALG_WINDOW, &ls, 1000000 + c, T0 + 1, &d);
+        print_message("flood of %u callers past the ceiling: %u of 200 newcomers admitted\n",
+                      floods[f], ok);
+        if (f == 0)
+            assert_true(ok >= 190); /* a small flood costs legitimate callers little */
+        tenant_callers_close(t);
+    }
+}
+
 /* Expired entries make room before the sketch is needed; a caller that was counted in
  * the sketch keeps its count when it gets an exact entry. */
 static void
@@ -311,7 +363,7 @@ test_callers_restore(void **state)
     assert_int_equal(saved.expires_ms, T0 + 200000);
     tenant_callers_close(t);
     assert_int_equal(tenant_callers_open(10, &t), TALLY_OK);
-    assert_int_equal(tenant_callers_restore(t, &saved, T0 + 1), TALLY_OK);
+    assert_int_equal(tenant_callers_restore(t, TENANT_ALG_WINDOW, &saved, T0 + 1), TALLY_OK);
     assert_true(decide1(t, TENANT_ALG_WINDOW, &ls, 3, T0 + 2, &d));
     assert_false(decide1(t, TENANT_ALG_WINDOW, &ls, 3, T0 + 2, &d));
     tenant_callers_close(t);
@@ -393,6 +445,8 @@ main(void)
         cmocka_unit_test(test_callers_all_or_nothing),
         cmocka_unit_test(test_callers_gcra),
         cmocka_unit_test(test_callers_flood_past_ceiling),
+        cmocka_unit_test(test_callers_memory_per_caller),
+        cmocka_unit_test(test_callers_sketch_newcomers),
         cmocka_unit_test(test_callers_reclaim_first),
         cmocka_unit_test(test_callers_restore),
         cmocka_unit_test(test_callers_undo),

@@ -356,7 +356,7 @@ load_entry(void *ctx, const char *ep, enum tenant_algorithm alg,
 
     if (e == NULL)
         return TALLY_ENOMEM;
-    rc = tenant_callers_restore(e->t, en, wall_ms());
+    rc = tenant_callers_restore(e->t, alg, en, wall_ms());
     return rc == TALLY_ETOOBIG ? TALLY_OK : rc;
 }
 

@@ -131,10 +131,11 @@ void tenant_callers_stats(const tenant_callers *t, struct tenant_callers_stats *
 /** The exact entry of `key`, or NULL (borrowed, valid until the next decide). */
 const struct tenant_callers_entry *
 tenant_callers_find(const tenant_callers *t, const unsigned char key[TENANT_CALLER_KEY_BYTES]);
-/** Puts back an entry read from storage (restart), unless it expired at now_ms or the
- *  table is full. TALLY_OK, TALLY_ETOOBIG when full, TALLY_ENOMEM. */
-TALLY_MUST_CHECK int tenant_callers_restore(tenant_callers *t, const struct tenant_callers_entry *e,
-                                            int64_t now_ms);
+/** Puts back an entry read from storage (restart), counting with `algorithm`, unless it
+ *  expired at now_ms or the table is full; its clock high-water mark is the table's
+ *  from then on. TALLY_OK, TALLY_ETOOBIG when full, TALLY_ENOMEM. */
+TALLY_MUST_CHECK int tenant_callers_restore(tenant_callers *t, enum tenant_algorithm algorithm,
+                                            const struct tenant_callers_entry *e, int64_t now_ms);
 
 /* The sketch, for persistence: a caller's cells, and a cell's state. */
 #define TENANT_CALLERS_SKETCH_CELLS (TENANT_CALLERS_SKETCH_DEPTH * TENANT_CALLERS_SKETCH_WIDTH)
