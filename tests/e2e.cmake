@@ -11,4 +11,5 @@ add_dependencies(test_e2e_limits tallyd tally_cli)
 # Endpoints keyed by caller: sign-in per address and account, bad callers, keyed hashes
 # only, kill -9 and SIGSTOP of the caller authorities.
 tally_add_test(test_e2e_callers test_e2e_callers.c serve_util.c LABELS e2e)
+target_link_libraries(test_e2e_callers PRIVATE tally_proto)
 add_dependencies(test_e2e_callers tallyd tally_cli)

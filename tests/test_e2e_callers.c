@@ -7,7 +7,8 @@
  * keys a caller endpoint; nothing on disk or in the log holds a caller in
  * clear; kill -9 of tallyd and of the authorities keeps every count; a stopped
  * authority (SIGSTOP) makes a fail-closed endpoint answer 503, without charging
- * the caller, until SIGCONT; /metrics counts caller decisions and entries.
+ * the caller, until SIGCONT; the binary protocol and libtally share the budgets;
+ * /metrics counts caller decisions and entries.
  */
 /* clang-format off */
 #include <setjmp.h>
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "serve_util.h"
+#include "tally.h"
 
 static int
 setup(void **state)
@@ -290,6 +292,46 @@ test_callers_fail_closed_while_stopped(void **state)
     serve_stop(e);
 }
 
+/* The binary protocol and libtally: the same budgets as over HTTP. */
+static void
+test_callers_binary_protocol(void **state)
+{
+    struct serve_env *e = *state;
+    struct serve_http r;
+    struct tally_result res;
+    tally_client *c = NULL;
+    const char *one[] = {"ip:203.0.113.50"};
+    const char *two[] = {"ip:203.0.113.51", "account:frank@example.com"};
+    const char *bad[] = {"ip:caf\xc3\xa9"};
+    const char *none[] = {NULL};
+    char big[300] = "account:";
+    const char *toobig[] = {big};
+
+    memset(big + 8, 'b', 280);
+    serve_start(e, NULL, NULL);
+    assert_int_equal(tally_client_open(e->d.socket, 5000, &c), TALLY_OK);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(tally_check_callers(c, "login", one, 1, 0, &res), TALLY_OK);
+        assert_int_equal(res.status, TALLY_ADMITTED);
+    }
+    assert_int_equal(check(e, "login", &r, "ip:203.0.113.50", NULL), 200); /* the 5th, by HTTP */
+    assert_int_equal(tally_check_callers(c, "login", one, 1, 0, &res), TALLY_OK);
+    assert_int_equal(res.status, TALLY_REFUSED);
+    assert_string_equal(res.scope, "caller");
+    assert_true(res.retry_after_ms > 0 && res.retry_after_ms <= 300000);
+    assert_int_equal(tally_check_callers(c, "login", two, 2, 0, &res), TALLY_OK);
+    assert_int_equal(res.status, TALLY_ADMITTED);
+    assert_int_equal(tally_check_callers(c, "login", bad, 1, 0, &res), TALLY_OK);
+    assert_int_equal(res.status, TALLY_BAD_REQUEST);
+    assert_int_equal(tally_check_callers(c, "login", none, 0, 0, &res), TALLY_OK);
+    assert_int_equal(res.status, TALLY_BAD_REQUEST);
+    assert_int_equal(tally_check_callers(c, "login", toobig, 1, 0, &res), TALLY_EINVAL);
+    assert_int_equal(tally_check_callers(c, "nosuch", one, 1, 0, &res), TALLY_OK);
+    assert_int_equal(res.status, TALLY_BAD_REQUEST);
+    tally_client_close(c);
+    serve_stop(e);
+}
+
 /* Keyed hashes only: no caller value in clear in any file of the data dir or the log. */
 static void
 test_callers_nothing_in_clear(void **state)
@@ -327,6 +369,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_callers_kill9_keeps_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callers_fail_closed_while_stopped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callers_nothing_in_clear, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_callers_binary_protocol, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
