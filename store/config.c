@@ -49,8 +49,8 @@ static const char *const config_migrations[] = {
     /* 1 -> 2: a plan's cap on live links per tenant (0 = TENANT_MAX_LINKS) */
     "ALTER TABLE plan ADD COLUMN max_links INTEGER NOT NULL DEFAULT 0;",
     /* 2 -> 3: endpoints keyed by caller (key 1) and their exact-table ceiling */
-    "ALTER TABLE endpoint ADD COLUMN key INTEGER NOT NULL DEFAULT 0;"
-    "ALTER TABLE endpoint ADD COLUMN max_callers INTEGER NOT NULL DEFAULT 0;",
+    ("ALTER TABLE endpoint ADD COLUMN key INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE endpoint ADD COLUMN max_callers INTEGER NOT NULL DEFAULT 0;"),
 };
 
 enum config_stmt {
@@ -114,8 +114,8 @@ static const char *const config_statements[S__COUNT] = {
     [S_LINK_BY_ID] = "SELECT " LINK_COLS " FROM link WHERE id=?1",
     [S_LINK_REVOKE] = "UPDATE link SET revoked_ms=?2 WHERE id=?1 AND revoked_ms=0",
     [S_LINK_EACH] = "SELECT " LINK_COLS " FROM link WHERE tenant=?1 ORDER BY created_ms, id",
-    [S_LINK_LIVE_COUNT] = "SELECT count(*) FROM link WHERE tenant=?1 AND revoked_ms=0"
-                          " AND (expires_ms=0 OR expires_ms>?2)",
+    [S_LINK_LIVE_COUNT] = ("SELECT count(*) FROM link WHERE tenant=?1 AND revoked_ms=0"
+                           " AND (expires_ms=0 OR expires_ms>?2)"),
     [S_EP_NAMES_COUNT] = "SELECT count(DISTINCT name) FROM endpoint",
     [S_EP_KEY_OTHER] = "SELECT count(*) FROM endpoint WHERE name=?1 AND key<>?2 AND plan<>?3",
 };

@@ -19,7 +19,6 @@
 #include <cmocka.h>
 /* clang-format on */
 
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,34 +80,7 @@ wall_ms(void)
 static int
 authority_pids(const struct serve_env *e, pid_t *pids, int max)
 {
-    char want[300];
-    DIR *d = opendir("/proc");
-    struct dirent *de;
-    int n = 0;
-
-    snprintf(want, sizeof(want), "--data %s ", e->data);
-    while (d != NULL && (de = readdir(d)) != NULL && n < max) {
-        char path[64], line[4096];
-        pid_t pid = (pid_t)atoi(de->d_name);
-        size_t len;
-        FILE *f;
-        if (pid <= 0)
-            continue;
-        snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-        f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        len = fread(line, 1, sizeof(line) - 2, f);
-        fclose(f);
-        for (size_t i = 0; i < len; i++)
-            line[i] = line[i] == '\0' ? ' ' : line[i];
-        line[len] = '\0';
-        if (strstr(line, "--callers ") != NULL && strstr(line, want) != NULL)
-            pids[n++] = pid;
-    }
-    if (d != NULL)
-        closedir(d);
-    return n;
+    return test_caller_authority_pids(e->data, pids, max);
 }
 
 static void
