@@ -57,6 +57,12 @@ tenant_caller_parse(const char *s, size_t len, const char **why)
             *why = "caller value: printable ASCII only";
             return TALLY_EINVAL;
         }
+        /* Two fields folded into one ("ip:a, ip:b", as an intermediary may join them)
+         * must not pass as one caller of the client's choosing. */
+        if (s[i] == ',') {
+            *why = "caller value: no ',' (one caller per X-Tally-Caller)";
+            return TALLY_EINVAL;
+        }
     }
     return TALLY_OK;
 }

@@ -166,6 +166,7 @@ test_callers_bad_input_creates_nothing(void **state)
     assert_int_equal(check(e, "login", &r, "ip:caf\xc3\xa9", NULL), 400);
     assert_int_equal(check(e, "login", &r, "IP:1.2.3.4", NULL), 400);
     assert_int_equal(check(e, "login", &r, "1.2.3.4", NULL), 400);
+    assert_int_equal(check(e, "login", &r, "ip:192.0.2.1, ip:192.0.2.2", NULL), 400);
     assert_int_equal(check(e, "nosuch", &r, "ip:1.2.3.4", NULL), 401); /* as without a token */
     /* nothing was started or created for any of them */
     snprintf(path, sizeof(path), "%s/callers", e->data);
@@ -205,6 +206,61 @@ test_callers_token_never_keys(void **state)
     serve_stop(e);
 }
 
+/* A valid token picks its tenant's plan's policy, never the key. */
+static void
+test_callers_plan_override(void **state)
+{
+    struct serve_env *e = *state;
+    struct serve_http r;
+    char tok[128], headers[512];
+
+    serve_tally_ok(e, NULL, 0, "plan", "set", "pro", "--limit", "1000/1m", NULL);
+    serve_tally_ok(e, NULL, 0, "endpoint", "set", "login", "--plan", "pro", "--key", "caller",
+                   "--limit", "2/5m", NULL);
+    serve_tally_ok(e, NULL, 0, "tenant", "add", "acme", "--plan", "pro", NULL);
+    serve_tally_ok(e, tok, sizeof(tok), "link", "create", "acme", NULL);
+    serve_start(e, NULL, NULL);
+    snprintf(headers, sizeof(headers),
+             "Authorization: Bearer %s\r\nX-Tally-Endpoint: login\r\n"
+             "X-Tally-Caller: ip:192.0.2.10\r\n",
+             tok);
+    for (int i = 0; i < 3; i++) {
+        serve_http_get(e->http_port, "/v1/check", headers, &r);
+        assert_int_equal(r.status, i < 2 ? 200 : 429);
+    }
+    for (int i = 0; i < 5; i++) /* the default policy without a token: 5 */
+        assert_int_equal(check(e, "login", &r, "ip:192.0.2.11", NULL), 200);
+    assert_int_equal(check(e, "login", &r, "ip:192.0.2.11", NULL), 429);
+    serve_stop(e);
+}
+
+/* Past --max-callers: entries stay at the ceiling, the rest is counted in the sketch,
+ * and no caller is admitted over its limit. */
+static void
+test_callers_ceiling_bounded(void **state)
+{
+    struct serve_env *e = *state;
+    struct serve_http r;
+    char ip[32];
+    int admitted = 0;
+
+    serve_tally_ok(e, NULL, 0, "endpoint", "set", "signup", "--key", "caller", "--limit", "2/1h",
+                   "--max-callers", "4", NULL);
+    serve_start(e, NULL, NULL);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 40; i++) {
+            snprintf(ip, sizeof(ip), "ip:198.18.0.%d", i);
+            admitted += check(e, "signup", &r, ip, NULL) == 200;
+        }
+    }
+    assert_true(admitted <= 80); /* at most 2 each */
+    assert_true(admitted >= 60); /* and the sketch still lets most newcomers in */
+    serve_http_get(e->http_port, "/metrics", NULL, &r);
+    assert_true(serve_metric(r.body, "tally_caller_entries") <= 4);
+    assert_true(serve_metric(r.body, "tally_caller_events_total{event=\"sketch\"}") > 0);
+    serve_stop(e);
+}
+
 static void
 test_callers_kill9_keeps_counts(void **state)
 {
@@ -229,6 +285,28 @@ test_callers_kill9_keeps_counts(void **state)
     test_daemon_kill9(&e->d);
     serve_start(e, NULL, NULL);
     assert_int_equal(check(e, "login", &r, "ip:203.0.113.9", NULL), 429);
+    serve_stop(e);
+}
+
+/* Batched durability: commits not yet fsynced are in the page cache, so a kill -9 of
+ * every process still forgets nothing. */
+static void
+test_callers_kill9_batched(void **state)
+{
+    struct serve_env *e = *state;
+    struct serve_http r;
+    pid_t pids[8];
+    int n;
+
+    serve_start(e, "--durability=batched", NULL);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(check(e, "login", &r, "account:gina@example.com", NULL), 200);
+    n = authority_pids(e, pids, 8);
+    for (int i = 0; i < n; i++)
+        kill(pids[i], SIGKILL);
+    test_daemon_kill9(&e->d);
+    serve_start(e, "--durability=batched", NULL);
+    assert_int_equal(check(e, "login", &r, "account:gina@example.com", NULL), 429);
     serve_stop(e);
 }
 
@@ -338,7 +416,10 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_callers_bad_input_creates_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callers_token_never_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_callers_plan_override, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_callers_ceiling_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callers_kill9_keeps_counts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_callers_kill9_batched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callers_fail_closed_while_stopped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callers_nothing_in_clear, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callers_binary_protocol, setup, teardown),

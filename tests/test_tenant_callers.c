@@ -72,6 +72,7 @@ test_caller_parse_table(void **state)
         {"ip:caf\xc3\xa9", false},
         {"ip:a\tb", false},
         {"ip:a\x7f", false},
+        {"ip:1.2.3.4, ip:5.6.7.8", false}, /* two fields folded into one */
         {"", false},
     };
 

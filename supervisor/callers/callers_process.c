@@ -29,6 +29,7 @@
 
 #define DIRTY_MAX 1024 /* entries changed in one turn before an early commit */
 #define HOLDS_MAX 256
+#define SYNC_MS   100 /* batched: the longest a commit waits for its fsync */
 
 struct cp_ep {
     char name[TENANT_NAME_MAX + 1];
@@ -56,6 +57,7 @@ struct cp {
     uv_loop_t loop;
     uv_check_t check;
     uv_timer_t idle;
+    uv_timer_t sync; /* batched durability: fsyncs the WAL at most SYNC_MS after a commit */
     uv_signal_t sigterm, sigint;
     proto_conn *conn;
     store_db *db;
@@ -139,6 +141,18 @@ ep_get(struct cp *c, const char *name, enum tenant_algorithm alg, int64_t max)
     return tenant_callers_set_max(e->t, max) == TALLY_OK ? e : NULL;
 }
 
+static void
+on_sync(uv_timer_t *t)
+{
+    struct cp *c = t->data;
+    int rc = store_db_sync(c->db);
+
+    if (rc != TALLY_OK) {
+        log_event(c, TALLY_LOG_ERROR, "callers_commit_failed", rc);
+        stop(c, 74);
+    }
+}
+
 /* Commits what the turn changed, then writes its verdicts. */
 static void
 flush(struct cp *c)
@@ -178,6 +192,8 @@ flush(struct cp *c)
         }
         rc = store_db_end(c->db, rc);
         c->n_dirty = 0;
+        if (rc == TALLY_OK && !c->o->strict && !uv_is_active((uv_handle_t *)&c->sync))
+            uv_timer_start(&c->sync, on_sync, SYNC_MS, 0);
         if (rc != TALLY_OK) {
             /* memory is ahead of disk: no verdict of this turn may leave */
             log_event(c, TALLY_LOG_ERROR, "callers_commit_failed", rc);
@@ -434,6 +450,8 @@ sup_callers_run(const struct sup_callers_opts *o)
     uv_check_start(&c.check, on_check);
     uv_timer_init(&c.loop, &c.idle);
     c.idle.data = &c;
+    uv_timer_init(&c.loop, &c.sync);
+    c.sync.data = &c;
     uv_timer_start(&c.idle, on_idle, idle, idle);
     uv_signal_init(&c.loop, &c.sigterm);
     c.sigterm.data = &c;
@@ -444,6 +462,8 @@ sup_callers_run(const struct sup_callers_opts *o)
     log_event(&c, TALLY_LOG_INFO, "callers_ready", TALLY_OK);
     uv_run(&c.loop, UV_RUN_DEFAULT);
     flush(&c);
+    if (c.db != NULL && !o->strict && store_db_sync(c.db) != TALLY_OK && c.exit_code == 0)
+        c.exit_code = 74;
 out:
     if (c.conn != NULL) {
         proto_conn_close(c.conn);

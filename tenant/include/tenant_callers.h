@@ -38,7 +38,8 @@
 
 /** Checks one caller, "KIND:VALUE" of `len` bytes (not NUL-terminated, borrowed):
  *  KIND [a-z0-9_-]{1,16}, then ':', then VALUE of 1..TENANT_CALLER_VALUE_MAX bytes
- *  0x20..0x7e. TALLY_OK, or TALLY_EINVAL with *why (static storage) saying what. */
+ *  0x20..0x7e but ',' (folded fields are refused, never read as one caller). TALLY_OK, or
+ * TALLY_EINVAL with *why (static storage) saying what. */
 TALLY_MUST_CHECK int tenant_caller_parse(const char *s, size_t len, const char **why /* OUT */);
 /** Keyed BLAKE2b-128 of a parsed caller under the deployment key (domain-separated
  *  from token hashes). TALLY_OK or TALLY_EINVAL when len is out of bounds. */
