@@ -294,7 +294,7 @@ front_callers_check(struct front_callers *fc, struct sup_front_req *r, const cha
     f->stats.callers.checks++;
     p = tenant_name_valid(endpoint) ? caller_policy(f, token, endpoint) : NULL;
     if (p == NULL || p->key != TENANT_KEY_CALLER) {
-        f->stats.callers.bad_request++;
+        f->stats.callers.bad_request += p == NULL;
         front_reply_status(f, r, p == NULL ? PROTO_BAD_REQUEST : PROTO_UNAUTHORIZED, 0,
                            p == NULL ? "unknown endpoint" : NULL);
         return;
