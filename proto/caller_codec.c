@@ -4,7 +4,7 @@
  * period_ms i64, max_callers i64, cost i64, key count u8 and 16 bytes per key;
  * flag HOLD. VERDICT: flags u8 (1 admitted, 2 never, 4 sketched, 8 failed),
  * caller u8, then retry_after_ms, limit, period_ms, remaining, reset_ms as i64,
- * entries u64.
+ * entries u64, bytes u64.
  * CANCEL: the HOLD's request id u32. Big-endian like every frame.
  */
 #include "proto_caller.h"
@@ -128,6 +128,7 @@ proto_caller_verdict_encode(uint8_t *out, uint32_t id, const struct proto_caller
     proto_put_i64(&w, m->remaining);
     proto_put_i64(&w, m->reset_ms);
     proto_put_u64(&w, m->entries);
+    proto_put_u64(&w, m->bytes);
     return finish(out, &w, PROTO_CALLER_VERDICT, 0, id);
 }
 
@@ -149,6 +150,7 @@ proto_caller_verdict_decode(const struct proto_frame *f, struct proto_caller_ver
     out->remaining = proto_get_i64(&c);
     out->reset_ms = proto_get_i64(&c);
     out->entries = proto_get_u64(&c);
+    out->bytes = proto_get_u64(&c);
     out->admitted = (flags & 1) != 0;
     out->never = (flags & 2) != 0;
     out->sketched = (flags & 4) != 0;

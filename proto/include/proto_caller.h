@@ -59,6 +59,7 @@ struct proto_caller_verdict {
     int64_t reset_ms; /* wall clock */
     bool failed;      /* the authority could not decide (no memory): not admitted */
     uint64_t entries; /* exact entries the authority holds, every endpoint (for /metrics) */
+    uint64_t bytes;   /* memory of its caller tables, sketches included */
 };
 
 size_t proto_caller_decide_encode(uint8_t *out, uint32_t id, const struct proto_caller_decide *m);

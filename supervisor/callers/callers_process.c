@@ -278,6 +278,7 @@ on_decide(struct cp *c, const struct proto_frame *f, const struct proto_caller_d
             struct tenant_callers_stats one;
             tenant_callers_stats(c->eps[i].t, &one);
             v.entries += one.entries;
+            v.bytes += one.bytes;
         }
         if (d.admitted) {
             for (uint32_t i = 0; i < m->n; i++)

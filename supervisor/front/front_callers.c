@@ -211,9 +211,13 @@ fc__on_frame(proto_conn *c, const struct proto_frame *fr, void *data)
     }
     a->answered = true;
     a->entries = v.entries;
+    a->bytes = v.bytes;
     fc->f->stats.callers.entries = 0;
-    for (unsigned s = 0; s < SUP_CALLER_SHARDS; s++)
+    fc->f->stats.callers.table_bytes = 0;
+    for (unsigned s = 0; s < SUP_CALLER_SHARDS; s++) {
         fc->f->stats.callers.entries += fc->a[s].entries;
+        fc->f->stats.callers.table_bytes += fc->a[s].bytes;
+    }
     if (v.sketched)
         fc->f->stats.callers.sketched++;
     for (q = fc->busy; q != NULL; q = q->next) {

@@ -47,6 +47,7 @@ struct authority {
     int64_t backoff_ms;
     uint64_t not_before; /* loop ms */
     uint64_t entries;
+    uint64_t bytes;
 };
 
 struct degraded_table {

@@ -140,6 +140,8 @@ callers(struct proto_http_response *resp, const struct sup_front_stats *fs)
                                (unsigned long long)fs->callers.authority_starts,
                                (unsigned long long)fs->callers.authority_crashes);
     gauge(resp, "tally_caller_entries", "Exact caller entries held.", fs->callers.entries);
+    gauge(resp, "tally_caller_table_bytes", "Memory of the caller tables.",
+          fs->callers.table_bytes);
     gauge(resp, "tally_caller_authorities_live", "Caller authorities running.",
           fs->callers.authorities_live);
 }

@@ -153,6 +153,7 @@ struct sup_front_stats {
         uint64_t cancels;           /* charges taken back (another authority refused, or
                                        the answer had gone out as 503) */
         uint64_t entries;           /* exact entries, summed over the authorities' last word */
+        uint64_t table_bytes;       /* the memory of their caller tables, the same way */
         uint64_t authority_starts;  /* caller authority processes started */
         uint64_t authority_crashes; /* ... that exited with a failure or a signal */
         uint32_t authorities_live;
