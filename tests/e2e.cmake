@@ -14,6 +14,6 @@ tally_add_test(test_e2e_callers test_e2e_callers.c serve_util.c LABELS e2e)
 target_link_libraries(test_e2e_callers PRIVATE tally_proto)
 add_dependencies(test_e2e_callers tallyd tally_cli)
 # 100,000 distinct callers and a flood past --max-callers, pipelined.
-tally_add_test(test_e2e_callers_flood test_e2e_callers_flood.c serve_util.c LABELS e2e slow)
+tally_add_test(test_e2e_callers_flood test_e2e_callers_flood.c serve_util.c LABELS e2e)
 target_link_libraries(test_e2e_callers_flood PRIVATE tally_proto)
 add_dependencies(test_e2e_callers_flood tallyd tally_cli)

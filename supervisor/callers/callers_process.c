@@ -404,6 +404,12 @@ open_file(struct cp *c, int *lock_fd)
     rc = callers_file_open(path, c->o->strict, &c->db);
     if (rc == TALLY_OK)
         rc = callers_file_load(c->db, load_entry, load_cell, c);
+    /* rows whole again were not read back: drop them, so the file holds no more rows
+     * than the tables (whose reclaims delete theirs as they go) */
+    if (rc == TALLY_OK)
+        rc = store_db_begin(c->db);
+    if (rc == TALLY_OK)
+        rc = store_db_end(c->db, callers_file_purge(c->db, wall_ms()));
     return rc;
 }
 
