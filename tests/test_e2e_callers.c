@@ -270,8 +270,15 @@ test_callers_kill9_keeps_counts(void **state)
     int n;
 
     serve_start(e, NULL, NULL);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 3; i++)
         assert_int_equal(check(e, "login", &r, "ip:203.0.113.9", NULL), 200);
+    /* the authorities alone: tallyd starts them again and they read their files back */
+    n = authority_pids(e, pids, 8);
+    assert_true(n >= 1);
+    for (int i = 0; i < n; i++)
+        kill(pids[i], SIGKILL);
+    serve_sleep_ms(100);
+    assert_int_equal(check(e, "login", &r, "ip:203.0.113.9", NULL), 200);
     n = authority_pids(e, pids, 8);
     assert_true(n >= 1);
     for (int i = 0; i < n; i++)
@@ -285,6 +292,31 @@ test_callers_kill9_keeps_counts(void **state)
     test_daemon_kill9(&e->d);
     serve_start(e, NULL, NULL);
     assert_int_equal(check(e, "login", &r, "ip:203.0.113.9", NULL), 429);
+    serve_stop(e);
+}
+
+/* An idle authority exits (hibernates) and the next request starts it again with its
+ * counts read back from its file. */
+static void
+test_callers_authority_hibernates(void **state)
+{
+    struct serve_env *e = *state;
+    struct serve_http r;
+    pid_t pids[8];
+    int64_t until;
+
+    serve_start(e, "--idle-exit-ms=300", NULL);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(check(e, "login", &r, "account:hana@example.com", NULL), 200);
+    assert_true(authority_pids(e, pids, 8) >= 1);
+    until = serve_now_ms() + 10000;
+    while (authority_pids(e, pids, 8) > 0 && serve_now_ms() < until)
+        serve_sleep_ms(50);
+    assert_int_equal(authority_pids(e, pids, 8), 0);
+    assert_true(serve_log_count(e, "callers_idle_exit") >= 1);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(check(e, "login", &r, "account:hana@example.com", NULL), 200);
+    assert_int_equal(check(e, "login", &r, "account:hana@example.com", NULL), 429);
     serve_stop(e);
 }
 
@@ -420,6 +452,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_callers_ceiling_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callers_kill9_keeps_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callers_kill9_batched, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_callers_authority_hibernates, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callers_fail_closed_while_stopped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callers_nothing_in_clear, setup, teardown),
         cmocka_unit_test_setup_teardown(test_callers_binary_protocol, setup, teardown),

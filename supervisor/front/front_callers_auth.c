@@ -46,6 +46,7 @@ on_proc_closed(uv_handle_t *h)
     struct authority *a = h->data;
     struct front_callers *fc = a->fc;
 
+    a->closing = false;
     if (!a->counted)
         return;
     a->counted = false;
@@ -81,6 +82,7 @@ on_exit(uv_process_t *p, int64_t status, int signum)
             tally_log_end(&l);
         }
     }
+    a->closing = true;
     uv_close((uv_handle_t *)&a->proc, on_proc_closed);
 }
 
@@ -97,8 +99,7 @@ spawn(struct authority *a)
     int n = 0;
     int rc;
 
-    if (a->live || uv_is_active((uv_handle_t *)&a->proc) ||
-        uv_is_closing((uv_handle_t *)&a->proc) || uv_now(f->loop) < a->not_before)
+    if (a->live || a->closing || uv_now(f->loop) < a->not_before)
         return TALLY_EUNAVAIL;
     rc = proto_conn_pipe_new(f->loop, &cbs, a, &conn);
     if (rc != TALLY_OK)
@@ -133,10 +134,14 @@ spawn(struct authority *a)
     a->proc.data = a;
     if (uv_spawn(f->loop, &a->proc, &opts) != 0 || proto_conn_start(conn) != TALLY_OK) {
         proto_conn_close(conn);
-        if (uv_is_active((uv_handle_t *)&a->proc))
-            uv_process_kill(&a->proc, SIGKILL); /* on_exit closes it */
-        else
-            uv_close((uv_handle_t *)&a->proc, NULL);
+        if (uv_is_active((uv_handle_t *)&a->proc)) {
+            a->live = true; /* on_exit closes it */
+            f->stats.callers.authorities_live++;
+            uv_process_kill(&a->proc, SIGKILL);
+        } else {
+            a->closing = true;
+            uv_close((uv_handle_t *)&a->proc, on_proc_closed);
+        }
         a->backoff_ms = BACKOFF_MAX;
         a->not_before = uv_now(f->loop) + BACKOFF_MAX;
         return TALLY_EUNAVAIL;

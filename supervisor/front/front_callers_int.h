@@ -44,6 +44,7 @@ struct authority {
     bool live;     /* spawned, not exited */
     bool answered; /* has answered since it was spawned */
     bool counted;  /* its process handle is waited for by the close */
+    bool closing;  /* its process handle is being closed (libuv's flag stays set after) */
     int64_t backoff_ms;
     uint64_t not_before; /* loop ms */
     uint64_t entries;
