@@ -27,9 +27,10 @@
 #include "store_paths.h"
 #include "tally_log.h"
 
-#define DIRTY_MAX 1024 /* entries changed in one turn before an early commit */
-#define HOLDS_MAX 256
-#define SYNC_MS   100 /* batched: the longest a commit waits for its fsync */
+#define DIRTY_MAX  1024 /* entries changed in one turn before an early commit */
+#define HOLDS_MAX  256
+#define SYNC_MS    100 /* batched: the longest a commit waits for its fsync */
+#define LOCK_TRIES 300 /* 10 ms apart: how long a start waits for the previous authority */
 
 struct cp_ep {
     char name[TENANT_NAME_MAX + 1];
@@ -397,7 +398,15 @@ open_file(struct cp *c, int *lock_fd)
     if (rc != TALLY_OK)
         return rc;
     snprintf(path, sizeof(path), "%s/%u.lock", dir, c->o->shard);
-    rc = store_lock_take(path, lock_fd);
+    /* The previous authority of a tallyd killed a moment ago may still be committing its
+     * last turn (it exits at the EOF of its channel): wait for it rather than fail the
+     * requests already queued on this channel. */
+    for (int tries = 0;; tries++) {
+        rc = store_lock_take(path, lock_fd);
+        if (rc != TALLY_ELOCKED || tries == LOCK_TRIES)
+            break;
+        (void)nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+    }
     if (rc != TALLY_OK)
         return rc;
     snprintf(path, sizeof(path), "%s/%u.db", dir, c->o->shard);
