@@ -400,11 +400,12 @@ front_callers_close(struct front_callers *fc, void (*closed)(sup_front *f))
         struct authority *a = &fc->a[s];
         if (a->conn != NULL)
             proto_conn_close(a->conn); /* EOF: it commits and exits */
-        if (a->live) {
-            fc->pending++; /* on_exit closes the process handle */
+        if (a->live || a->closing) {
+            fc->pending++; /* on_exit closes the process handle, or it is closing */
             a->counted = true;
-            uv_process_kill(&a->proc, SIGTERM);
         }
+        if (a->live)
+            uv_process_kill(&a->proc, SIGTERM);
     }
     for (size_t i = 0; i < sizeof(fc->degraded) / sizeof(fc->degraded[0]); i++)
         tenant_callers_close(fc->degraded[i].t);
