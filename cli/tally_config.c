@@ -47,8 +47,18 @@ static int
 endpoint_put_capped(store_db *db, const struct tenant_endpoint *e)
 {
     int64_t names = 0;
-    int rc = store_endpoint_put(db, e);
+    int64_t other = 0;
+    int rc = store_endpoint_key_other(db, e, &other);
 
+    if (rc == TALLY_OK && other > 0) {
+        store_db_rollback(db);
+        return cli_fail(EXIT_USAGE,
+                        "endpoint %s is keyed by %s in another policy: every policy of one "
+                        "endpoint has the same --key; nothing changed",
+                        e->name, e->key == TENANT_KEY_CALLER ? "token" : "caller");
+    }
+    if (rc == TALLY_OK)
+        rc = store_endpoint_put(db, e);
     if (rc == TALLY_OK)
         rc = store_endpoint_names(db, &names);
     if (rc == TALLY_OK && names > TENANT_MAX_ENDPOINTS) {

@@ -10,6 +10,7 @@
  */
 #include "store.h"
 #include "store_paths.h"
+#include "sup_callers.h"
 #include "sup_front.h"
 #include "sup_ledger.h"
 #include "tally_log.h"
@@ -83,6 +84,16 @@ tallyd_main(int argc, char **argv)
         if (rc != TALLY_OK)
             tally_log_str(&l, "error", tally_strerror(rc));
         tally_log_end(&l);
+    }
+    if (o.callers != NULL) {
+        struct sup_callers_opts co = {
+            .data = data,
+            .shard = (unsigned)o.callers_shard,
+            .strict = strcmp(o.durability, "strict") == 0,
+            .idle_exit_ms = o.idle_exit,
+            .channel_fd = 3,
+        };
+        return sup_callers_run(&co);
     }
     if (o.supervise != NULL || o.fork_server != NULL) {
         struct sup_process_opts so = {

@@ -5,6 +5,8 @@
  */
 #include "tallyd_args.h"
 
+#include "sup_callers.h"
+
 #include <stdio.h>
 #include <string.h>
 #include <sys/un.h>
@@ -162,7 +164,8 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                                         "--child-idle-ms",
                                         "--max-open-children",
                                         "--keep-lease-ms",
-                                        "--fork-server"};
+                                        "--fork-server",
+                                        "--callers"};
     const char **slots[] = {&o->data,
                             &o->http,
                             &o->socket,
@@ -179,7 +182,8 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                             &o->child_idle_ms,
                             &o->max_open_children,
                             &o->keep_lease_ms,
-                            &o->fork_server};
+                            &o->fork_server,
+                            &o->callers};
     enum tally_log_level level;
     struct sockaddr_un sun;
     int i;
@@ -266,6 +270,9 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
     if (!parse_ms(o->max_open_children, 1, 1000000, 1024, &o->max_open))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --max-open-children '%s': 1 to 1000000",
                            o->max_open_children);
+    if (!parse_ms(o->callers, 0, SUP_CALLER_SHARDS - 1, 0, &o->callers_shard))
+        return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --callers '%s': 0 to %d", o->callers,
+                           SUP_CALLER_SHARDS - 1);
     if (o->supervise != NULL && !tenant_name_valid(o->supervise))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid tenant name for --supervise");
     if (o->socket != NULL && strlen(o->socket) >= sizeof(sun.sun_path))

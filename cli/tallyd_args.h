@@ -34,18 +34,20 @@ struct tallyd_opts {
     const char *child_idle_ms;
     const char *max_open_children;
     const char *keep_lease_ms;
+    const char *callers;     /* internal: run as caller authority N (sup_callers.h) */
     const char *fork_server; /* internal: run as the fork server; the value is spare room for
                                 the title of each supervisor it forks */
     int64_t wait;
     int64_t idle_exit;
     int64_t max_sups;
     int64_t max_conns;
-    int64_t batch_sync;   /* --batch-sync-ms, 0 when not given (strict) */
-    int64_t compact_rows; /* --journal-compact-rows, 0 when not given */
-    int64_t child_idle;   /* --child-idle-ms */
-    int64_t max_open;     /* --max-open-children */
-    int64_t keep_lease;   /* --keep-lease-ms, 0 when not given */
-    char host[64];        /* from --http, without brackets */
+    int64_t batch_sync;    /* --batch-sync-ms, 0 when not given (strict) */
+    int64_t compact_rows;  /* --journal-compact-rows, 0 when not given */
+    int64_t child_idle;    /* --child-idle-ms */
+    int64_t max_open;      /* --max-open-children */
+    int64_t keep_lease;    /* --keep-lease-ms, 0 when not given */
+    int64_t callers_shard; /* --callers */
+    char host[64];         /* from --http, without brackets */
     int port;
     bool ipv6;
     char tcp_host[64]; /* from --tcp */

@@ -30,6 +30,7 @@ one_frame(const struct proto_frame *f)
         struct proto_check check;
         struct proto_check_reply check_reply;
         struct proto_release release;
+        struct proto_check_callers callers;
     } m;
     uint8_t status = 0;
     int32_t code = 0;
@@ -48,6 +49,10 @@ one_frame(const struct proto_frame *f)
     case PROTO_C_CHECK:
         if (proto_check_decode(f, &m.check) == TALLY_OK)
             check_same(f, proto_check_encode(out, f->request_id, &m.check));
+        break;
+    case PROTO_C_CHECK_CALLERS:
+        if (proto_check_callers_decode(f, &m.callers) == TALLY_OK)
+            check_same(f, proto_check_callers_encode(out, f->request_id, &m.callers));
         break;
     case PROTO_C_CHECK_REPLY:
         if (proto_check_reply_decode(f, &m.check_reply) == TALLY_OK)
@@ -75,6 +80,7 @@ one_frame(const struct proto_frame *f)
         FUZZ_CHECK(proto_hello_decode(f, &m.hello) == TALLY_EPROTO);
         FUZZ_CHECK(proto_check_decode(f, &m.check) == TALLY_EPROTO);
         FUZZ_CHECK(proto_release_decode(f, &m.release) == TALLY_EPROTO);
+        FUZZ_CHECK(proto_check_callers_decode(f, &m.callers) == TALLY_EPROTO);
         FUZZ_CHECK(proto_check_reply_decode(f, &m.check_reply) == TALLY_EPROTO);
         break;
     }

@@ -92,7 +92,7 @@ add_link(store_db *db)
 }
 
 /* A data dir with a plan (2 slots per link), a cheap endpoint, an expensive
- * one and a tenant with one link. */
+ * one, an endpoint keyed by caller and a tenant with one link. */
 static void
 make_data_dir(void)
 {
@@ -100,6 +100,8 @@ make_data_dir(void)
     struct tenant_endpoint ep = {.name = "search", .limits = {1, {{20, 1000}}}, .cost = 1};
     struct tenant_endpoint exp = {
         .name = "export", .limits = {1, {{1000, 60000}}}, .cost = 1, .expensive = true};
+    struct tenant_endpoint login = {
+        .name = "login", .limits = {1, {{5, 300000}}}, .cost = 1, .key = TENANT_KEY_CALLER};
     store_db *db = NULL;
 
     snprintf(data_dir, sizeof(data_dir), "/tmp/tally-fuzz-http-XXXXXX");
@@ -111,6 +113,7 @@ make_data_dir(void)
     FUZZ_CHECK(store_plan_put(db, &plan) == TALLY_OK);
     FUZZ_CHECK(store_endpoint_put(db, &ep) == TALLY_OK);
     FUZZ_CHECK(store_endpoint_put(db, &exp) == TALLY_OK);
+    FUZZ_CHECK(store_endpoint_put(db, &login) == TALLY_OK);
     FUZZ_CHECK(store_tenant_add(db, "acme", "free", 0) == TALLY_OK);
     add_link(db);
     store_db_close(db);

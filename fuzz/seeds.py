@@ -64,7 +64,16 @@ never = frame(35, u8(1) + u8(3) + i64(-1) + i64(10) + i64(1000) + i64(0) + i64(0
 bad = frame(35, u8(4) + u8(0) + i64(0) + i64(-1) + i64(0) + i64(-1) + i64(0) + i64(0)
             + s("unknown endpoint"), 5)
 release = frame(36, s(TOKEN) + i64(7), 6)
+
+
+def callers(*cs):
+    return u8(len(cs)) + b"".join(u16(len(c)) + c.encode() for c in cs)
+
+
 client = {
+    "check_callers": frame(43, s("login") + i64(0) + callers("ip:203.0.113.7"), 7),
+    "check_callers_two": frame(43, s("login") + i64(2)
+                               + callers("ip:203.0.113.7", "account:alice@example.com"), 8),
     "hello": hello,
     "hello_reply": frame(33, u8(1) + u32(65536) + u32(128), 1),
     "check": check,
@@ -183,5 +192,42 @@ http = {
                       + "POST /v1/release HTTP/1.1\r\n" + auth + "X-Tally-Lease: 1\r\n"
                       + "Content-Length: 0\r\n\r\n",
 }
+http["caller"] = ("GET /v1/check HTTP/1.1\r\nX-Tally-Endpoint: login\r\n"
+                  "X-Tally-Caller: ip:203.0.113.7\r\n\r\n")
+http["callers_four"] = ("GET /v1/check HTTP/1.1\r\nX-Tally-Endpoint: login\r\n"
+                        + "".join("X-Tally-Caller: ip:10.0.0.%d\r\n" % i for i in range(4))
+                        + "\r\n")
+http["caller_with_token"] = ("GET /v1/check HTTP/1.1\r\n" + auth + "X-Tally-Endpoint: login\r\n"
+                             "X-Tally-Caller: account:alice@example.com\r\n\r\n")
 for k, v in http.items():
     put("http", k, v)
+
+# --- callers (first byte: 0 a caller, 1 caller channel frames, 2 a stored record) -----------
+def limits(*ls):
+    return u8(len(ls)) + b"".join(i64(n) + i64(p) for n, p in ls)
+
+
+KEY = bytes(range(16))
+decide = frame(48, s("login") + u8(0) + limits((5, 300000), (20, 3600000)) + i64(250000)
+               + i64(1) + u8(1) + KEY, 11, flags=1)
+verdict = frame(49, u8(1) + u8(0) + i64(0) + i64(5) + i64(300000) + i64(4) + i64(1700000300000)
+                + u64(1) + u64(480), 11)
+refused_v = frame(49, u8(0) + u8(1) + i64(173000) + i64(5) + i64(300000) + i64(0)
+                  + i64(1700000300000) + u64(2) + u64(480), 12)
+window_rec = u8(1) + u8(0) + b"".join(i64(p) + i64(w) + i64(u) for p, w, u in
+                                      [(300000, 5666668, 3), (3600000, 472222, 3), (0, 0, 0),
+                                       (0, 0, 0)]) + i64(1700000200000)
+gcra_rec = u8(1) + u8(1) + b"".join(i64(p) + i64(n) + i64(t) + i64(f) for p, n, t, f in
+                                    [(300000, 5, 1700000260000, 0), (0, 0, 0, 0), (0, 0, 0, 0),
+                                     (0, 0, 0, 0)]) + i64(1700000200000)
+caller_seeds = {
+    "ip": b"\x00ip:203.0.113.7",
+    "account": b"\x00account:alice@example.com",
+    "ipv6": b"\x00ip:2001:db8::1",
+    "bad_kind": b"\x00IP:1.2.3.4",
+    "channel": b"\x01" + decide + verdict + refused_v + frame(50, u32(11), 13),
+    "rec_window": b"\x02" + window_rec,
+    "rec_gcra": b"\x02" + gcra_rec,
+}
+for k, v in caller_seeds.items():
+    put("caller", k, v)

@@ -336,6 +336,47 @@ tally_check(tally_client *c, const char *token, const char *endpoint, int64_t co
     return TALLY_OK;
 }
 
+int
+tally_check_callers(tally_client *c, const char *endpoint, const char *const *callers, size_t n,
+                    int64_t cost, struct tally_result *out)
+{
+    struct proto_check_callers m;
+    struct proto_check_reply r;
+    struct proto_frame f;
+    uint32_t id = ++c->next_id;
+    size_t len = 0;
+    int rc = TALLY_OK;
+
+    memset(out, 0, sizeof(*out));
+    memset(&m, 0, sizeof(m));
+    if (strlen(endpoint) > TENANT_NAME_MAX || n > PROTO_CALLERS_WIRE_MAX || cost < 0 ||
+        cost > TENANT_COST_MAX)
+        return TALLY_EINVAL;
+    snprintf(m.endpoint, sizeof(m.endpoint), "%s", endpoint);
+    m.cost = cost;
+    m.n = (uint32_t)n;
+    for (size_t i = 0; i < n && rc == TALLY_OK; i++) {
+        size_t l = strlen(callers[i]);
+        if (l < 1 || l > PROTO_CALLER_WIRE_MAX)
+            rc = TALLY_EINVAL;
+        else {
+            memcpy(m.caller[i], callers[i], l);
+            m.len[i] = (uint16_t)l;
+        }
+    }
+    if (rc == TALLY_OK)
+        len = proto_check_callers_encode(c->wbuf, id, &m);
+    if (rc == TALLY_OK)
+        rc = len > 0 ? roundtrip(c, len, id, &f) : TALLY_EINVAL;
+    wipe_fn(&m, 0, sizeof(m)); /* the callers */
+    if (rc != TALLY_OK)
+        return rc;
+    if (f.type != PROTO_C_CHECK_REPLY || proto_check_reply_decode(&f, &r) != TALLY_OK)
+        return TALLY_EPROTO;
+    tally__result_from_reply(&r, out);
+    return TALLY_OK;
+}
+
 const char *
 tally_status_name(enum tally_status status)
 {

@@ -65,6 +65,27 @@ proto_check_encode(uint8_t *out, uint32_t id, const struct proto_check *m)
 }
 
 size_t
+proto_check_callers_encode(uint8_t *out, uint32_t id, const struct proto_check_callers *m)
+{
+    struct proto_writer w;
+
+    if (m->cost < 0 || m->cost > TENANT_COST_MAX || m->n > PROTO_CALLERS_WIRE_MAX)
+        return 0;
+    start(&w, out);
+    proto_put_str(&w, m->endpoint);
+    proto_put_i64(&w, m->cost);
+    proto_put_u8(&w, (uint8_t)m->n);
+    for (uint32_t i = 0; i < m->n; i++) {
+        if (m->len[i] < 1 || m->len[i] > PROTO_CALLER_WIRE_MAX ||
+            memchr(m->caller[i], '\0', m->len[i]) != NULL)
+            return 0;
+        proto_put_u16(&w, m->len[i]);
+        proto_put_bytes(&w, m->caller[i], m->len[i]);
+    }
+    return finish(out, &w, PROTO_C_CHECK_CALLERS, 0, id);
+}
+
+size_t
 proto_check_reply_encode(uint8_t *out, uint32_t id, const struct proto_check_reply *m)
 {
     struct proto_writer w;
@@ -184,6 +205,31 @@ proto_check_decode(const struct proto_frame *f, struct proto_check *out)
 }
 
 int
+proto_check_callers_decode(const struct proto_frame *f, struct proto_check_callers *out)
+{
+    struct proto_cursor c;
+
+    memset(out, 0, sizeof(*out));
+    if (!type_ok(f, PROTO_C_CHECK_CALLERS))
+        return TALLY_EPROTO;
+    proto_cursor_init(&c, f->payload, f->payload_len);
+    proto_get_str(&c, out->endpoint, sizeof(out->endpoint));
+    out->cost = proto_get_i64(&c);
+    out->n = proto_get_u8(&c);
+    if (out->cost < 0 || out->cost > TENANT_COST_MAX || out->n > PROTO_CALLERS_WIRE_MAX)
+        return TALLY_EPROTO;
+    for (uint32_t i = 0; i < out->n; i++) {
+        out->len[i] = proto_get_u16(&c);
+        if (out->len[i] < 1 || out->len[i] > PROTO_CALLER_WIRE_MAX)
+            return TALLY_EPROTO;
+        proto_get_bytes(&c, out->caller[i], out->len[i]);
+        if (memchr(out->caller[i], '\0', out->len[i]) != NULL)
+            return TALLY_EPROTO;
+    }
+    return done(&c);
+}
+
+int
 proto_check_reply_decode(const struct proto_frame *f, struct proto_check_reply *out)
 {
     struct proto_cursor c;
@@ -201,7 +247,7 @@ proto_check_reply_decode(const struct proto_frame *f, struct proto_check_reply *
     out->reset_ms = proto_get_i64(&c);
     out->slot_id = proto_get_i64(&c);
     proto_get_str(&c, out->detail, sizeof(out->detail));
-    if (out->status > PROTO_INTERNAL || out->scope > TENANT_SCOPE_CONCURRENCY)
+    if (out->status > PROTO_INTERNAL || out->scope > TENANT_SCOPE_CALLER)
         return TALLY_EPROTO;
     return done(&c);
 }

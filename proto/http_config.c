@@ -17,6 +17,10 @@ static const char *const tally_headers[PROTO_HTTP_H_TALLY_COUNT] = {
     [PROTO_HTTP_H_COST] = "X-Tally-Cost",
     [PROTO_HTTP_H_LEASE] = "X-Tally-Lease",
     [PROTO_HTTP_H_DENY_STATUS] = "X-Tally-Deny-Status",
+    [PROTO_HTTP_H_CALLER] = "X-Tally-Caller",
+    [PROTO_HTTP_H_CALLER + 1] = "X-Tally-Caller",
+    [PROTO_HTTP_H_CALLER + 2] = "X-Tally-Caller",
+    [PROTO_HTTP_H_CALLER + 3] = "X-Tally-Caller",
 };
 
 static const char *const reject_names[PROTO_HTTP_REJECT_COUNT] = {

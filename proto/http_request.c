@@ -80,9 +80,18 @@ field_end(struct http_conn *c)
     for (i = 0; i < srv->kept_count; i++) {
         if (!name_equal(c->field, c->field_len, srv->kept[i].name, srv->kept[i].len))
             continue;
-        /* Two Authorization headers could be read two ways: refuse both. */
-        if (c->kept_seen & (1u << i))
-            return reject(c, 400, PROTO_HTTP_REJECT_BAD_REQUEST, "duplicate header field");
+        if (c->kept_seen & (1u << i)) {
+            /* A name kept in several slots takes the next free one. */
+            if (i + 1 < srv->kept_count &&
+                name_equal(c->field, c->field_len, srv->kept[i + 1].name, srv->kept[i + 1].len))
+                continue;
+            /* Two Authorization headers could be read two ways: refuse both. */
+            return reject(c, 400, PROTO_HTTP_REJECT_BAD_REQUEST,
+                          i > 0 && name_equal(c->field, c->field_len, srv->kept[i - 1].name,
+                                              srv->kept[i - 1].len)
+                              ? "header field repeated too often"
+                              : "duplicate header field");
+        }
         c->kept_seen |= 1u << i;
         c->kept_len[i] = 0;
         c->kept_cur = (int)i;

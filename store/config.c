@@ -48,6 +48,9 @@ static const char *const config_migrations[] = {
     "CREATE INDEX link_tenant ON link(tenant);",
     /* 1 -> 2: a plan's cap on live links per tenant (0 = TENANT_MAX_LINKS) */
     "ALTER TABLE plan ADD COLUMN max_links INTEGER NOT NULL DEFAULT 0;",
+    /* 2 -> 3: endpoints keyed by caller (key 1) and their exact-table ceiling */
+    ("ALTER TABLE endpoint ADD COLUMN key INTEGER NOT NULL DEFAULT 0;"
+     "ALTER TABLE endpoint ADD COLUMN max_callers INTEGER NOT NULL DEFAULT 0;"),
 };
 
 enum config_stmt {
@@ -73,13 +76,14 @@ enum config_stmt {
     S_LINK_EACH,
     S_LINK_LIVE_COUNT,
     S_EP_NAMES_COUNT,
+    S_EP_KEY_OTHER,
     S__COUNT
 };
 
 #define LINK_COLS "id, tenant, hash, endpoints, created_ms, expires_ms, revoked_ms"
 #define EP_COLS                                                                                    \
     "plan, name, limits, tenant_limits, degraded_limits, algorithm, on_unavailable, cost, "        \
-    "expensive, shadow"
+    "expensive, shadow, key, max_callers"
 #define TENANT_COLS                                                                                \
     "id, plan, created_ms, (SELECT count(*) FROM link WHERE link.tenant = tenant.id AND "          \
     "revoked_ms = 0)"
@@ -94,8 +98,8 @@ static const char *const config_statements[S__COUNT] = {
     [S_PLAN_EACH] =
         "SELECT name, limits, link_limits, concurrency, max_links FROM plan ORDER BY name",
     [S_PLAN_USERS] = "SELECT count(*) FROM tenant WHERE plan=?1",
-    [S_EP_PUT] =
-        "INSERT OR REPLACE INTO endpoint(" EP_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
+    [S_EP_PUT] = "INSERT OR REPLACE INTO endpoint(" EP_COLS
+                 ") VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
     [S_EP_GET] = "SELECT " EP_COLS " FROM endpoint WHERE plan=?1 AND name=?2",
     [S_EP_DELETE] = "DELETE FROM endpoint WHERE plan=?1 AND name=?2",
     [S_EP_DELETE_PLAN] = "DELETE FROM endpoint WHERE plan=?1",
@@ -110,9 +114,10 @@ static const char *const config_statements[S__COUNT] = {
     [S_LINK_BY_ID] = "SELECT " LINK_COLS " FROM link WHERE id=?1",
     [S_LINK_REVOKE] = "UPDATE link SET revoked_ms=?2 WHERE id=?1 AND revoked_ms=0",
     [S_LINK_EACH] = "SELECT " LINK_COLS " FROM link WHERE tenant=?1 ORDER BY created_ms, id",
-    [S_LINK_LIVE_COUNT] = "SELECT count(*) FROM link WHERE tenant=?1 AND revoked_ms=0"
-                          " AND (expires_ms=0 OR expires_ms>?2)",
+    [S_LINK_LIVE_COUNT] = ("SELECT count(*) FROM link WHERE tenant=?1 AND revoked_ms=0"
+                           " AND (expires_ms=0 OR expires_ms>?2)"),
     [S_EP_NAMES_COUNT] = "SELECT count(DISTINCT name) FROM endpoint",
+    [S_EP_KEY_OTHER] = "SELECT count(*) FROM endpoint WHERE name=?1 AND key<>?2 AND plan<>?3",
 };
 
 static const struct store_schema config_schema = {
@@ -296,6 +301,8 @@ store_endpoint_put(store_db *db, const struct tenant_endpoint *e)
     sqlite3_bind_int64(st, 8, e->cost);
     sqlite3_bind_int(st, 9, e->expensive ? 1 : 0);
     sqlite3_bind_int(st, 10, e->shadow ? 1 : 0);
+    sqlite3_bind_int(st, 11, (int)e->key);
+    sqlite3_bind_int64(st, 12, e->max_callers);
     return step_change(db, st);
 }
 
@@ -318,6 +325,10 @@ endpoint_row(sqlite3_stmt *st, struct tenant_endpoint *out)
     out->cost = sqlite3_column_int64(st, 7);
     out->expensive = sqlite3_column_int(st, 8) != 0;
     out->shadow = sqlite3_column_int(st, 9) != 0;
+    out->key = sqlite3_column_int(st, 10) == 1 ? TENANT_KEY_CALLER : TENANT_KEY_TOKEN;
+    out->max_callers = sqlite3_column_int64(st, 11);
+    if (out->max_callers < 0 || out->max_callers > TENANT_MAX_CALLERS_MAX)
+        rc = TALLY_ECORRUPT;
     return rc;
 }
 
@@ -365,6 +376,23 @@ store_endpoint_each(store_db *db, store_endpoint_cb cb, void *ctx)
 {
     const char *none = NULL;
     EACH_ROWS(db, S_EP_EACH, none, struct tenant_endpoint, endpoint_row, cb, ctx);
+}
+
+int
+store_endpoint_key_other(store_db *db, const struct tenant_endpoint *e, int64_t *out)
+{
+    sqlite3_stmt *st = store_db_stmt(db, S_EP_KEY_OTHER);
+    int step;
+    int rc;
+
+    sqlite3_bind_text(st, 1, e->name, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, (int)e->key);
+    sqlite3_bind_text(st, 3, e->plan, -1, SQLITE_STATIC);
+    step = sqlite3_step(st);
+    rc = step == SQLITE_ROW ? TALLY_OK : store_db_rc(db, step);
+    *out = rc == TALLY_OK ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    return rc;
 }
 
 int

@@ -72,6 +72,14 @@ store_tenant_dirs(const char *data, const char *tenant)
 }
 
 int
+store_callers_dir(const char *data, char *buf, size_t len)
+{
+    if ((size_t)snprintf(buf, len, "%s/callers", data) >= len)
+        return TALLY_ETOOBIG;
+    return mkdir_private(buf);
+}
+
+int
 store_lock_take(const char *path, int *fd_out)
 {
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);

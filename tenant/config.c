@@ -161,6 +161,24 @@ parse_endpoint_flag(int argc, char **argv, int *i, struct tenant_endpoint *out, 
                        "invalid --on-unavailable '%.80s': open or closed", v);
         return TALLY_OK;
     }
+    if ((v = tenant_opt_value(argc, argv, i, "--key", &missing)) != NULL) {
+        if (strcmp(v, "token") == 0)
+            out->key = TENANT_KEY_TOKEN;
+        else if (strcmp(v, "caller") == 0)
+            out->key = TENANT_KEY_CALLER;
+        else
+            return bad(err, errlen, TALLY_EINVAL, "invalid --key '%.80s': token or caller", v);
+        return TALLY_OK;
+    }
+    if ((v = tenant_opt_value(argc, argv, i, "--max-callers", &missing)) != NULL) {
+        int64_t k = 0;
+        if (tenant_cost_parse(v, &k) != TALLY_OK || k > TENANT_MAX_CALLERS_MAX)
+            return bad(err, errlen, TALLY_EINVAL,
+                       "invalid --max-callers '%.80s': a whole number from 1 to %d", v,
+                       TENANT_MAX_CALLERS_MAX);
+        out->max_callers = k == TENANT_MAX_CALLERS_DEFAULT ? 0 : k;
+        return TALLY_OK;
+    }
     if ((v = tenant_opt_value(argc, argv, i, "--cost", &missing)) != NULL) {
         if (tenant_cost_parse(v, &out->cost) != TALLY_OK)
             return bad(err, errlen, TALLY_ECOST,
@@ -178,6 +196,26 @@ parse_endpoint_flag(int argc, char **argv, int *i, struct tenant_endpoint *out, 
         return TALLY_OK;
     }
     return bad(err, errlen, TALLY_EINVAL, "unknown endpoint option '%.80s'", argv[*i]);
+}
+
+/* A caller endpoint has no tenant and no link: what would need one is refused. */
+static int
+caller_check(const struct tenant_endpoint *e, char *err, size_t errlen)
+{
+    if (e->key != TENANT_KEY_CALLER) {
+        if (e->max_callers != 0)
+            return bad(err, errlen, TALLY_EINVAL, "endpoint %s: --max-callers needs --key caller",
+                       e->name);
+        return TALLY_OK;
+    }
+    if (e->tenant_limits.count != 0)
+        return bad(err, errlen, TALLY_EINVAL,
+                   "endpoint %s: --key caller takes no --tenant-limit (a caller has no tenant)",
+                   e->name);
+    if (e->expensive)
+        return bad(err, errlen, TALLY_EINVAL,
+                   "endpoint %s: --key caller cannot be --expensive (slots are per link)", e->name);
+    return TALLY_OK;
 }
 
 int
@@ -205,7 +243,7 @@ tenant_endpoint_parse_args(int argc, char **argv, struct tenant_endpoint *out, c
         return bad(err, errlen, TALLY_ELIMIT,
                    "endpoint %s: --on-unavailable open needs a --degraded-limit N/PERIOD",
                    out->name);
-    return TALLY_OK;
+    return caller_check(out, err, errlen);
 }
 
 /* Appends " OPT L" for each limit of ls to buf. */
@@ -254,7 +292,11 @@ tenant_endpoint_format(const struct tenant_endpoint *e, char *buf, size_t len)
     if (e->expensive && used < len)
         used += (size_t)snprintf(buf + used, len - used, " --expensive");
     if (e->shadow && used < len)
-        snprintf(buf + used, len - used, " --shadow");
+        used += (size_t)snprintf(buf + used, len - used, " --shadow");
+    if (e->key == TENANT_KEY_CALLER && used < len)
+        used += (size_t)snprintf(buf + used, len - used, " --key caller");
+    if (e->max_callers > 0 && used < len)
+        snprintf(buf + used, len - used, " --max-callers %lld", (long long)e->max_callers);
 }
 
 /* ---- the configuration file ---- */
@@ -328,6 +370,12 @@ config_validate(const struct tenant_config *c, char *err, size_t errlen)
                 strcmp(e->plan, c->endpoints[j].plan) == 0) {
                 snprintf(err, errlen, "endpoint %s%s%s is defined twice", e->name,
                          e->plan[0] != '\0' ? " --plan " : "", e->plan);
+                return TALLY_ECONFIG;
+            }
+            if (strcmp(e->name, c->endpoints[j].name) == 0 && e->key != c->endpoints[j].key) {
+                snprintf(err, errlen,
+                         "endpoint %s is keyed by caller in one policy and by token in another",
+                         e->name);
                 return TALLY_ECONFIG;
             }
         }

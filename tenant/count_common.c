@@ -23,6 +23,8 @@ tenant_scope_name(enum tenant_scope scope)
         return "endpoint";
     case TENANT_SCOPE_CONCURRENCY:
         return "concurrency";
+    case TENANT_SCOPE_CALLER:
+        return "caller";
     }
     return "unknown";
 }

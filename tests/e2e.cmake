@@ -7,3 +7,13 @@ set_tests_properties(test_e2e_leases PROPERTIES TIMEOUT 900)
 # A lowered limit in force before `tally` returns: endpoint, plan, per-link, smaller plan.
 tally_add_test(test_e2e_limits test_e2e_limits.c serve_util.c LABELS e2e)
 add_dependencies(test_e2e_limits tallyd tally_cli)
+
+# Endpoints keyed by caller: sign-in per address and account, bad callers, keyed hashes
+# only, kill -9 and SIGSTOP of the caller authorities.
+tally_add_test(test_e2e_callers test_e2e_callers.c serve_util.c LABELS e2e)
+target_link_libraries(test_e2e_callers PRIVATE tally_proto)
+add_dependencies(test_e2e_callers tallyd tally_cli)
+# 100,000 distinct callers and a flood past --max-callers, pipelined.
+tally_add_test(test_e2e_callers_flood test_e2e_callers_flood.c serve_util.c LABELS e2e)
+target_link_libraries(test_e2e_callers_flood PRIVATE tally_proto)
+add_dependencies(test_e2e_callers_flood tallyd tally_cli)

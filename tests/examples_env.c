@@ -300,9 +300,16 @@ header_value(const char *headers, const char *name, char *out, size_t cap)
 void
 examples_curl(int port, const char *path, const char *token, struct examples_answer *out)
 {
+    examples_curl_from(port, path, token, NULL, NULL, out);
+}
+
+void
+examples_curl_from(int port, const char *path, const char *token, const char *from,
+                   const char *header, struct examples_answer *out)
+{
     char url[256];
     char auth[128];
-    char *argv[16];
+    char *argv[20];
     int argc = 0;
     const char *last;
 
@@ -317,6 +324,14 @@ examples_curl(int port, const char *path, const char *token, struct examples_ans
     if (token[0] != '\0') {
         argv[argc++] = "-H";
         argv[argc++] = auth;
+    }
+    if (from != NULL) {
+        argv[argc++] = "--interface";
+        argv[argc++] = (char *)from;
+    }
+    if (header != NULL) {
+        argv[argc++] = "-H";
+        argv[argc++] = (char *)header;
     }
     argv[argc++] = url;
     argv[argc] = NULL;

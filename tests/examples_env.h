@@ -58,6 +58,10 @@ pid_t examples_spawn(struct examples_env *e, const char *name, char *const argv[
 void examples_wait_port(struct examples_env *e, int port, int timeout_ms);
 /** GET http://127.0.0.1:port/path with curl, `token` as the bearer ("" sends none). */
 void examples_curl(int port, const char *path, const char *token, struct examples_answer *out);
+/** examples_curl() from source address `from` (a loopback address such as 127.0.0.2;
+ *  NULL: the default) with one more request header `header` ("Name: value"; NULL: none). */
+void examples_curl_from(int port, const char *path, const char *token, const char *from,
+                        const char *header, struct examples_answer *out);
 /** Prints the logs of every child and of tallyd on stderr (on failure). */
 void examples_dump_logs(const struct examples_env *e);
 

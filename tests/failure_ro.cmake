@@ -13,7 +13,7 @@ target_link_libraries(tally_test_powerloss PUBLIC tally_store PkgConfig::SQLITE3
 add_executable(tallyd_powerloss support/tallyd_powerloss.c ${PROJECT_SOURCE_DIR}/cli/tallyd.c
                ${PROJECT_SOURCE_DIR}/cli/tallyd_args.c)
 target_include_directories(tallyd_powerloss PRIVATE ${PROJECT_SOURCE_DIR}/cli)
-target_link_libraries(tallyd_powerloss PRIVATE tally_test_powerloss tally_front tally_ledger
+target_link_libraries(tallyd_powerloss PRIVATE tally_test_powerloss tally_front tally_ledger tally_callers
                       tally_proto tally_store tally_tenant tally_warnings)
 target_compile_definitions(tallyd_powerloss PRIVATE
                            TALLY_DEFAULT_DATA_DIR="${TALLY_DEFAULT_DATA_DIR}"

@@ -5,7 +5,10 @@
  * filled in, and curl as the client. Through Caddy: 200 from the app (with
  * tallyd's RateLimit field) while the plan lasts, then tallyd's own 429 with
  * Retry-After >= 1 and its JSON body (forward_auth passes non-2xx answers
- * through as they are), 401 for an unknown token and for none. Caddy is always
+ * through as they are), 401 for an unknown token and for none. The sign-in route
+ * (endpoint login keyed by caller, the client address as caller): 5 sign-ins
+ * admitted, the 6th 429 with Retry-After and scope caller, another address still
+ * admitted, and an X-Tally-Caller sent by the client ignored. Caddy is always
  * stopped (teardown); a missing caddy fails the suite (a Makefile Debian package).
  */
 /* clang-format off */
@@ -23,6 +26,7 @@
 #include <sys/stat.h>
 
 #include "examples_env.h"
+#include "test_support.h"
 
 #define LIMIT 3
 
@@ -99,11 +103,42 @@ test_caddy_admits_then_429_with_retry_after_then_401(void **state)
     assert_int_equal(a.status, 429);
 }
 
+/* Sign-ins per client address: 127.0.0.1 and 127.0.0.2 are two callers. */
+static void
+test_caddy_signin_per_address(void **state)
+{
+    struct examples_env *e = *state;
+    struct examples_answer a;
+    struct test_out o;
+    int port;
+    int i;
+
+    assert_int_equal(test_tally(e->data, &o, "endpoint", "set", "login", "--key", "caller",
+                                "--limit", "5/5m", NULL),
+                     0);
+    port = start_caddy(e);
+    for (i = 0; i < 5; i++) {
+        examples_curl_from(port, "/signin", "", "127.0.0.2", NULL, &a);
+        if (a.status != 200)
+            examples_dump_logs(e);
+        assert_int_equal(a.status, 200);
+        assert_string_equal(a.body, "hello from the app");
+    }
+    examples_curl_from(port, "/signin", "", "127.0.0.2", "X-Tally-Caller: ip:192.0.2.99", &a);
+    assert_int_equal(a.status, 429);
+    assert_true(atol(a.retry_after) >= 1 && atol(a.retry_after) <= 300);
+    assert_non_null(strstr(a.body, "\"scope\":\"caller\""));
+    /* another address is admitted, even when it names the spent one itself */
+    examples_curl_from(port, "/signin", "", "127.0.0.1", "X-Tally-Caller: ip:127.0.0.2", &a);
+    assert_int_equal(a.status, 200);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_caddy_admits_then_429_with_retry_after_then_401),
+        cmocka_unit_test(test_caddy_signin_per_address),
     };
 
     signal(SIGPIPE, SIG_IGN);

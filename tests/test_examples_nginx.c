@@ -4,7 +4,10 @@
  * ports with the example filled in, and curl as the client. Through nginx:
  * 200 from the app (with tallyd's RateLimit field) while the plan lasts, then
  * 429 with Retry-After >= 1 (tallyd's 403 mapped by the example), 401 with a
- * JSON body for an unknown token, and 401 for none. nginx is always stopped (teardown), and a
+ * JSON body for an unknown token, and 401 for none. The sign-in location
+ * (endpoint login keyed by caller, the client address as caller): 5 sign-ins
+ * admitted, the 6th 429 with Retry-After, another address still admitted, and
+ * an X-Tally-Caller sent by the client ignored. nginx is always stopped (teardown), and a
  * missing nginx fails the suite: it is one of the Makefile's Debian packages.
  */
 /* clang-format off */
@@ -22,6 +25,7 @@
 #include <sys/stat.h>
 
 #include "examples_env.h"
+#include "test_support.h"
 
 #define LIMIT 3
 
@@ -100,11 +104,41 @@ test_nginx_admits_then_429_with_retry_after_then_401(void **state)
     assert_int_equal(a.status, 429);
 }
 
+/* Sign-ins per client address: 127.0.0.1 and 127.0.0.2 are two callers. */
+static void
+test_nginx_signin_per_address(void **state)
+{
+    struct examples_env *e = *state;
+    struct examples_answer a;
+    struct test_out o;
+    int port;
+    int i;
+
+    assert_int_equal(test_tally(e->data, &o, "endpoint", "set", "login", "--key", "caller",
+                                "--limit", "5/5m", NULL),
+                     0);
+    port = start_nginx(e);
+    for (i = 0; i < 5; i++) {
+        examples_curl_from(port, "/signin", "", "127.0.0.2", NULL, &a);
+        if (a.status != 200)
+            examples_dump_logs(e);
+        assert_int_equal(a.status, 200);
+        assert_string_equal(a.body, "hello from the app\n");
+    }
+    examples_curl_from(port, "/signin", "", "127.0.0.2", "X-Tally-Caller: ip:192.0.2.99", &a);
+    assert_int_equal(a.status, 429);
+    assert_true(atol(a.retry_after) >= 1 && atol(a.retry_after) <= 300);
+    /* another address is admitted, even when it names the spent one itself */
+    examples_curl_from(port, "/signin", "", "127.0.0.1", "X-Tally-Caller: ip:127.0.0.2", &a);
+    assert_int_equal(a.status, 200);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_nginx_admits_then_429_with_retry_after_then_401),
+        cmocka_unit_test(test_nginx_signin_per_address),
     };
 
     signal(SIGPIPE, SIG_IGN);

@@ -52,8 +52,8 @@ close_and_check(uv_loop_t *loop, proto_http_server *srv)
 static void
 test_http_open_rejects_bad_configs(void **state)
 {
-    static const char *const too_many[PROTO_HTTP_KEPT_MAX + 1] = {"A", "B", "C", "D", "E",
-                                                                  "F", "G", "H", "I"};
+    static const char *const too_many[PROTO_HTTP_KEPT_MAX + 1] = {"A", "B", "C", "D", "E", "F", "G",
+                                                                  "H", "I", "J", "K", "L", "M"};
     static const char *const bad_name[] = {"X Bad"};
     static const struct proto_http_route no_slash[] = {{"ping", PROTO_HTTP_GET, 1}};
     static const struct proto_http_route no_method[] = {{"/ping", 0, 1}};

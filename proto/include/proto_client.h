@@ -29,7 +29,9 @@ enum proto_client_type {
     PROTO_C_RELEASE_REPLY = 37,
     PROTO_C_RELOAD = 38, /* admin: re-read the configuration now (tally, local only) */
     PROTO_C_RELOAD_REPLY = 39,
-    PROTO_C_ERROR = 40 /* the request could not be read; the connection closes */
+    PROTO_C_ERROR = 40, /* the request could not be read; the connection closes */
+    /* 41, 42: STATS (proto_stats.h) */
+    PROTO_C_CHECK_CALLERS = 43 /* a check on an endpoint keyed by caller; answer CHECK_REPLY */
 };
 
 /* Answer status of a CHECK, mirrored by `tally check` exit codes and HTTP statuses. */
@@ -60,6 +62,18 @@ struct proto_check {
     int64_t cost; /* 0 = the endpoint's default */
 };
 
+/* Callers of one CHECK_CALLERS: 0..4 (the daemon answers 0 with bad request), each
+ * 1..PROTO_CALLER_WIRE_MAX bytes without NUL, validated by the daemon (400 semantics). The
+ * frame's 512 bytes bound them together: with a 63-byte endpoint, 419 bytes of callers. */
+#define PROTO_CALLERS_WIRE_MAX 4
+#define PROTO_CALLER_WIRE_MAX  273 /* KIND (16) + ':' + VALUE (256) */
+struct proto_check_callers {
+    char endpoint[TENANT_NAME_MAX + 1];
+    int64_t cost; /* 0 = the endpoint's default */
+    uint32_t n;
+    uint16_t len[PROTO_CALLERS_WIRE_MAX];
+    char caller[PROTO_CALLERS_WIRE_MAX][PROTO_CALLER_WIRE_MAX + 1]; /* NUL-terminated */
+};
 struct proto_check_reply {
     uint8_t status;         /* enum proto_status */
     uint8_t scope;          /* enum tenant_scope of the bound reported */
@@ -93,6 +107,7 @@ struct proto_hello_reply {
 size_t proto_hello_encode(uint8_t *out, uint32_t id, const struct proto_hello *m);
 size_t proto_hello_reply_encode(uint8_t *out, uint32_t id, const struct proto_hello_reply *m);
 size_t proto_check_encode(uint8_t *out, uint32_t id, const struct proto_check *m);
+size_t proto_check_callers_encode(uint8_t *out, uint32_t id, const struct proto_check_callers *m);
 size_t proto_check_reply_encode(uint8_t *out, uint32_t id, const struct proto_check_reply *m);
 size_t proto_release_encode(uint8_t *out, uint32_t id, const struct proto_release *m);
 /** RELEASE_REPLY and RELOAD_REPLY carry one status byte; RELOAD carries nothing. */
@@ -106,6 +121,8 @@ TALLY_MUST_CHECK int proto_hello_decode(const struct proto_frame *f, struct prot
 TALLY_MUST_CHECK int proto_hello_reply_decode(const struct proto_frame *f,
                                               struct proto_hello_reply *out);
 TALLY_MUST_CHECK int proto_check_decode(const struct proto_frame *f, struct proto_check *out);
+TALLY_MUST_CHECK int proto_check_callers_decode(const struct proto_frame *f,
+                                                struct proto_check_callers *out);
 TALLY_MUST_CHECK int proto_check_reply_decode(const struct proto_frame *f,
                                               struct proto_check_reply *out);
 TALLY_MUST_CHECK int proto_release_decode(const struct proto_frame *f, struct proto_release *out);

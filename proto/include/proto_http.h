@@ -45,7 +45,7 @@ typedef struct proto_http_deferred proto_http_deferred;
 /* Upper bounds of the config (larger values are TALLY_EINVAL). */
 #define PROTO_HTTP_LIMIT_BYTES_MAX      (1u << 20) /* any *_bytes field */
 #define PROTO_HTTP_LIMIT_CONNECTIONS    1000000
-#define PROTO_HTTP_KEPT_MAX             8   /* headers the app can ask to keep */
+#define PROTO_HTTP_KEPT_MAX             12  /* headers the app can ask to keep */
 #define PROTO_HTTP_ROUTES_MAX           16  /* entries in a route table */
 #define PROTO_HTTP_NAME_MAX             63  /* header name or route path, bytes */
 #define PROTO_HTTP_RESP_HEADERS_MAX     8   /* headers a handler can add */
@@ -70,7 +70,9 @@ enum proto_http_tally_header {
     PROTO_HTTP_H_COST = 2,          /* X-Tally-Cost */
     PROTO_HTTP_H_LEASE = 3,         /* X-Tally-Lease */
     PROTO_HTTP_H_DENY_STATUS = 4,   /* X-Tally-Deny-Status */
-    PROTO_HTTP_H_TALLY_COUNT = 5
+    PROTO_HTTP_H_CALLER = 5,        /* X-Tally-Caller, up to PROTO_HTTP_H_CALLERS times */
+    PROTO_HTTP_H_CALLERS = 4,
+    PROTO_HTTP_H_TALLY_COUNT = 9
 };
 
 /* Why a connection or request was refused or cut, for proto_http_stats(). */
@@ -156,7 +158,9 @@ struct proto_http_config {
      * 405 with Allow. NULL: every request reaches the handler with route_id 0. */
     const struct proto_http_route *routes;
     size_t routes_count; /* at most PROTO_HTTP_ROUTES_MAX */
-    /* Names of the headers to keep (matched without case); NULL: the tally set. */
+    /* Names of the headers to keep (matched without case); NULL: the tally set. A name
+     * listed k times may appear up to k times, its values in the slots in order; one
+     * more is 400 (listed once: a second is already). */
     const char *const *headers;
     size_t headers_count; /* at most PROTO_HTTP_KEPT_MAX */
     /* Limits; 0 means the default above. */

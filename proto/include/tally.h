@@ -35,10 +35,10 @@ enum tally_status {
 
 struct tally_result {
     enum tally_status status;
-    const char *scope;      /* "plan", "link", "endpoint", "concurrency", "none"; static */
-    bool degraded;          /* admitted under the degraded local limit */
-    bool shadow_refused;    /* shadow endpoint: would have been refused */
-    bool never;             /* refused: the cost exceeds a limit */
+    const char *scope;   /* "plan", "link", "endpoint", "concurrency", "caller", "none"; static */
+    bool degraded;       /* admitted under the degraded local limit */
+    bool shadow_refused; /* shadow endpoint: would have been refused */
+    bool never;          /* refused: the cost exceeds a limit */
     int64_t retry_after_ms; /* refused or unavailable */
     int64_t limit;          /* the reported window's N, -1 when none */
     int64_t period_ms;
@@ -60,6 +60,16 @@ TALLY_EXPORT void tally_client_close(tally_client *c);
 TALLY_EXPORT TALLY_MUST_CHECK int tally_check(tally_client *c, const char *token,
                                               const char *endpoint, int64_t cost,
                                               struct tally_result *out /* OUT */);
+/** Asks whether the `n` callers (1 to 4 strings "KIND:VALUE", e.g. "ip:203.0.113.7",
+ *  "account:alice@example.com"; each its own budget, all must admit) may call
+ *  `endpoint`, an endpoint keyed by caller, now with `cost` (0 = its default). Blocks
+ *  for the answer; a malformed caller is answered TALLY_BAD_REQUEST by the daemon.
+ *  TALLY_EINVAL when they do not fit one request (more than 4, or together over 419
+ *  bytes). */
+TALLY_EXPORT TALLY_MUST_CHECK int tally_check_callers(tally_client *c, const char *endpoint,
+                                                      const char *const *callers, size_t n,
+                                                      int64_t cost,
+                                                      struct tally_result *out /* OUT */);
 /** Releases concurrency slot `slot_id` taken by `token`. Idempotent. */
 TALLY_EXPORT TALLY_MUST_CHECK int tally_release(tally_client *c, const char *token,
                                                 int64_t slot_id);

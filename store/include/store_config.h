@@ -49,6 +49,10 @@ TALLY_MUST_CHECK int store_endpoint_delete(store_db *db, const char *plan, const
 /** Distinct endpoint names among every policy (defaults and plan overrides) into *out:
  *  at most TENANT_MAX_ENDPOINTS, checked by `endpoint set` and `apply`. */
 TALLY_MUST_CHECK int store_endpoint_names(store_db *db, int64_t *out /* OUT */);
+/** Other policies (other plans) of e's endpoint whose key is not e's into *out (one
+ *  endpoint, one key: checked by `endpoint set` inside its transaction). */
+TALLY_MUST_CHECK int store_endpoint_key_other(store_db *db, const struct tenant_endpoint *e,
+                                              int64_t *out /* OUT */);
 typedef int (*store_endpoint_cb)(void *ctx, const struct tenant_endpoint *e);
 TALLY_MUST_CHECK int store_endpoint_each(store_db *db, store_endpoint_cb cb, void *ctx);
 

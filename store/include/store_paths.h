@@ -27,6 +27,9 @@ TALLY_MUST_CHECK int store_path_endpoint_db(const char *data, const char *tenant
                                             const char *endpoint, char *buf, size_t len);
 /** Creates DATA/tenants/T and DATA/tenants/T/endpoints (0700) if missing. */
 TALLY_MUST_CHECK int store_tenant_dirs(const char *data, const char *tenant);
+/** Creates DATA/callers (0700) if missing and writes its path into buf: the caller
+ *  authorities' files (sup_callers.h). */
+TALLY_MUST_CHECK int store_callers_dir(const char *data, char *buf, size_t len);
 /** Takes an exclusive, non-blocking lock on `path` (created 0600) and keeps it
  *  for the life of the process (the descriptor is returned in *fd, close-on-exec).
  *  TALLY_ELOCKED when another process holds it. The lock dies with the process,

@@ -11,6 +11,7 @@
  */
 #include "sup_front_int.h"
 
+#include "front_callers.h"
 #include "front_obs.h"
 #include "tally_log.h"
 
@@ -222,6 +223,8 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
     mc.journal_compact_rows = cfg->journal_compact_rows;
     mc.keep_lease_ms = cfg->keep_lease_ms;
     rc = sup_manager_open(loop, &mc, &mgr_cbs, f, &f->mgr);
+    if (rc == TALLY_OK)
+        rc = front_callers_open(f, &f->callers);
     if (rc != TALLY_OK)
         goto out;
     uv_timer_init(loop, &f->reload_timer);
@@ -232,6 +235,7 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
     f = NULL; /* ownership moved to the caller */
 out:
     if (f != NULL) {
+        front_callers_free(f->callers);
         store_key_free(f->key);
         store_snapshot_free(f->snap);
         store_db_close(f->config);
@@ -271,6 +275,7 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
     r->shadow = false;
     r->outage = false;
     r->child = NULL;
+    r->creq = NULL;
     r->stage = SUP_FRONT_IDLE;
     r->give_up_ms = 0;
     r->next = r->prev = NULL;
@@ -294,6 +299,10 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
         front_reply_status(f, r, PROTO_BAD_REQUEST, 0, "bad cost");
         return;
     }
+    if (policy->key == TENANT_KEY_CALLER) { /* a token never keys a caller endpoint */
+        front_reply_status(f, r, PROTO_BAD_REQUEST, 0, "missing X-Tally-Caller");
+        return;
+    }
     rc = front_child_get(f, l->tenant->id, policy, &fc);
     if (rc != TALLY_OK) { /* no memory for a new child: unavailable, not our bug */
         front_reply_status(f, r, PROTO_UNAVAILABLE, 1000, tally_strerror(rc));
@@ -305,6 +314,42 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
     r->cost = cost > 0 ? cost : policy->cost;
     r->degraded = false;
     front_child_submit(fc, r);
+}
+
+void
+sup_front_check_callers(sup_front *f, struct sup_front_req *r, const char *token,
+                        const char *endpoint, const char *const *callers, const size_t *lens,
+                        size_t n, int64_t cost)
+{
+    f->stats.checks++;
+    r->start_ns = uv_hrtime();
+    r->owner = NULL;
+    r->shadow = false;
+    r->outage = false;
+    r->degraded = false;
+    r->child = NULL;
+    r->creq = NULL;
+    r->stage = SUP_FRONT_IDLE;
+    r->give_up_ms = 0;
+    r->next = r->prev = NULL;
+    if (f->closing) {
+        front_reply_status(f, r, PROTO_UNAVAILABLE, 1000, "shutting down");
+        return;
+    }
+    front_callers_check(f->callers, r, token, endpoint, callers, lens, n, cost);
+}
+
+int
+sup_front_endpoint_key(const sup_front *f, const char *endpoint)
+{
+    size_t n = 0;
+    const struct tenant_endpoint *all = store_snapshot_endpoints(f->snap, &n);
+
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(all[i].name, endpoint) == 0)
+            return (int)all[i].key;
+    }
+    return -1;
 }
 
 int
@@ -335,7 +380,8 @@ sup_front_release(sup_front *f, const char *token, int64_t slot_id)
 void
 sup_front_cancel(sup_front *f, struct sup_front_req *r)
 {
-    (void)f;
+    if (r->creq != NULL)
+        front_callers_cancel(f->callers, r);
     if (r->child != NULL)
         front_child_unpark(r->child, r);
     r->child = NULL;
@@ -354,6 +400,7 @@ front_free(sup_front *f)
     void (*cb)(void *) = f->close_cb;
     void *data = f->close_data;
 
+    front_callers_free(f->callers);
     store_key_free(f->key);
     store_snapshot_free(f->snap);
     store_db_close(f->config);
@@ -384,6 +431,13 @@ on_reload_timer_closed(uv_handle_t *h)
 }
 
 static void
+on_callers_closed(sup_front *f)
+{
+    if (--f->pending == 0)
+        front_free(f);
+}
+
+static void
 on_children_closed(sup_front *f)
 {
     /* RETURNs are queued on the channels: closing them lets each supervisor read
@@ -399,7 +453,8 @@ sup_front_close(sup_front *f, void (*cb)(void *data), void *data)
     f->closing = true;
     f->close_cb = cb;
     f->close_data = data;
-    f->pending = 3; /* the manager and two timers */
+    f->pending = 4; /* the manager, two timers and the caller authorities */
+    front_callers_close(f->callers, on_callers_closed);
     uv_close((uv_handle_t *)&f->reload_timer, on_reload_timer_closed);
     uv_close((uv_handle_t *)&f->idle_timer, on_reload_timer_closed);
     front_children_close(f, on_children_closed);

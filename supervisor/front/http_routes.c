@@ -134,7 +134,8 @@ write_ratelimit(struct proto_http_response *resp, const struct proto_check_reply
         return;
     /* A refusal (or a shadow one) names the scope that fired in r->scope; its
      * fields describe the same window as an admission's, under the same name. */
-    if (r->status != PROTO_ADMITTED || (r->flags & PROTO_F_SHADOW_REFUSED))
+    if ((r->status != PROTO_ADMITTED || (r->flags & PROTO_F_SHADOW_REFUSED)) &&
+        r->scope != TENANT_SCOPE_CALLER)
         name = scope_name(TENANT_SCOPE_ENDPOINT_LINK);
     if (proto_ratelimit_policy(v, sizeof(v), name, r->limit, r->period_ms / 1000) > 0)
         proto_http_response_header(resp, "RateLimit-Policy", v);
@@ -265,17 +266,36 @@ handle_check(struct sup_http *h, const struct proto_http_request *req,
     const struct proto_http_str *deny = &req->headers[PROTO_HTTP_H_DENY_STATUS];
     char endpoint[TENANT_NAME_MAX + 1];
     const char *token = bearer(req);
+    const char *callers[PROTO_HTTP_H_CALLERS];
+    size_t lens[PROTO_HTTP_H_CALLERS];
+    size_t n_callers = 0;
+    bool by_caller;
     struct http_req *q;
     int64_t cost = 0;
 
-    if (token == NULL) {
-        h->status_count[2]++;
-        proto_http_response_error(resp, 401, "unauthorized", NULL);
-        return;
+    /* X-Tally-Caller values in order; the slots fill in order, so the first absent
+     * one ends them. */
+    while (n_callers < PROTO_HTTP_H_CALLERS &&
+           req->headers[PROTO_HTTP_H_CALLER + n_callers].ptr != NULL) {
+        callers[n_callers] = req->headers[PROTO_HTTP_H_CALLER + n_callers].ptr;
+        lens[n_callers] = req->headers[PROTO_HTTP_H_CALLER + n_callers].len;
+        n_callers++;
     }
     if (!endpoint_of(req, endpoint, sizeof(endpoint))) {
+        if (token == NULL && n_callers == 0) {
+            h->status_count[2]++;
+            proto_http_response_error(resp, 401, "unauthorized", NULL);
+            return;
+        }
         h->status_count[3]++;
         proto_http_response_error(resp, 400, "bad_request", "missing endpoint");
+        return;
+    }
+    /* An endpoint keyed by caller never looks at the token to key it. */
+    by_caller = sup_front_endpoint_key(h->front, endpoint) == TENANT_KEY_CALLER;
+    if (token == NULL && !by_caller) {
+        h->status_count[2]++;
+        proto_http_response_error(resp, 401, "unauthorized", NULL);
         return;
     }
     if (cost_h->ptr != NULL && tenant_cost_parse(cost_h->ptr, &cost) != TALLY_OK) {
@@ -296,7 +316,10 @@ handle_check(struct sup_http *h, const struct proto_http_request *req,
     q->deny_403 = deny->ptr != NULL && strcmp(deny->ptr, "403") == 0;
     q->sync_resp = resp;
     q->answered = false;
-    sup_front_check(h->front, &q->r, token, endpoint, cost);
+    if (by_caller)
+        sup_front_check_callers(h->front, &q->r, token, endpoint, callers, lens, n_callers, cost);
+    else
+        sup_front_check(h->front, &q->r, token, endpoint, cost);
     if (q->answered) {
         /* answered while we were in there */
         slot_put(h, q);

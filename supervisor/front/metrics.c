@@ -71,8 +71,8 @@ decisions(struct proto_http_response *resp, const struct sup_front_stats *fs)
 {
     static const char *const results[] = {"admitted",    "refused",     "unauthorized",
                                           "bad_request", "unavailable", "internal"};
-    static const char *const scopes[] = {"none",     "plan",     "link",
-                                         "endpoint", "endpoint", "concurrency"};
+    static const char *const scopes[] = {"none",     "plan",        "link",  "endpoint",
+                                         "endpoint", "concurrency", "caller"};
     static const char *const modes[] = {"normal", "degraded", "unavailable"};
     const uint64_t by_result[6] = {fs->admitted,    fs->refused,     fs->unauthorized,
                                    fs->bad_request, fs->unavailable, fs->internal};
@@ -84,7 +84,7 @@ decisions(struct proto_http_response *resp, const struct sup_front_stats *fs)
         proto_http_response_printf(resp, "tally_decisions_total{result=\"%s\"} %llu\n", results[i],
                                    (unsigned long long)by_result[i]);
     family(resp, "tally_refusals_total", "counter", "Refusals by the scope that fired.");
-    for (i = 1; i < 6; i++) {
+    for (i = 1; i < 7; i++) {
         uint64_t v = fs->refused_by_scope[i];
         if (i == 4)
             continue; /* the endpoint's two budgets are one scope */
@@ -111,6 +111,39 @@ decisions(struct proto_http_response *resp, const struct sup_front_stats *fs)
     counter(resp, "tally_waits_total", "Requests that waited for a lease or a slot.", fs->waits);
     histogram(resp, "tally_decision_seconds", "Time from a check's arrival to its answer.",
               &fs->decision);
+}
+
+/* Endpoints keyed by caller: no label ever carries a caller (only results and events). */
+static void
+callers(struct proto_http_response *resp, const struct sup_front_stats *fs)
+{
+    family(resp, "tally_caller_decisions_total", "counter", "Caller-keyed checks by result.");
+    proto_http_response_printf(
+        resp,
+        "tally_caller_decisions_total{result=\"admitted\"} %llu\n"
+        "tally_caller_decisions_total{result=\"refused\"} %llu\n"
+        "tally_caller_decisions_total{result=\"unavailable\"} %llu\n"
+        "tally_caller_decisions_total{result=\"bad_request\"} %llu\n"
+        "tally_caller_decisions_total{result=\"degraded\"} %llu\n",
+        (unsigned long long)fs->callers.admitted, (unsigned long long)fs->callers.refused,
+        (unsigned long long)fs->callers.unavailable, (unsigned long long)fs->callers.bad_request,
+        (unsigned long long)fs->callers.degraded);
+    family(resp, "tally_caller_events_total", "counter",
+           "Sketch decisions, charges taken back, authority starts and crashes.");
+    proto_http_response_printf(resp,
+                               "tally_caller_events_total{event=\"sketch\"} %llu\n"
+                               "tally_caller_events_total{event=\"cancel\"} %llu\n"
+                               "tally_caller_events_total{event=\"start\"} %llu\n"
+                               "tally_caller_events_total{event=\"crash\"} %llu\n",
+                               (unsigned long long)fs->callers.sketched,
+                               (unsigned long long)fs->callers.cancels,
+                               (unsigned long long)fs->callers.authority_starts,
+                               (unsigned long long)fs->callers.authority_crashes);
+    gauge(resp, "tally_caller_entries", "Exact caller entries held.", fs->callers.entries);
+    gauge(resp, "tally_caller_table_bytes", "Memory of the caller tables.",
+          fs->callers.table_bytes);
+    gauge(resp, "tally_caller_authorities_live", "Caller authorities running.",
+          fs->callers.authorities_live);
 }
 
 static void
@@ -206,6 +239,7 @@ sup_metrics_write(sup_front *front, proto_http_server *srv, sup_sock *sock,
     resp->content_type = "text/plain; version=0.0.4";
     decisions(resp, &fs);
     leases(resp, &fs);
+    callers(resp, &fs);
     transports(resp, srv, sock);
     resp->status = 200;
 }

@@ -319,6 +319,9 @@ sup_server_run(const struct sup_server_opts *o)
         .routes = routes,
         .routes_count = sizeof(routes) / sizeof(routes[0]),
         .max_connections = o->max_connections,
+        /* /metrics is the longest answer (about 8 KiB with no traffic, more as counters
+         * grow); a connection's block holds this much room for an answer. */
+        .max_response_bytes = 16384,
     };
     int code = SUP_SERVER_FAIL;
     int rc, port = 0;

@@ -130,6 +130,40 @@ handle_check(struct sock_conn *sc, const struct proto_frame *f)
     sodium_memzero(&m, sizeof(m));
 }
 
+static void
+handle_check_callers(struct sock_conn *sc, const struct proto_frame *f)
+{
+    struct proto_check_callers m;
+    const char *callers[PROTO_CALLERS_WIRE_MAX];
+    size_t lens[PROTO_CALLERS_WIRE_MAX];
+    struct sock_req *q;
+
+    if (proto_check_callers_decode(f, &m) != TALLY_OK) {
+        sodium_memzero(&m, sizeof(m));
+        protocol_error(sc, f->request_id, TALLY_EPROTO, "malformed CHECK_CALLERS");
+        return;
+    }
+    q = free_slot(sc);
+    if (q == NULL) {
+        sodium_memzero(&m, sizeof(m));
+        protocol_error(sc, f->request_id, TALLY_ETOOBIG, "too many requests in flight");
+        return;
+    }
+    for (uint32_t i = 0; i < m.n; i++) {
+        callers[i] = m.caller[i];
+        lens[i] = m.len[i];
+    }
+    q->busy = true;
+    q->sc = sc;
+    q->id = f->request_id;
+    q->r.done = on_done;
+    q->r.data = q;
+    sc->inflight++;
+    sc->s->stats.requests++;
+    sup_front_check_callers(sc->s->front, &q->r, NULL, m.endpoint, callers, lens, m.n, m.cost);
+    sodium_memzero(&m, sizeof(m)); /* the callers, in clear */
+}
+
 /* An admin request: answered at once from the counters, in a buffer of its own
  * (larger than a check's answer, allocated per request: STATS is rare). */
 static void
@@ -182,6 +216,9 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
     switch (f->type) {
     case PROTO_C_CHECK:
         handle_check(sc, f);
+        return;
+    case PROTO_C_CHECK_CALLERS:
+        handle_check_callers(sc, f);
         return;
     case PROTO_C_RELEASE: {
         struct proto_release m;

@@ -116,6 +116,7 @@ struct sup_front {
     store_snapshot *snap;
     unsigned char *key;
     sup_manager *mgr;
+    struct front_callers *callers; /* endpoints keyed by caller (front_callers.c) */
     struct front_child **children;
     uint32_t n_children;
     uint32_t cap_children;

@@ -45,6 +45,7 @@ struct sup_manager_stats {
     uint32_t starting_max;    /* the most starting at once so far */
 };
 struct front_child;
+struct front_caller_req;
 
 struct sup_front_config {
     const char *data;
@@ -97,10 +98,11 @@ struct sup_front_req {
     uint64_t slot_op;
     enum sup_front_stage stage;
     bool degraded;
-    bool outage;               /* 503 by the endpoint's policy: the authority did not answer */
-    bool shadow;               /* the endpoint is in shadow mode: a refusal is admitted */
-    struct front_child *owner; /* the child deciding it (for its mode), or NULL */
-    uint64_t start_ns;         /* uv_hrtime() at sup_front_check */
+    bool outage;                   /* 503 by the endpoint's policy: the authority did not answer */
+    bool shadow;                   /* the endpoint is in shadow mode: a refusal is admitted */
+    struct front_child *owner;     /* the child deciding it (for its mode), or NULL */
+    struct front_caller_req *creq; /* a caller request waiting for its authorities, or NULL */
+    uint64_t start_ns;             /* uv_hrtime() at sup_front_check */
 };
 
 /* Latency histograms (decisions, lease round trips): fixed buckets, upper bounds
@@ -121,7 +123,7 @@ struct sup_front_stats {
     uint64_t checks;
     uint64_t admitted, refused, unauthorized, bad_request, unavailable, internal;
     uint64_t degraded;
-    uint64_t refused_by_scope[6];
+    uint64_t refused_by_scope[7]; /* by enum tenant_scope */
     uint64_t waits;
     uint64_t lease_messages;      /* lease frames sent to supervisors */
     uint64_t lease_send_failures; /* lease frames not sent (supervisor down, in backoff): the
@@ -146,6 +148,19 @@ struct sup_front_stats {
     uint64_t child_open_failures;
     uint32_t live_links;
     struct sup_manager_stats sup;
+    /* Endpoints keyed by caller (front_callers.c): decisions, and what the authorities
+     * hold. Their answers are also in the counters above. */
+    struct {
+        uint64_t checks, admitted, refused, unavailable, degraded, bad_request;
+        uint64_t sketched;          /* decisions an authority made from its sketch */
+        uint64_t cancels;           /* charges taken back (another authority refused, or
+                                       the answer had gone out as 503) */
+        uint64_t entries;           /* exact entries, summed over the authorities' last word */
+        uint64_t table_bytes;       /* the memory of their caller tables, the same way */
+        uint64_t authority_starts;  /* caller authority processes started */
+        uint64_t authority_crashes; /* ... that exited with a failure or a signal */
+        uint32_t authorities_live;
+    } callers;
 };
 
 /** *out is owned by the caller, release with sup_front_close(). Loads the key and
@@ -157,6 +172,16 @@ TALLY_MUST_CHECK int sup_front_open(uv_loop_t *loop, const struct sup_front_conf
  *  the endpoint's default. */
 void sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const char *endpoint,
                      int64_t cost);
+/** Decides a request on an endpoint keyed by caller: `callers` (n strings of lens[i]
+ *  bytes "KIND:VALUE", borrowed for the call) each its own budget, all or nothing.
+ *  `token` (may be NULL) never keys it: a valid one only picks its tenant's plan's
+ *  policy. r->done runs exactly once unless sup_front_cancel() is called first. */
+void sup_front_check_callers(sup_front *f, struct sup_front_req *r, const char *token,
+                             const char *endpoint, const char *const *callers, const size_t *lens,
+                             size_t n, int64_t cost);
+/** The key of `endpoint`'s policies: TENANT_KEY_CALLER or TENANT_KEY_TOKEN, -1 when no
+ *  policy has that name. */
+int sup_front_endpoint_key(const sup_front *f, const char *endpoint);
 /** Releases slot `slot_id` of the token's link (idempotent). PROTO_ADMITTED when
  *  queued, PROTO_UNAUTHORIZED for a bad token, PROTO_BAD_REQUEST otherwise. */
 int sup_front_release(sup_front *f, const char *token, int64_t slot_id);

@@ -45,6 +45,15 @@ struct tenant_limits {
 
 enum tenant_algorithm { TENANT_ALG_WINDOW = 0, TENANT_ALG_GCRA = 1 };
 enum tenant_unavailable { TENANT_UNAVAIL_CLOSED = 0, TENANT_UNAVAIL_OPEN = 1 };
+/* What an endpoint's budgets are keyed by: the bearer token's link, or the callers the
+ * proxy vouches for (X-Tally-Caller, for routes without a credential). Every policy of
+ * one endpoint name has the same key. */
+enum tenant_key { TENANT_KEY_TOKEN = 0, TENANT_KEY_CALLER = 1 };
+
+/* Caller endpoints: callers counted exactly per endpoint (--max-callers), 1 to this;
+ * the default when not given. */
+#define TENANT_MAX_CALLERS_DEFAULT 1000000
+#define TENANT_MAX_CALLERS_MAX     16777216
 
 /** True iff `s` (borrowed, NUL-terminated) is a valid tenant/plan/endpoint name. */
 bool tenant_name_valid(const char *s);
@@ -90,6 +99,8 @@ struct tenant_endpoint {
     int64_t cost; /* default cost, >= 1 */
     bool expensive;
     bool shadow;
+    enum tenant_key key; /* TENANT_KEY_CALLER: keyed by X-Tally-Caller, no token */
+    int64_t max_callers; /* caller endpoints: exact entries; 0 = TENANT_MAX_CALLERS_DEFAULT */
 };
 
 /* Tokens and keys. */

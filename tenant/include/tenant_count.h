@@ -55,10 +55,11 @@ enum tenant_scope {
     TENANT_SCOPE_ENDPOINT_TENANT,
     TENANT_SCOPE_ENDPOINT_LINK,
     TENANT_SCOPE_CONCURRENCY,
+    TENANT_SCOPE_CALLER, /* a budget of an endpoint keyed by caller (tenant_callers.h) */
 };
 
 /** Wire name of a scope (docs/DESIGN.md §2): "none", "plan", "link", "endpoint" (both endpoint
- * scopes), "concurrency"; "unknown" otherwise. Static storage. */
+ * scopes), "concurrency", "caller"; "unknown" otherwise. Static storage. */
 const char *tenant_scope_name(enum tenant_scope scope);
 
 /** Whole seconds for an HTTP Retry-After: ceil(retry_after_ms / 1000), at least 1 when ms > 0,

@@ -156,17 +156,17 @@ cmdline(pid_t pid, char *buf, size_t len)
     return true;
 }
 
-int
-test_supervisor_pids(const char *data, const char *tenant, pid_t *pids, int max)
+/* Pids of live (not zombie) processes whose command line holds `want_t` and
+ * `--data DATA `. */
+static int
+pids_with(const char *data, const char *want_t, pid_t *pids, int max)
 {
-    char want_t[128];
     char want_d[300];
     char line[4096];
     DIR *d = opendir("/proc");
     struct dirent *e;
     int n = 0;
 
-    snprintf(want_t, sizeof(want_t), "--supervise %s ", tenant);
     snprintf(want_d, sizeof(want_d), "--data %s ", data);
     while (d != NULL && (e = readdir(d)) != NULL && n < max) {
         pid_t pid = (pid_t)atoi(e->d_name);
@@ -194,6 +194,21 @@ test_supervisor_pids(const char *data, const char *tenant, pid_t *pids, int max)
     if (d != NULL)
         closedir(d);
     return n;
+}
+
+int
+test_supervisor_pids(const char *data, const char *tenant, pid_t *pids, int max)
+{
+    char want_t[128];
+
+    snprintf(want_t, sizeof(want_t), "--supervise %s ", tenant);
+    return pids_with(data, want_t, pids, max);
+}
+
+int
+test_caller_authority_pids(const char *data, pid_t *pids, int max)
+{
+    return pids_with(data, "--callers ", pids, max);
 }
 
 bool

@@ -30,6 +30,8 @@ void test_daemon_kill9(struct test_daemon *d);
 /** Pids of processes whose command line contains `--supervise TENANT` and
  *  `--data DATA`; returns how many (at most max). */
 int test_supervisor_pids(const char *data, const char *tenant, pid_t *pids, int max);
+/** Pids of the caller authorities (`--callers S`) of DATA; returns how many (at most max). */
+int test_caller_authority_pids(const char *data, pid_t *pids, int max);
 /** Waits up to timeout_ms until test_supervisor_pids() returns `want`. */
 bool test_wait_supervisors(const char *data, const char *tenant, int want, int timeout_ms);
 
