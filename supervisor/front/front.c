@@ -259,6 +259,28 @@ authenticate(sup_front *f, const char *token, const char *endpoint, int64_t wall
     return l;
 }
 
+/* A check starts: counted, its fields reset; false (answered) when shutting down. */
+static bool
+req_begin(sup_front *f, struct sup_front_req *r)
+{
+    f->stats.checks++;
+    r->start_ns = uv_hrtime();
+    r->owner = NULL;
+    r->shadow = false;
+    r->outage = false;
+    r->degraded = false;
+    r->child = NULL;
+    r->creq = NULL;
+    r->stage = SUP_FRONT_IDLE;
+    r->give_up_ms = 0;
+    r->next = r->prev = NULL;
+    if (f->closing) {
+        front_reply_status(f, r, PROTO_UNAVAILABLE, 1000, "shutting down");
+        return false;
+    }
+    return true;
+}
+
 void
 sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const char *endpoint,
                 int64_t cost)
@@ -269,20 +291,8 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
     struct sup_time now = front_now();
     int rc;
 
-    f->stats.checks++;
-    r->start_ns = uv_hrtime();
-    r->owner = NULL;
-    r->shadow = false;
-    r->outage = false;
-    r->child = NULL;
-    r->creq = NULL;
-    r->stage = SUP_FRONT_IDLE;
-    r->give_up_ms = 0;
-    r->next = r->prev = NULL;
-    if (f->closing) {
-        front_reply_status(f, r, PROTO_UNAVAILABLE, 1000, "shutting down");
+    if (!req_begin(f, r))
         return;
-    }
     l = authenticate(f, token, endpoint, now.wall_ms);
     if (l == NULL) {
         front_reply_status(f, r, PROTO_UNAUTHORIZED, 0, NULL);
@@ -321,21 +331,8 @@ sup_front_check_callers(sup_front *f, struct sup_front_req *r, const char *token
                         const char *endpoint, const char *const *callers, const size_t *lens,
                         size_t n, int64_t cost)
 {
-    f->stats.checks++;
-    r->start_ns = uv_hrtime();
-    r->owner = NULL;
-    r->shadow = false;
-    r->outage = false;
-    r->degraded = false;
-    r->child = NULL;
-    r->creq = NULL;
-    r->stage = SUP_FRONT_IDLE;
-    r->give_up_ms = 0;
-    r->next = r->prev = NULL;
-    if (f->closing) {
-        front_reply_status(f, r, PROTO_UNAVAILABLE, 1000, "shutting down");
+    if (!req_begin(f, r))
         return;
-    }
     front_callers_check(f->callers, r, token, endpoint, callers, lens, n, cost);
 }
 
