@@ -167,6 +167,32 @@ conclude(struct front_callers *fc, struct front_caller_req *q, bool timed_out)
     answer(fc, q, &rep);
 }
 
+/* Sends q's DECIDE to authority s (its callers on s only); a send that cannot go now (the
+ * authority is going away) is marked for the sweep to try again. */
+static void
+send_shard(struct front_callers *fc, struct front_caller_req *q, unsigned s)
+{
+    struct proto_caller_decide m;
+    uint8_t frame[PROTO_CALLER_MSG_MAX];
+    size_t len;
+
+    memset(&m, 0, sizeof(m));
+    for (uint32_t i = 0; i < q->n; i++) {
+        if (sup_caller_shard(q->keys[i]) == s)
+            memcpy(m.keys[m.n++], q->keys[i], TENANT_CALLER_KEY_BYTES);
+    }
+    snprintf(m.endpoint, sizeof(m.endpoint), "%s", q->endpoint);
+    m.algorithm = q->algorithm;
+    m.limits = q->limits;
+    m.max_callers = q->max_callers;
+    m.cost = q->cost;
+    m.hold = true;
+    len = proto_caller_decide_encode(frame, q->id, &m);
+    q->unsent &= (uint8_t) ~(1u << s);
+    if (len > 0 && fc__authority_send(&fc->a[s], frame, len) == TALLY_EUNAVAIL)
+        q->unsent |= (uint8_t)(1u << s);
+}
+
 static void
 on_sweep(uv_timer_t *t)
 {
@@ -176,6 +202,10 @@ on_sweep(uv_timer_t *t)
 
     while (q != NULL) {
         struct front_caller_req *next = q->next;
+        for (unsigned sh = 0; q->unsent != 0 && sh < SUP_CALLER_SHARDS; sh++) {
+            if (q->unsent & (1u << sh))
+                send_shard(fc, q, sh);
+        }
         if (now >= q->give_up_ms)
             conclude(fc, q, true);
         q = next;
@@ -289,7 +319,6 @@ front_callers_check(struct front_callers *fc, struct sup_front_req *r, const cha
 {
     sup_front *f = fc->f;
     const struct tenant_endpoint *p;
-    struct proto_caller_decide m[SUP_CALLER_SHARDS];
     struct front_caller_req *q;
     const char *why = NULL;
     struct sup_time now = front_now();
@@ -336,37 +365,26 @@ front_callers_check(struct front_callers *fc, struct sup_front_req *r, const cha
     q->degraded = p->degraded_limits;
     q->cost = cost > 0 ? cost : p->cost;
     q->n = (uint32_t)n;
-    memset(m, 0, sizeof(m));
+    q->limits = p->limits;
+    q->max_callers = ((p->max_callers > 0 ? p->max_callers : TENANT_MAX_CALLERS_DEFAULT) +
+                      SUP_CALLER_SHARDS - 1) /
+                     SUP_CALLER_SHARDS;
     for (size_t i = 0; i < n; i++) {
-        unsigned s;
         if (tenant_caller_hash(f->key, callers[i], lens[i], q->keys[i]) != TALLY_OK)
             continue; /* parsed above: cannot happen */
-        s = sup_caller_shard(q->keys[i]);
-        memcpy(m[s].keys[m[s].n++], q->keys[i], TENANT_CALLER_KEY_BYTES);
-        q->involved |= (uint8_t)(1u << s);
+        q->involved |= (uint8_t)(1u << sup_caller_shard(q->keys[i]));
     }
     q->next = fc->busy;
     if (fc->busy != NULL)
         fc->busy->prev = q;
     fc->busy = q;
     for (unsigned s = 0; s < SUP_CALLER_SHARDS; s++) {
-        uint8_t frame[PROTO_CALLER_MSG_MAX];
-        size_t len;
         if (!(q->involved & (1u << s)))
             continue;
-        snprintf(m[s].endpoint, sizeof(m[s].endpoint), "%s", endpoint);
-        m[s].algorithm = p->algorithm;
-        m[s].limits = p->limits;
-        m[s].max_callers = ((p->max_callers > 0 ? p->max_callers : TENANT_MAX_CALLERS_DEFAULT) +
-                            SUP_CALLER_SHARDS - 1) /
-                           SUP_CALLER_SHARDS;
-        m[s].cost = q->cost;
-        m[s].hold = true;
-        len = proto_caller_decide_encode(frame, q->id, &m[s]);
         q->waiting |= (uint8_t)(1u << s);
-        if (len > 0)
-            (void)fc__authority_send(&fc->a[s], frame, len);
-        cold |= fc->a[s].live && !fc->a[s].answered;
+        send_shard(fc, q, s);
+        /* An authority just started, or one going away that the next replaces. */
+        cold |= (fc->a[s].live && !fc->a[s].answered) || (q->unsent & (1u << s)) != 0;
     }
     q->give_up_ms = now.mono_ms + (cold ? f->cfg.cold_start_ms : f->cfg.wait_ms);
     if (!uv_is_active((uv_handle_t *)&fc->sweep))

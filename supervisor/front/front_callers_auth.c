@@ -190,6 +190,6 @@ on_conn_close(proto_conn *c, int reason, void *data)
     if (a->conn == c)
         a->conn = NULL;
     proto_conn_unref(c);
-    if (a->live && !a->fc->closing)
-        uv_process_kill(&a->proc, SIGTERM); /* a channel gone bad: start afresh */
+    /* Nothing to kill: an authority exits when its channel closes (an idle exit closes it
+     * first; a SIGTERM racing that exit would turn it into a crash and its backoff). */
 }

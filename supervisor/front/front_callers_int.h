@@ -22,6 +22,8 @@ struct front_caller_req {
     struct front_caller_req *next, *prev;
     uint32_t id;                         /* request id of every DECIDE it sent */
     uint8_t involved, waiting, admitted; /* bits by authority */
+    uint8_t unsent; /* authorities its DECIDE could not reach yet (one going away): tried again
+                       by the sweep, which starts the next one */
     bool failed;
     bool have;
     struct proto_caller_verdict best;
@@ -31,6 +33,8 @@ struct front_caller_req {
     enum tenant_unavailable on_unavailable;
     enum tenant_algorithm algorithm;
     struct tenant_limits degraded;
+    struct tenant_limits limits;
+    int64_t max_callers; /* each authority's share of the endpoint's ceiling */
     int64_t cost;
     uint32_t n;
     unsigned char keys[TENANT_CALLERS_MAX][TENANT_CALLER_KEY_BYTES];
