@@ -21,11 +21,10 @@ static const char *const child_migrations[] = {
     /* 2: encoded rows, rewritten by child_upgrade */
     "CREATE TABLE lease_next(id INTEGER PRIMARY KEY, rec BLOB NOT NULL) STRICT",
 };
-enum { C_META_GET, C_META_PUT, C_META_DEL, C_LEASE_PUT, C_LEASE_DEL, C_LEASE_ALL, C__COUNT };
+enum { C_META_GET, C_META_PUT, C_LEASE_PUT, C_LEASE_DEL, C_LEASE_ALL, C__COUNT };
 static const char *const child_statements[C__COUNT] = {
     [C_META_GET] = "SELECT v FROM meta WHERE k = ?1",
     [C_META_PUT] = "INSERT OR REPLACE INTO meta(k, v) VALUES(?1, ?2)",
-    [C_META_DEL] = "DELETE FROM meta WHERE k = ?1",
     [C_LEASE_PUT] = "INSERT OR REPLACE INTO lease(id, rec) VALUES(?1, ?2)",
     [C_LEASE_DEL] = "DELETE FROM lease WHERE id = ?1",
     [C_LEASE_ALL] = "SELECT id, rec FROM lease ORDER BY id",
@@ -78,7 +77,6 @@ meta_put(store_db *db, const char *key, int64_t v)
 int
 store_child_incarnation_next(store_db *db, uint64_t *out, int64_t *limits, bool *limits_found)
 {
-    sqlite3_stmt *st;
     int64_t v = 0;
     bool found = false;
     int rc = store_db_begin(db);
@@ -90,13 +88,11 @@ store_child_incarnation_next(store_db *db, uint64_t *out, int64_t *limits, bool 
     if (rc == TALLY_OK)
         rc = meta_put(db, "incarnation", v + 1);
     if (rc == TALLY_OK && limits != NULL) {
+        int64_t today = *limits;
+
         rc = meta_get(db, "limits", limits, limits_found);
-        if (rc == TALLY_OK && *limits_found) {
-            st = store_db_stmt(db, C_META_DEL);
-            sqlite3_bind_text(st, 1, "limits", -1, SQLITE_STATIC);
-            rc = store_db_rc(db, sqlite3_step(st));
-            sqlite3_reset(st);
-        }
+        if (rc == TALLY_OK)
+            rc = meta_put(db, "limits", today);
     }
     rc = store_db_end(db, rc);
     if (rc == TALLY_OK)

@@ -9,7 +9,8 @@
  *    admit exactly the limit, then refuse, and some bursts need no supervisor.
  *  - A limit lowered while the child is closed is in force at its next open: the
  *    parked lease is not used (admitted never exceeds the new limit plus what was
- *    admitted before the change).
+ *    admitted before the change). The same when tallyd was killed (kill -9) with
+ *    leases in its files and the limit lowered before it started again.
  */
 /* clang-format off */
 #include <stdarg.h>
@@ -162,6 +163,27 @@ test_limit_lowered_while_closed(void **state)
     serve_stop(&e->s);
 }
 
+static void
+test_limit_lowered_while_tallyd_down(void **state)
+{
+    struct env *e = *state;
+    int admitted = 0;
+
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "quiet", "--limit", "100000/365d", NULL);
+    serve_start(&e->s, NULL, NULL);
+    for (int i = 0; i < 40; i++)
+        assert_int_equal(check(e), 200);
+    test_daemon_kill9(&e->s.d); /* leases with rows in the child's file */
+    (void)test_wait_supervisors(e->s.data, "acme", 0, 5000);
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "quiet", "--limit", "45/365d", NULL);
+    serve_start(&e->s, NULL, NULL);
+    for (int i = 0; i < 20; i++)
+        admitted += check(e) == 200;
+    print_message("after the restart under the lower limit: %d admitted\n", admitted);
+    assert_true(admitted <= 5); /* 40 before, 45 now: the resumed leases were not used */
+    serve_stop(&e->s);
+}
+
 int
 main(void)
 {
@@ -170,6 +192,7 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_exact_across_idle_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limit_lowered_while_closed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_limit_lowered_while_tallyd_down, setup, teardown),
     };
 
     return cmocka_run_group_tests_name("e2e_park", tests, NULL, NULL);

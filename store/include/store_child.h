@@ -38,12 +38,13 @@ typedef int (*store_child_visit_fn)(void *ctx, uint64_t id, const uint8_t *rec, 
 TALLY_MUST_CHECK int store_child_open(const char *path, unsigned flags,
                                       const struct store_upgrade *up, store_db **out /* OUT */);
 /** Adds one to the stored incarnation (0 when none) and returns it in *out, durably under
- *  STORE_OPEN_SYNC_FULL (otherwise call store_db_sync()). With `limits` non-NULL, also takes
- *  meta "limits" (the fingerprint stored with parked leases at the last close) out of the file
- *  in the same transaction: *limits_found says whether it was there. So a fingerprint found
- *  was written by the close right before this start, never by an earlier one. */
+ *  STORE_OPEN_SYNC_FULL (otherwise call store_db_sync()). With `limits` non-NULL, also swaps
+ *  meta "limits" in the same transaction: *limits (today's fingerprint of the limits over the
+ *  child's path) is stored, and the one stored before (by the last start, or by the idle
+ *  close that parked leases) comes back in *limits, *limits_found saying whether there was
+ *  one. */
 TALLY_MUST_CHECK int store_child_incarnation_next(store_db *db, uint64_t *out /* OUT */,
-                                                  int64_t *limits /* OUT, may be NULL */,
+                                                  int64_t *limits /* IN/OUT, may be NULL */,
                                                   bool *limits_found /* OUT */);
 /** Sets meta value `key` (borrowed) to v, in a transaction of its own. */
 TALLY_MUST_CHECK int store_child_meta_put(store_db *db, const char *key, int64_t v);

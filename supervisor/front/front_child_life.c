@@ -283,6 +283,7 @@ enforce_cap(sup_front *f)
 static void
 open_start(struct front_child *fc)
 {
+    fc->store.limits_fp_now = front_limits_fp(fc->f->snap, fc);
     fc->state = FRONT_CHILD_OPENING;
     fc->f->n_files++;
     fc->f->stats.child_opens++;
@@ -368,8 +369,9 @@ start_child(struct front_child *fc)
     rc = sup_child_open(&cfg, &fc->child);
     if (rc == TALLY_OK)
         rc = front_store_resume(fc);
-    /* Leases parked under other limits than today's are not used: a limit lowered
-     * while the child was closed is in force too (their tokens count as spent). */
+    /* Leases resumed from rows written under other limits than today's are not used
+     * (recalled: reported, their tokens credited): a limit lowered while the child was
+     * closed, or while tallyd was down, is in force too. */
     if (rc == TALLY_OK && fc->store.limits_fp_found &&
         fc->store.limits_fp != front_limits_fp(f->snap, fc)) {
         sup_child_recall(fc->child, front_now());

@@ -74,7 +74,10 @@ open_work(uv_work_t *w)
     struct front_store *s = &fc->store;
     int rc = open_file(fc);
 
-    /* Every start is a new incarnation. */
+    /* Every start is a new incarnation, under today's limits (the loop took their
+     * fingerprint when it queued the open); the fingerprint of the last start or idle
+     * close comes back. */
+    s->limits_fp = s->limits_fp_now;
     if (rc == TALLY_OK)
         rc = store_child_incarnation_next(s->db, &s->incarnation, &s->limits_fp,
                                           &s->limits_fp_found);

@@ -45,9 +45,11 @@ struct front_store {
     uint64_t writes, failures;
     uint64_t failing;     /* failed attempts in a row */
     uint64_t incarnation; /* from the open */
-    /* The fingerprint of the limits over the child's path (front_limits_fp) when its leases
-     * were parked: read at the open (found or not), written at an idle close. */
+    /* The fingerprint of the limits over the child's path (front_limits_fp) when its rows
+     * were written: by the last open, or by the idle close that parked leases; read (found
+     * or not) and replaced by today's at the open. */
     int64_t limits_fp;
+    int64_t limits_fp_now; /* the open: today's fingerprint, stored by the open */
     bool limits_fp_found, limits_fp_put;
     bool reopening; /* the batch in flight opens the file first (it was asleep) */
     struct front_resume resume;

@@ -291,10 +291,13 @@ on_reload(uv_timer_t *h)
     }
     if (rc == TALLY_OK)
         rc = sup_ledger_configure(s->ledger, t->plan, s->eps, s->n_eps);
-    if (rc == TALLY_OK)
+    if (rc == TALLY_OK) {
         sp_log_event(s, TALLY_LOG_DEBUG, "supervisor_reload");
-    else
+    } else {
+        /* Read again at the next look, whatever the files say then. */
+        memset(&s->config_stamp, 0, sizeof(s->config_stamp));
         sp_log_error(s, TALLY_LOG_ERROR, "supervisor_reload_failed", rc, NULL);
+    }
 }
 
 /* An idle supervisor keeps little memory: each file's page cache is capped at
