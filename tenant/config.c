@@ -52,7 +52,7 @@ add_limit(struct tenant_limits *ls, const char *opt, const char *v, char *err, s
     if (tenant_limit_parse(v, &l) != TALLY_OK) {
         snprintf(err, errlen,
                  "invalid limit '%s' for %s: use N/PERIOD, N from 1 to 2^32, PERIOD up to 365d "
-                 "in s, m, h or d (e.g. 600/1m)",
+                 "in s, m, h or d, or month (e.g. 600/1m, 100000/month)",
                  v, opt);
         return TALLY_ELIMIT;
     }
@@ -200,6 +200,12 @@ tenant_endpoint_parse_args(int argc, char **argv, struct tenant_endpoint *out, c
     }
     if (out->limits.count == 0)
         return bad(err, errlen, TALLY_ELIMIT, "endpoint %s needs at least one --limit N/PERIOD",
+                   out->name);
+    if (out->algorithm == TENANT_ALG_GCRA &&
+        (tenant_limits_have_month(&out->limits) || tenant_limits_have_month(&out->tenant_limits)))
+        return bad(err, errlen, TALLY_ELIMIT,
+                   "endpoint %s: --algorithm gcra takes no N/month limit (a month has no fixed "
+                   "length); use --algorithm window",
                    out->name);
     if (out->on_unavailable == TENANT_UNAVAIL_OPEN && out->degraded_limits.count == 0)
         return bad(err, errlen, TALLY_ELIMIT,

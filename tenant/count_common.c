@@ -80,6 +80,16 @@ tenant__count_check_limits(const struct tenant_limits *ls)
 }
 
 int
+tenant__count_check_no_month(const struct tenant_limits *ls)
+{
+    for (uint32_t i = 0; i < ls->count; i++) {
+        if (tenant_period_is_month(ls->v[i].period_ms))
+            return TALLY_EINVAL;
+    }
+    return TALLY_OK;
+}
+
+int
 tenant__count_check_args(const struct tenant_limits *ls, int64_t now_ms, int64_t cost)
 {
     int rc = tenant__count_check_limits(ls);

@@ -28,19 +28,46 @@ sup__cell_find(struct sup_budget *b, int64_t period_ms)
     return NULL;
 }
 
+struct sup_cell *
+sup__cell_find_kind(struct sup_budget *b, int64_t period_ms)
+{
+    struct sup_cell *c = sup__cell_find(b, period_ms);
+
+    for (int i = 0; c == NULL && period_ms != 0 && i < TENANT_MAX_WINDOWS; i++) {
+        if (b->cells[i].period_ms != 0 && tenant_periods_match(b->cells[i].period_ms, period_ms))
+            c = &b->cells[i];
+    }
+    return c;
+}
+
 void
-sup__cells_match(struct sup_budget *b, const struct tenant_limits *ls)
+sup__cell_rekey(struct sup_cell *c, int64_t period_ms, int64_t now_ms)
+{
+    int64_t window_id = tenant_window_carry(c->period_ms, c->window_id, period_ms, now_ms);
+
+    if (c->period_ms == period_ms)
+        return;
+    if (window_id < 0) {
+        memset(c, 0, sizeof(*c));
+        window_id = 0;
+    }
+    c->period_ms = period_ms;
+    c->window_id = window_id;
+}
+
+void
+sup__cells_match(struct sup_budget *b, const struct tenant_limits *ls, int64_t now_ms)
 {
     struct sup_cell next[TENANT_MAX_WINDOWS];
 
     memset(next, 0, sizeof(next));
     for (uint32_t i = 0; i < ls->count; i++) {
-        const struct sup_cell *c = sup__cell_find(b, ls->v[i].period_ms);
+        const struct sup_cell *c = sup__cell_find_kind(b, ls->v[i].period_ms);
 
         if (c != NULL)
             next[i] = *c;
-        else
-            next[i].period_ms = ls->v[i].period_ms;
+        /* A month on a new billing day keeps what the running month counted. */
+        sup__cell_rekey(&next[i], ls->v[i].period_ms, now_ms);
     }
     memcpy(b->cells, next, sizeof(next));
 }

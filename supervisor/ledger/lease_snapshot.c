@@ -192,7 +192,7 @@ snap_budget_get(sup_ledger *l, const struct sup_record *rec, int *rc)
         *rc = TALLY_ENOMEM;
         return NULL;
     }
-    sup__cells_match(&pair->b, &ep->policy.limits);
+    sup__cells_match(&pair->b, &ep->policy.limits, l->now_ms);
     return &pair->b;
 }
 
@@ -207,12 +207,16 @@ apply_budget_state(sup_ledger *l, const struct sup_record *rec)
     if (b == NULL)
         return rc;
     if (rec->kind == SUP_REC_SNAP_CELL) {
-        c = sup__cell_find(b, rec->period_ms);
+        c = sup__cell_find_kind(b, rec->period_ms);
         if (c != NULL) { /* a limit since removed has nothing to restore */
+            int64_t period_ms = c->period_ms;
+
+            c->period_ms = rec->period_ms;
             c->window_id = rec->v[0];
             c->granted = rec->v[1];
             c->credited = rec->v[2];
             c->debt = rec->v[3];
+            sup__cell_rekey(c, period_ms, l->now_ms); /* a billing day changed meanwhile */
         }
         return TALLY_OK;
     }

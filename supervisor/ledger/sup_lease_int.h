@@ -165,8 +165,14 @@ int sup__slots_ready(sup_ledger *l, struct sup_link *k);
 /* lease_cells.c: window cells */
 /** The cell of `b` for `period_ms`, NULL when none. */
 struct sup_cell *sup__cell_find(struct sup_budget *b, int64_t period_ms);
-/** Rematches the cells of `b` to the limits `ls` by period (dropping cells of removed limits). */
-void sup__cells_match(struct sup_budget *b, const struct tenant_limits *ls);
+/** The cell of `b` for `period_ms`, else its cell of a month on another billing day. */
+struct sup_cell *sup__cell_find_kind(struct sup_budget *b, int64_t period_ms);
+/** Gives cell `c` the period `period_ms`: a month on a new billing day keeps the running month's
+ *  counts in the new day's month at now_ms (tenant_window_carry), anything else starts fresh. */
+void sup__cell_rekey(struct sup_cell *c, int64_t period_ms, int64_t now_ms);
+/** Rematches the cells of `b` to the limits `ls` by period (dropping cells of removed limits);
+ *  a month on a new billing day is rekeyed at now_ms (sup__cell_rekey). */
+void sup__cells_match(struct sup_budget *b, const struct tenant_limits *ls, int64_t now_ms);
 /** Rolls the cell for limit `lim` of `b` to the window of now_ms and returns it. */
 struct sup_cell *sup__cell_roll(struct sup_budget *b, const struct tenant_limit *lim,
                                 int64_t now_ms);

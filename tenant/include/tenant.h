@@ -33,6 +33,15 @@
  * a supervisor's ledger holds at most this many per tenant (SUP_MAX_ENDPOINTS). */
 #define TENANT_MAX_ENDPOINTS 256
 
+/* N/month: the calendar month in UTC from 00:00 on a billing day D (1..28) to 00:00 on day D of
+ * the next month. Its period_ms is TENANT_MONTH_MS + D: no N/PERIOD text gives it (not whole
+ * seconds), it sorts after every period up to 31 days, and wherever a length is needed (rates,
+ * bounds) it reads as 31 days, the longest month. Stored plans and policies hold day 1; a
+ * tenant's copy is bound to its billing day (tenant_limits_bind_month). Window ids and ends come
+ * from tenant_window_id / tenant_window_end_ms (tenant_count.h), which know the calendar. */
+#define TENANT_MONTH_MS        (31LL * 24 * 3600 * 1000)
+#define TENANT_BILLING_DAY_MAX 28
+
 struct tenant_limit {
     int64_t n;         /* tokens per window, 1..2^32 */
     int64_t period_ms; /* window length, 1000..365 d, whole seconds */
@@ -45,6 +54,19 @@ struct tenant_limits {
 
 enum tenant_algorithm { TENANT_ALG_WINDOW = 0, TENANT_ALG_GCRA = 1 };
 enum tenant_unavailable { TENANT_UNAVAIL_CLOSED = 0, TENANT_UNAVAIL_OPEN = 1 };
+
+/** True iff period_ms is a calendar month (TENANT_MONTH_MS + 1..28). */
+bool tenant_period_is_month(int64_t period_ms);
+/** The period of a month on `billing_day` (1..28), -1 otherwise. */
+int64_t tenant_month_period(int64_t billing_day);
+/** True iff two periods count the same window kind: equal, or both months (any billing day). */
+bool tenant_periods_match(int64_t a, int64_t b);
+/** Parses a billing day: a decimal integer 1..28. TALLY_OK or TALLY_EINVAL. */
+TALLY_MUST_CHECK int tenant_billing_day_parse(const char *s, int64_t *out /* OUT */);
+/** Rebinds every month limit of `ls` to `billing_day` (1..28; anything else leaves ls as is). */
+void tenant_limits_bind_month(struct tenant_limits *ls, int64_t billing_day);
+/** True iff `ls` holds a month limit. */
+bool tenant_limits_have_month(const struct tenant_limits *ls);
 
 /** True iff `s` (borrowed, NUL-terminated) is a valid tenant/plan/endpoint name. */
 bool tenant_name_valid(const char *s);
