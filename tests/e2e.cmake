@@ -7,3 +7,7 @@ set_tests_properties(test_e2e_leases PROPERTIES TIMEOUT 900)
 # A lowered limit in force before `tally` returns: endpoint, plan, per-link, smaller plan.
 tally_add_test(test_e2e_limits test_e2e_limits.c serve_util.c LABELS e2e)
 add_dependencies(test_e2e_limits tallyd tally_cli)
+
+# Calendar-month quotas: Retry-After to the billing boundary, a new billing day, bad input.
+tally_add_test(test_e2e_month test_e2e_month.c serve_util.c LABELS e2e)
+add_dependencies(test_e2e_month tallyd tally_cli)
