@@ -47,6 +47,10 @@ void cli_format_time(int64_t ms, char *buf, size_t len);
 /** Every endpoint of the comma-separated `list` must have a policy for `plan`: EXIT_OK, else
  *  the exit code of the line printed. */
 int cli_link_check_endpoints(store_db *db, const char *plan, const char *list);
+/** The account of a stored tenant (plan, billing day, overrides), and back (other fields of
+ *  *out as they were). */
+void cli_account_of(const struct store_tenant *t, struct tenant_account *out /* OUT */);
+void cli_tenant_of(const struct tenant_account *a, struct store_tenant *out /* IN/OUT */);
 /** `tally usage`. */
 int cli_usage(struct cli *c);
 

@@ -25,6 +25,31 @@ cli_format_time(int64_t ms, char *buf, size_t len)
     strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+void
+cli_account_of(const struct store_tenant *t, struct tenant_account *out)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->id, sizeof(out->id), "%s", t->id);
+    snprintf(out->plan, sizeof(out->plan), "%s", t->plan);
+    out->billing_day = t->billing_day;
+    out->overrides = t->overrides;
+    out->limits = t->limits;
+    out->link_limits = t->link_limits;
+    out->concurrency = t->concurrency;
+}
+
+void
+cli_tenant_of(const struct tenant_account *a, struct store_tenant *out)
+{
+    snprintf(out->id, sizeof(out->id), "%s", a->id);
+    snprintf(out->plan, sizeof(out->plan), "%s", a->plan);
+    out->billing_day = a->billing_day;
+    out->overrides = a->overrides;
+    out->limits = a->limits;
+    out->link_limits = a->link_limits;
+    out->concurrency = a->concurrency;
+}
+
 static int
 print_tenant_row(void *ctx, const struct store_tenant *t)
 {

@@ -11,3 +11,7 @@ add_dependencies(test_e2e_limits tallyd tally_cli)
 # Calendar-month quotas: Retry-After to the billing boundary, a new billing day, bad input.
 tally_add_test(test_e2e_month test_e2e_month.c serve_util.c LABELS e2e)
 add_dependencies(test_e2e_month tallyd tally_cli)
+
+# Per-tenant overrides: one tenant doubled, show, export/apply, reset, bad input.
+tally_add_test(test_e2e_overrides test_e2e_overrides.c serve_util.c LABELS e2e)
+add_dependencies(test_e2e_overrides tallyd tally_cli)

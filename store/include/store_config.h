@@ -42,9 +42,9 @@ typedef int (*store_endpoint_cb)(void *ctx, const struct tenant_endpoint *e);
 TALLY_MUST_CHECK int store_endpoint_each(store_db *db, store_endpoint_cb cb, void *ctx);
 
 /* Tenants. What a tenant overrides of its plan (a custom contract), as bits of `overrides`. */
-#define STORE_OVR_LIMITS      1u
-#define STORE_OVR_LINK_LIMITS 2u
-#define STORE_OVR_CONCURRENCY 4u
+#define STORE_OVR_LIMITS      TENANT_OVR_LIMITS
+#define STORE_OVR_LINK_LIMITS TENANT_OVR_LINK_LIMITS
+#define STORE_OVR_CONCURRENCY TENANT_OVR_CONCURRENCY
 struct store_tenant {
     char id[TENANT_NAME_MAX + 1];
     char plan[TENANT_NAME_MAX + 1];

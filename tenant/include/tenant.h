@@ -114,6 +114,20 @@ struct tenant_endpoint {
     bool shadow;
 };
 
+/* A tenant as an operator sets it (`tally tenant set`, a `tenant` line of a configuration
+ * file): its plan, its billing day and what it overrides of the plan (a custom contract). */
+#define TENANT_OVR_LIMITS      1u
+#define TENANT_OVR_LINK_LIMITS 2u
+#define TENANT_OVR_CONCURRENCY 4u
+struct tenant_account {
+    char id[TENANT_NAME_MAX + 1];
+    char plan[TENANT_NAME_MAX + 1];
+    int64_t billing_day; /* 1..28 */
+    uint32_t overrides;  /* TENANT_OVR_*: the values below replace the plan's */
+    struct tenant_limits limits, link_limits;
+    int64_t concurrency;
+};
+
 /* Tokens and keys. */
 #define TENANT_KEY_BYTES       32
 #define TENANT_HASH_BYTES      32
