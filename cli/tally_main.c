@@ -34,6 +34,8 @@ static const char usage_text[] =
     "  link revoke TOKEN-OR-ID | list TENANT\n"
     "  check TOKEN ENDPOINT [--cost C]        (TOKEN '-' reads it from stdin)\n"
     "  stats [TENANT]                         counters of the running tallyd\n"
+    "  usage [TENANT] [--window current|previous] [--json]\n"
+    "                                         admitted per budget and window (billing)\n"
     "\n"
     "Limits are N/PERIOD with PERIOD one of s, m, h, d, optionally prefixed by a\n"
     "count (100/10s, 600/1m, 36000/1h); 1 <= N <= 2^32, PERIOD at most 365d; or\n"
@@ -142,7 +144,8 @@ static const struct {
 } verbs[] = {
     {"init", cli_init},   {"plan", cli_plan},     {"endpoint", cli_endpoint},
     {"apply", cli_apply}, {"export", cli_export}, {"tenant", cli_tenant},
-    {"link", cli_link},   {"check", cli_check},   {"stats", cli_stats},
+    {"usage", cli_usage}, {"link", cli_link},     {"check", cli_check},
+    {"stats", cli_stats},
 };
 
 int

@@ -15,3 +15,7 @@ add_dependencies(test_e2e_month tallyd tally_cli)
 # Per-tenant overrides: one tenant doubled, show, export/apply, reset, bad input.
 tally_add_test(test_e2e_overrides test_e2e_overrides.c serve_util.c LABELS e2e)
 add_dependencies(test_e2e_overrides tallyd tally_cli)
+
+# tally usage: matches what clients counted, zeros, the previous window, kill -9 of tallyd.
+tally_add_test(test_e2e_usage test_e2e_usage.c serve_util.c LABELS e2e)
+add_dependencies(test_e2e_usage tallyd tally_cli)

@@ -53,6 +53,8 @@ sup__cell_rekey(struct sup_cell *c, int64_t period_ms, int64_t now_ms)
     }
     c->period_ms = period_ms;
     c->window_id = window_id;
+    /* History under another period says nothing about the new one's windows. */
+    c->prev_window_id = c->prev_granted = c->prev_credited = c->prev_debt = 0;
 }
 
 void
@@ -81,6 +83,12 @@ sup__cell_roll(struct sup_budget *b, const struct tenant_limit *lim, int64_t now
     if (NEVER(c == NULL))
         return NULL;
     if (c->window_id < window_id) {
+        if (c->granted != 0 || c->credited != 0 || c->debt != 0) {
+            c->prev_window_id = c->window_id;
+            c->prev_granted = c->granted;
+            c->prev_credited = c->credited;
+            c->prev_debt = c->debt;
+        }
         c->window_id = window_id;
         c->granted = 0;
         c->credited = 0;
@@ -183,6 +191,14 @@ sup__path_charge_debt(sup_ledger *l, struct sup_path *p, int64_t now_ms, int64_t
         }
     }
     return TALLY_OK;
+}
+
+bool
+sup__cell_counted(const struct sup_cell *c)
+{
+    return c->period_ms != 0 &&
+           (c->granted != 0 || c->credited != 0 || c->debt != 0 || c->prev_granted != 0 ||
+            c->prev_credited != 0 || c->prev_debt != 0);
 }
 
 bool
@@ -329,9 +345,14 @@ sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int64_t c
             int64_t period_ms = lease->periods[kind][i];
             struct sup_cell *c = period_ms != 0 ? sup__cell_find(b, period_ms) : NULL;
 
-            /* A credit after the window rolled over has nothing left to give back. */
-            if (c != NULL && c->window_id == tenant_window_id(lease->granted_ms, period_ms))
+            int64_t window_id = tenant_window_id(lease->granted_ms, period_ms);
+
+            /* A credit after the window rolled over has nothing left to give back; it still
+             * lowers what that window admitted, kept as history. */
+            if (c != NULL && c->window_id == window_id)
                 c->credited += credit;
+            else if (c != NULL && c->prev_window_id == window_id && c->prev_granted != 0)
+                c->prev_credited += credit;
         }
     }
 }

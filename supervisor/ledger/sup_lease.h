@@ -115,6 +115,7 @@ enum sup_record_kind {
     SUP_REC_SNAP_LEASE = 13, /* lease_id, origin (holder), endpoint, link, n, now_ms (granted),
                                 deadline_ms */
     SUP_REC_SNAP_SLOT = 14,  /* a held slot: link, slot_id; v[0] = expires */
+    SUP_REC_SNAP_PREV = 15,  /* after its SNAP_CELL: the cell's history, v = window, G, C, D */
 };
 #define SUP_RECORD_VERSION 1
 
