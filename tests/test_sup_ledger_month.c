@@ -2,7 +2,8 @@
  * The supervisor's ledger on calendar months (`N/month`): no lease spans the billing boundary
  * (I3), a refusal waits exactly until it, and a new billing day moves what the running month
  * granted into the new day's month instead of starting it empty (no second allowance), also
- * for a lease that comes back after the change and for a journal compacted before it.
+ * for a lease that comes back after the change. Cells keep the previous window's figure, also
+ * through a snapshot.
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
@@ -116,6 +117,52 @@ test_ledger_month_new_billing_day_keeps_the_count(void **state)
     fx_close(&f);
 }
 
+/* The previous window stays in the cell (for `tally usage`): minute m's figure, net of what
+ * its lease gave back, is kept when minute m + 1 starts counting, and a snapshot replays it. */
+static void
+test_ledger_keeps_the_previous_window(void **state)
+{
+    struct proto_lease_msg r, m;
+    struct sup_records snap;
+    struct sup_cell_info c;
+    struct fx f;
+    sup_ledger *rebuilt = NULL;
+    int64_t t1 = (T0 / MINUTE) * MINUTE + 1000, t2 = t1 + MINUTE;
+    size_t needed;
+
+    (void)state;
+    fx_open(&f);
+    fx_hello(&f, 0, 1, t1);
+    r = fx_acquire(&f, 0, 1, LINK_A, 10, 10, t1);
+    assert_int_equal(r.type, PROTO_LEASE_GRANT);
+    fx_origin(&f, &m, PROTO_LEASE_RETURN, 0, 1);
+    m.ret.lease_id = r.grant.lease_id;
+    m.ret.used = 4;
+    r = fx_send(&f, t1 + 10, &m, NULL);
+    assert_int_equal(r.type, PROTO_LEASE_RETURN_ACK);
+    r = fx_acquire(&f, 0, 1, LINK_A, 3, 3, t2);
+    assert_int_equal(r.type, PROTO_LEASE_GRANT);
+    c = fx_plan_cell(&f, MINUTE);
+    assert_int_equal(c.window_id, t2 / MINUTE);
+    assert_int_equal(c.granted - c.credited, r.grant.n);
+    assert_int_equal(c.prev_window_id, t1 / MINUTE);
+    assert_int_equal(c.prev_granted - c.prev_credited, 4);
+    /* A snapshot keeps the history. */
+    snap = (struct sup_records){f.journal, 0, FX_JOURNAL};
+    assert_int_equal(sup_ledger_snapshot(f.l, &snap, &needed), TALLY_OK);
+    f.nj = snap.count;
+    assert_int_equal(sup_ledger_open(&f.cfg, &rebuilt), TALLY_OK);
+    for (size_t i = 0; i < f.nj; i++)
+        assert_int_equal(sup_ledger_replay(rebuilt, &f.journal[i]), TALLY_OK);
+    assert_int_equal(sup_ledger_digest(rebuilt), sup_ledger_digest(f.l));
+    sup_ledger_close(f.l);
+    f.l = rebuilt;
+    c = fx_plan_cell(&f, MINUTE);
+    assert_int_equal(c.prev_window_id, t1 / MINUTE);
+    assert_int_equal(c.prev_granted - c.prev_credited, 4);
+    fx_close(&f);
+}
+
 int
 main(void)
 {
@@ -123,6 +170,7 @@ main(void)
         cmocka_unit_test(test_ledger_month_no_lease_spans_the_boundary),
         cmocka_unit_test(test_ledger_month_refusal_waits_for_the_billing_day),
         cmocka_unit_test(test_ledger_month_new_billing_day_keeps_the_count),
+        cmocka_unit_test(test_ledger_keeps_the_previous_window),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -345,14 +345,10 @@ sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int64_t c
             int64_t period_ms = lease->periods[kind][i];
             struct sup_cell *c = period_ms != 0 ? sup__cell_find(b, period_ms) : NULL;
 
-            int64_t window_id = tenant_window_id(lease->granted_ms, period_ms);
-
-            /* A credit after the window rolled over has nothing left to give back; it still
-             * lowers what that window admitted, kept as history. */
-            if (c != NULL && c->window_id == window_id)
+            /* A credit after the window rolled over has nothing left to give back (and cannot
+             * come: no lease outlives its window, one returned later is spent). */
+            if (c != NULL && c->window_id == tenant_window_id(lease->granted_ms, period_ms))
                 c->credited += credit;
-            else if (c != NULL && c->prev_window_id == window_id && c->prev_granted != 0)
-                c->prev_credited += credit;
         }
     }
 }

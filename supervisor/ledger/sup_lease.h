@@ -184,6 +184,7 @@ struct sup_cell_info {
     const char *endpoint; /* borrowed, valid during the callback; "" for plan and link */
     const char *link;     /* "" for plan and endpoint */
     int64_t limit, period_ms, window_id, granted, credited, debt;
+    int64_t prev_window_id, prev_granted, prev_credited, prev_debt; /* history */
     uint32_t leases_out; /* outstanding leases on the budget */
 };
 
