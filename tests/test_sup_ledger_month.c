@@ -117,6 +117,39 @@ test_ledger_month_new_billing_day_keeps_the_count(void **state)
     fx_close(&f);
 }
 
+/* The billing day changed while the supervisor was down: its snapshot, written under day 1, is
+ * replayed into a ledger configured with day 15, and the month's count moves along. */
+static void
+test_ledger_month_snapshot_under_an_old_billing_day(void **state)
+{
+    struct proto_lease_msg r;
+    struct sup_records snap;
+    struct fx f;
+    sup_ledger *rebuilt = NULL;
+    int64_t now = month_end(T0, 1) + 2 * DAY_MS;
+    size_t needed;
+
+    (void)state;
+    open_month(&f, 5, 1);
+    fx_hello(&f, 0, 1, now);
+    r = fx_acquire(&f, 0, 1, LINK_A, 5, 5, now);
+    assert_int_equal(r.type, PROTO_LEASE_GRANT);
+    snap = (struct sup_records){f.journal, 0, FX_JOURNAL};
+    assert_int_equal(sup_ledger_snapshot(f.l, &snap, &needed), TALLY_OK);
+    f.nj = snap.count;
+    tenant_limits_bind_month(&f.cfg.plan.limits, 15);
+    assert_int_equal(sup_ledger_open(&f.cfg, &rebuilt), TALLY_OK);
+    for (size_t i = 0; i < f.nj; i++)
+        assert_int_equal(sup_ledger_replay(rebuilt, &f.journal[i]), TALLY_OK);
+    sup_ledger_close(f.l);
+    f.l = rebuilt;
+    assert_int_equal(fx_plan_cell(&f, tenant_month_period(15)).granted, 5);
+    r = fx_acquire(&f, 0, 1, LINK_A, 1, 1, now + 10);
+    assert_int_equal(r.type, PROTO_LEASE_DENY);
+    assert_int_equal(r.deny.retry_after_ms, month_end(now, 15) - now - 10);
+    fx_close(&f);
+}
+
 /* The previous window stays in the cell (for `tally usage`): minute m's figure, net of what
  * its lease gave back, is kept when minute m + 1 starts counting, and a snapshot replays it. */
 static void
@@ -170,6 +203,7 @@ main(void)
         cmocka_unit_test(test_ledger_month_no_lease_spans_the_boundary),
         cmocka_unit_test(test_ledger_month_refusal_waits_for_the_billing_day),
         cmocka_unit_test(test_ledger_month_new_billing_day_keeps_the_count),
+        cmocka_unit_test(test_ledger_month_snapshot_under_an_old_billing_day),
         cmocka_unit_test(test_ledger_keeps_the_previous_window),
     };
 
