@@ -2,13 +2,25 @@
  * `tally usage [TENANT] [--window current|previous] [--json]`: what each budget of a tenant
  * (or of every tenant) admitted in the current or the previous window of each of its limits,
  * as its supervisor's ledger counts it (sup_usage.h): one line per budget and limit, or one
- * JSON document for scripts. A tenant that has made no request shows zeros.
+ * JSON document for scripts. A tenant that has made no request shows zeros. When tallyd runs,
+ * it is asked first (FLUSH) to have the tenant's child counters give their leases back, and the
+ * ledger is read once they are back (at most SETTLE_MS later), so leases that were out count
+ * what they admitted, not what they reserved.
  */
+#include "proto_client.h"
+#include "proto_stats.h"
 #include "sup_usage.h"
+#include "tally.h"
 #include "tally_cli.h"
 #include "tenant_config.h"
 
+#include <errno.h>
 #include <string.h>
+#include <time.h>
+
+#define FLUSH_TIMEOUT_MS 2000
+#define SETTLE_MS        3000
+#define SETTLE_STEP_MS   20
 
 struct usage_out {
     const char *tenant;
@@ -47,6 +59,53 @@ print_row(void *ctx, const struct sup_usage_row *r)
     return 0;
 }
 
+/* Asks a running tallyd to have `tenant`'s child counters give their leases back. False when
+ * no tallyd answers (then no child holds a lease the ledger does not know as outstanding). */
+static bool
+flush(const struct cli *c, const char *tenant)
+{
+    char path[STORE_PATH_MAX];
+    uint8_t msg[PROTO_CLIENT_MSG_MAX];
+    tally_client *client = NULL;
+    struct proto_frame f;
+    uint8_t status = 1;
+    bool ok = false;
+
+    snprintf(path, sizeof(path), "%s/tally.sock", c->data);
+    if (tally_client_open(path, FLUSH_TIMEOUT_MS, &client) == TALLY_OK) {
+        uint32_t id = proto_client_next_id(client);
+        size_t len = proto_flush_encode(msg, id, tenant);
+
+        ok = len > 0 && proto_client_request(client, msg, len, id, &f) == TALLY_OK &&
+             f.type == PROTO_C_FLUSH_REPLY && proto_status_decode(&f, &status) == TALLY_OK &&
+             status == 0;
+    }
+    tally_client_close(client);
+    return ok;
+}
+
+static int
+count_out(void *ctx, const struct sup_usage_row *r)
+{
+    *(uint32_t *)ctx += r->leases_out;
+    return 0;
+}
+
+/* After a FLUSH: until the tenant's ledger has no lease out, SETTLE_MS at most. */
+static void
+settle(const struct cli *c, const char *tenant, int64_t now_ms)
+{
+    for (int waited = 0; waited < SETTLE_MS; waited += SETTLE_STEP_MS) {
+        struct timespec ts = {0, SETTLE_STEP_MS * 1000000L};
+        uint32_t out = 0;
+
+        if (sup_usage_read(c->data, tenant, now_ms, false, count_out, &out) != TALLY_OK || out == 0)
+            return;
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
+}
+
 struct usage_all {
     const struct cli *c;
     struct usage_out *o;
@@ -57,6 +116,8 @@ struct usage_all {
 static int
 usage_one(struct usage_all *a, const char *tenant)
 {
+    if (flush(a->c, tenant))
+        settle(a->c, tenant, a->now_ms);
     a->o->tenant = tenant;
     return sup_usage_read(a->c->data, tenant, a->now_ms, a->previous, print_row, a->o);
 }

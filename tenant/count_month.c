@@ -15,26 +15,6 @@
 /* Month ids past this cannot be reached from TENANT_TIME_MAX_MS (285,000 years). */
 #define MONTH_ID_MAX ((int64_t)12 * 400000)
 
-bool
-tenant_period_is_month(int64_t period_ms)
-{
-    return period_ms > TENANT_MONTH_MS && period_ms <= TENANT_MONTH_MS + TENANT_BILLING_DAY_MAX;
-}
-
-int64_t
-tenant_month_period(int64_t billing_day)
-{
-    if (billing_day < 1 || billing_day > TENANT_BILLING_DAY_MAX)
-        return -1;
-    return TENANT_MONTH_MS + billing_day;
-}
-
-bool
-tenant_periods_match(int64_t a, int64_t b)
-{
-    return a == b || (tenant_period_is_month(a) && tenant_period_is_month(b));
-}
-
 /* Days since 1970-01-01 of the civil date y-m-d (m 1..12). */
 static int64_t
 days_from_civil(int64_t y, int64_t m, int64_t d)

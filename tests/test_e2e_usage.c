@@ -1,7 +1,8 @@
 /*
  * `tally usage` against the real tallyd and supervisors: what clients counted as admitted is
- * what `tally usage --json` reports for every budget of the path once the leases are back
- * (an idle lease returns within about a second), a tenant without requests shows zeros, the
+ * what `tally usage --json` reports for every budget of the path (it has tallyd give the
+ * leases back first, so live leases count what they admitted), a tenant without requests
+ * shows zeros, the
  * previous window is kept, and a kill -9 of tallyd loses nothing (the figure may only grow by
  * tokens the killed child had leased and not used, which then count as spent: never less than
  * what was admitted). Unknown tenants and bad options are one line.
@@ -132,6 +133,26 @@ test_usage_matches_what_was_admitted(void **state)
     assert_int_equal(usage_of(e, "idle", "current", "endpoint", false), 0);
 }
 
+/* Right after a few requests, with their lease still out: `tally usage` has the running tallyd
+ * give the leases back first, so the figure is what they admitted, not what they reserved. */
+static void
+test_usage_counts_what_live_leases_admitted(void **state)
+{
+    struct env *e = *state;
+    int admitted = 0;
+
+    for (int i = 0; i < 3; i++) {
+        admitted += spend(e, 1);
+        serve_sleep_ms(300);
+    }
+    assert_int_equal(admitted, 3);
+    assert_int_equal(usage_of(e, "acme", "current", "plan", false), 3);
+    assert_int_equal(usage_of(e, "acme", "current", "endpoint", true), 3);
+    /* The link goes on with new leases. */
+    assert_int_equal(spend(e, 2), 2);
+    assert_int_equal(usage_of(e, "acme", "current", "plan", false), 5);
+}
+
 static void
 test_usage_survives_kill9_of_tallyd(void **state)
 {
@@ -174,6 +195,8 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_usage_matches_what_was_admitted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_usage_counts_what_live_leases_admitted, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_usage_survives_kill9_of_tallyd, setup, teardown),
         cmocka_unit_test_setup_teardown(test_usage_bad_input, setup, teardown),
     };

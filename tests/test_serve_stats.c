@@ -52,6 +52,17 @@ test_codec_round_trip(void **state)
     assert_int_equal(proto_stats_decode(&f, tenant), TALLY_OK);
     assert_string_equal(tenant, "acme");
     assert_int_equal(proto_stats_encode(buf, 1, "Bad Name"), 0);
+    /* FLUSH (tally usage): a tenant name, never empty; a STATS frame is not a FLUSH. */
+    assert_int_equal(proto_stats_decode(&f, tenant), TALLY_OK);
+    assert_int_equal(proto_flush_decode(&f, tenant), TALLY_EPROTO);
+    len = proto_flush_encode(buf, 9, "acme");
+    assert_true(len > 0);
+    frame_of(buf, len, &f);
+    assert_int_equal(f.type, PROTO_C_FLUSH);
+    assert_int_equal(proto_flush_decode(&f, tenant), TALLY_OK);
+    assert_string_equal(tenant, "acme");
+    assert_int_equal(proto_flush_encode(buf, 1, ""), 0);
+    assert_int_equal(proto_flush_encode(buf, 1, "Bad Name"), 0);
 
     memset(&m, 0, sizeof(m));
     m.checks = 1ull << 40;

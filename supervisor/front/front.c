@@ -78,6 +78,25 @@ recall_changed(sup_front *f, const store_snapshot *old, const store_snapshot *cu
 }
 
 int
+sup_front_flush(sup_front *f, const char *tenant)
+{
+    struct sup_time now = front_now();
+
+    if (f->snap == NULL || store_snapshot_tenant(f->snap, tenant) == NULL)
+        return TALLY_ENOTFOUND;
+    for (uint32_t i = 0; i < f->n_children; i++) {
+        struct front_child *fc = f->children[i];
+
+        if (fc->child == NULL || strcmp(fc->tenant, tenant) != 0)
+            continue;
+        sup_child_recall(fc->child, now);
+        f->stats.recalls++;
+        front_child_pump_soon(fc);
+    }
+    return TALLY_OK;
+}
+
+int
 sup_front_reload(sup_front *f, bool force)
 {
     store_snapshot *snap = NULL;
