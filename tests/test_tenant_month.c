@@ -203,7 +203,7 @@ test_month_backward_clock_opens_nothing(void **state)
         struct tenant_window_state st;
         int64_t base = end_of(test_rand_range(&rng, 0, YEAR_2400 - 400 * DAY_MS), day);
         int64_t now = base - 3 * DAY_MS, hw = 0;
-        int64_t win_end[64] = {0}, win_used[64] = {0};
+        int64_t win_end[64] = {0}, win_used[64] = {0}, last_id = 0;
         int wins = 0;
 
         memset(&st, 0, sizeof(st));
@@ -233,6 +233,8 @@ test_month_backward_clock_opens_nothing(void **state)
             }
             assert_true(++win_used[w] <= n);
             assert_int_equal(st.window_id[0], tenant_window_id(eval, ls.v[0].period_ms));
+            assert_true(st.window_id[0] >= last_id); /* I8: never back, whatever the clock */
+            last_id = st.window_id[0];
         }
     }
 }
