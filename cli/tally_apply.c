@@ -1,6 +1,7 @@
 /*
  * `tally apply FILE [--dry-run]`: makes the stored plans and endpoint policies
- * equal to the file's, in one transaction. The file is parsed and validated as
+ * equal to the file's, and the tenants it names (their plan, billing day and
+ * overrides), in one transaction. The file is parsed and validated as
  * a whole first; any error (a bad line, a duplicate, a plan still used by a
  * tenant) rolls everything back, so an invalid file changes nothing. Each
  * change is printed as one line (`create plan pro ...`, `update ...`,
@@ -136,6 +137,47 @@ apply_endpoints(store_db *db, const struct tenant_config *want)
     return TALLY_OK;
 }
 
+/* Tenants: create the file's that are missing, give the others the file's plan, billing day
+ * and overrides (what a line does not override goes back to the plan's). Tenants the file does
+ * not name are left alone: they hold links, `tally tenant remove` removes them. */
+static int
+apply_tenants(store_db *db, const struct tenant_config *want)
+{
+    char now_line[TENANT_CONFIG_TEXT_MAX];
+    char was_line[TENANT_CONFIG_TEXT_MAX];
+
+    for (size_t i = 0; i < want->n_tenants; i++) {
+        const struct tenant_account *a = &want->tenants[i];
+        struct store_tenant t;
+        struct tenant_account was;
+        int rc = store_tenant_get(db, a->id, &t);
+
+        if (rc != TALLY_OK && rc != TALLY_ENOTFOUND)
+            return rc;
+        tenant_account_format(a, now_line, sizeof(now_line));
+        if (rc == TALLY_OK) {
+            cli_account_of(&t, &was);
+            tenant_account_format(&was, was_line, sizeof(was_line));
+            if (strcmp(was_line, now_line) == 0)
+                continue;
+        }
+        printf("%s %s\n", rc == TALLY_OK ? "update" : "create", now_line);
+        if (rc == TALLY_ENOTFOUND)
+            rc = store_tenant_add(db, a->id, a->plan, cli_now_ms());
+        else if (strcmp(t.plan, a->plan) != 0)
+            rc = store_tenant_set_plan(db, a->id, a->plan);
+        if (rc == TALLY_OK)
+            rc = store_tenant_set_billing_day(db, a->id, a->billing_day);
+        if (rc == TALLY_OK) {
+            cli_tenant_of(a, &t);
+            rc = store_tenant_set_overrides(db, &t);
+        }
+        if (rc != TALLY_OK)
+            return rc;
+    }
+    return TALLY_OK;
+}
+
 /* Deletes what the database has and the file does not. */
 static int
 apply_deletes(store_db *db, const struct tenant_config *want, const struct tenant_config *have,
@@ -246,6 +288,8 @@ cli_apply(struct cli *c)
         rc = apply_plans(db, &want);
     if (rc == TALLY_OK)
         rc = apply_endpoints(db, &want);
+    if (rc == TALLY_OK)
+        rc = apply_tenants(db, &want);
     if (rc == TALLY_OK)
         rc = apply_deletes(db, &want, &have.cfg, &in_use);
     fflush(stdout);

@@ -42,6 +42,17 @@ int cli_open(const struct cli *c, store_db **out /* OUT */);
 void cli_notify_daemon(const struct cli *c);
 /** Milliseconds of wall clock now. */
 int64_t cli_now_ms(void);
+/** ms since the epoch as 2024-01-31T12:00:00Z into buf ("-" for 0). */
+void cli_format_time(int64_t ms, char *buf, size_t len);
+/** Every endpoint of the comma-separated `list` must have a policy for `plan`: EXIT_OK, else
+ *  the exit code of the line printed. */
+int cli_link_check_endpoints(store_db *db, const char *plan, const char *list);
+/** The account of a stored tenant (plan, billing day, overrides), and back (other fields of
+ *  *out as they were). */
+void cli_account_of(const struct store_tenant *t, struct tenant_account *out /* OUT */);
+void cli_tenant_of(const struct tenant_account *a, struct store_tenant *out /* IN/OUT */);
+/** `tally usage`. */
+int cli_usage(struct cli *c);
 
 int cli_init(struct cli *c);
 int cli_plan(struct cli *c);

@@ -196,6 +196,18 @@ cli_endpoint(struct cli *c)
     return code;
 }
 
+static int
+print_tenant(void *ctx, const struct store_tenant *t)
+{
+    char line[TENANT_CONFIG_TEXT_MAX];
+    struct tenant_account a;
+
+    cli_account_of(t, &a);
+    tenant_account_format(&a, line, sizeof(line));
+    fprintf(ctx, "%s\n", line);
+    return TALLY_OK;
+}
+
 int
 cli_export(struct cli *c)
 {
@@ -208,10 +220,12 @@ cli_export(struct cli *c)
     code = cli_open(c, &db);
     if (code != EXIT_OK)
         return code;
-    printf("# tally configuration: plans and endpoint policies (tally apply FILE)\n");
+    printf("# tally configuration: plans, endpoint policies, tenants (tally apply FILE)\n");
     rc = store_plan_each(db, print_plan, stdout);
     if (rc == TALLY_OK)
         rc = store_endpoint_each(db, print_endpoint, stdout);
+    if (rc == TALLY_OK)
+        rc = store_tenant_each(db, print_tenant, stdout);
     store_db_close(db);
     return rc != TALLY_OK ? cli_store_fail(rc, "export") : EXIT_OK;
 }

@@ -22,16 +22,24 @@ static const char usage_text[] =
     "        [--algorithm window|gcra] [--cost C] [--expensive]\n"
     "        [--on-unavailable open|closed] [--degraded-limit N/PERIOD ...] [--shadow]\n"
     "  endpoint list | show NAME [--plan PLAN] | remove NAME [--plan PLAN]\n"
-    "  apply FILE [--dry-run]                 make plans and endpoints match FILE\n"
-    "  export                                 print plans and endpoints in that format\n"
-    "  tenant add ID --plan PLAN | set ID --plan PLAN | list | show ID | remove ID\n"
+    "  apply FILE [--dry-run]                 make plans and endpoints match FILE,\n"
+    "                                         and the tenants it names\n"
+    "  export                                 print plans, endpoints and tenants as a FILE\n"
+    "  tenant add ID --plan PLAN [--billing-day D]     D 1-28: its months start then\n"
+    "  tenant set ID [--plan PLAN] [--billing-day D] [--limit N/PERIOD ...]\n"
+    "        [--link-limit N/PERIOD ...] [--concurrency K] [--reset]\n"
+    "                                         the tenant's own limits (--reset drops them)\n"
+    "  tenant list | show ID | remove ID\n"
     "  link create TENANT [--endpoint NAME ...] [--expires DURATION] [--json]\n"
     "  link revoke TOKEN-OR-ID | list TENANT\n"
     "  check TOKEN ENDPOINT [--cost C]        (TOKEN '-' reads it from stdin)\n"
     "  stats [TENANT]                         counters of the running tallyd\n"
+    "  usage [TENANT] [--window current|previous] [--json]\n"
+    "                                         admitted per budget and window (billing)\n"
     "\n"
     "Limits are N/PERIOD with PERIOD one of s, m, h, d, optionally prefixed by a\n"
-    "count (100/10s, 600/1m, 36000/1h); 1 <= N <= 2^32, PERIOD at most 365d.\n"
+    "count (100/10s, 600/1m, 36000/1h); 1 <= N <= 2^32, PERIOD at most 365d; or\n"
+    "N/month, the calendar month in UTC from the tenant's billing day (not for gcra).\n"
     "Names match [a-z0-9][a-z0-9_-]{0,62}. Durations: 90s, 15m, 12h, 30d.\n"
     "Caps: a tenant's live links (its plan's --max-links, at most 1000000); 256\n"
     "endpoint names in all (link create / endpoint set past a cap: exit 1,\n"
@@ -136,7 +144,8 @@ static const struct {
 } verbs[] = {
     {"init", cli_init},   {"plan", cli_plan},     {"endpoint", cli_endpoint},
     {"apply", cli_apply}, {"export", cli_export}, {"tenant", cli_tenant},
-    {"link", cli_link},   {"check", cli_check},   {"stats", cli_stats},
+    {"usage", cli_usage}, {"link", cli_link},     {"check", cli_check},
+    {"stats", cli_stats},
 };
 
 int

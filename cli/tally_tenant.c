@@ -1,17 +1,19 @@
 /*
- * Tenants and links: `tenant add|list|show|remove` and `link create|revoke|
- * list`. A token is printed once, at creation, and wiped from memory right
- * after; only its keyed hash is stored. Nothing lists or logs tokens.
+ * Tenants: `tenant add|set|list|show|remove`. A tenant has a plan, a billing
+ * day (its `N/month` windows start at 00:00 UTC that day) and may override its
+ * plan's limits, per-link limits and concurrency (a custom contract). `show`
+ * prints the limits in force and which of them are the tenant's own. Every
+ * change is one transaction, and a running tallyd has it before `tally`
+ * returns (tally_main.c), a lowered override included.
  */
 #include "tally_cli.h"
 #include "tenant_config.h"
 
-#include <sodium.h>
 #include <string.h>
 #include <time.h>
 
-static void
-format_time(int64_t ms, char *buf, size_t len)
+void
+cli_format_time(int64_t ms, char *buf, size_t len)
 {
     time_t t = (time_t)(ms / 1000);
     struct tm tm;
@@ -23,36 +25,76 @@ format_time(int64_t ms, char *buf, size_t len)
     strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+void
+cli_account_of(const struct store_tenant *t, struct tenant_account *out)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->id, sizeof(out->id), "%s", t->id);
+    snprintf(out->plan, sizeof(out->plan), "%s", t->plan);
+    out->billing_day = t->billing_day;
+    out->overrides = t->overrides;
+    out->limits = t->limits;
+    out->link_limits = t->link_limits;
+    out->concurrency = t->concurrency;
+}
+
+void
+cli_tenant_of(const struct tenant_account *a, struct store_tenant *out)
+{
+    snprintf(out->id, sizeof(out->id), "%s", a->id);
+    snprintf(out->plan, sizeof(out->plan), "%s", a->plan);
+    out->billing_day = a->billing_day;
+    out->overrides = a->overrides;
+    out->limits = a->limits;
+    out->link_limits = a->link_limits;
+    out->concurrency = a->concurrency;
+}
+
 static int
 print_tenant_row(void *ctx, const struct store_tenant *t)
 {
     char created[32];
 
     (void)ctx;
-    format_time(t->created_ms, created, sizeof(created));
+    cli_format_time(t->created_ms, created, sizeof(created));
     printf("%-24s %-16s %6lld %s\n", t->id, t->plan, (long long)t->links_live, created);
     return TALLY_OK;
+}
+
+static void
+print_limits_line(const char *what, const struct tenant_limits *ls, bool own)
+{
+    char text[TENANT_MAX_WINDOWS * TENANT_LIMIT_TEXT_MAX];
+
+    tenant_limits_format(ls, text, sizeof(text));
+    printf("%s: %s (%s)\n", what, text[0] != '\0' ? text : "none", own ? "override" : "plan");
 }
 
 static int
 tenant_show(store_db *db, const char *id)
 {
     struct store_tenant t;
+    struct tenant_plan plan, eff;
     char created[32];
     int rc = store_tenant_get(db, id, &t);
 
+    if (rc == TALLY_OK)
+        rc = store_plan_get(db, t.plan, &plan);
     if (rc != TALLY_OK)
-        return cli_store_fail(rc, id[0] != '\0' ? id : "tenant");
-    format_time(t.created_ms, created, sizeof(created));
-    printf("tenant: %s\nplan: %s\nlive links: %lld\ncreated: %s\n", t.id, t.plan,
-           (long long)t.links_live, created);
+        return cli_store_fail(rc, id);
+    store_tenant_effective(&t, &plan, &eff);
+    cli_format_time(t.created_ms, created, sizeof(created));
+    printf("tenant: %s\nplan: %s\nbilling day: %lld\nlive links: %lld\ncreated: %s\n", t.id, t.plan,
+           (long long)t.billing_day, (long long)t.links_live, created);
+    print_limits_line("limits", &eff.limits, t.overrides & STORE_OVR_LIMITS);
+    print_limits_line("link limits", &eff.link_limits, t.overrides & STORE_OVR_LINK_LIMITS);
+    printf("concurrency: %lld (%s)\n", (long long)eff.concurrency,
+           t.overrides & STORE_OVR_CONCURRENCY ? "override" : "plan");
     return EXIT_OK;
 }
 
-static int link_check_endpoints(store_db *db, const char *plan, const char *list);
-
-/* What `tenant set --plan` checks in each link of the tenant: its endpoint restrictions
- * must have a policy under the new plan. */
+/* What `tally tenant set ID --plan PLAN` checks in each link of the tenant: its endpoint
+ * restrictions must have a policy under the new plan. */
 struct plan_check {
     store_db *db;
     const char *plan;
@@ -66,13 +108,12 @@ check_link_plan(void *ctx, const struct store_link *l)
 
     if (l->revoked_ms != 0 || l->endpoints[0] == '\0' || pc->code != EXIT_OK)
         return TALLY_OK;
-    pc->code = link_check_endpoints(pc->db, pc->plan, l->endpoints);
+    pc->code = cli_link_check_endpoints(pc->db, pc->plan, l->endpoints);
     return TALLY_OK;
 }
 
 /* `tally tenant set ID --plan PLAN`, inside the transaction: the tenant's live links must
- * fit the new plan's --max-links and their endpoint restrictions must exist under it. A
- * running tallyd is told before the command returns, so a smaller plan is in force then. */
+ * fit the new plan's --max-links and their endpoint restrictions must exist under it. */
 static int
 tenant_set_plan(store_db *db, const char *id, const char *plan, int *rc)
 {
@@ -99,40 +140,165 @@ tenant_set_plan(store_db *db, const char *id, const char *plan, int *rc)
     return EXIT_OK;
 }
 
+/* The options of `tenant add` and `tenant set`. */
+struct tenant_args {
+    const char *id;
+    const char *plan;        /* NULL: unchanged */
+    int64_t billing_day;     /* 0: unchanged (add: 1) */
+    bool reset;              /* drop every override first */
+    struct store_tenant ovr; /* overrides given: bits and values */
+};
+
+static int
+add_override_limit(struct tenant_limits *ls, const char *opt, const char *v)
+{
+    struct tenant_limit l;
+
+    if (tenant_limit_parse(v, &l) != TALLY_OK)
+        return cli_fail(EXIT_USAGE,
+                        "invalid limit '%.80s' for %s: use N/PERIOD, N from 1 to 2^32, PERIOD "
+                        "up to 365d in s, m, h or d, or month (e.g. 600/1m, 100000/month)",
+                        v, opt);
+    if (tenant_limits_add(ls, &l) != TALLY_OK)
+        return cli_fail(EXIT_USAGE, "%s '%.80s': at most %d limits, each with a different period",
+                        opt, v, TENANT_MAX_WINDOWS);
+    return EXIT_OK;
+}
+
+static int
+tenant_option(struct cli *c, int *i, bool set, struct tenant_args *a)
+{
+    char err[256];
+    bool missing = false;
+    const char *v;
+    int64_t k = 0;
+
+    if ((v = tenant_opt_value(c->argc, c->argv, i, "--plan", &missing)) != NULL) {
+        if (tenant_name_check("plan", v, err, sizeof(err)) != TALLY_OK)
+            return cli_fail(EXIT_USAGE, "%s", err);
+        a->plan = v;
+    } else if ((v = tenant_opt_value(c->argc, c->argv, i, "--billing-day", &missing)) != NULL) {
+        if (tenant_billing_day_parse(v, &a->billing_day) != TALLY_OK)
+            return cli_fail(EXIT_USAGE,
+                            "invalid --billing-day '%.80s': a day of the month from 1 to 28", v);
+    } else if (!set) {
+        return cli_fail(EXIT_USAGE, missing ? "%.80s needs a value" : "unexpected argument '%.80s'",
+                        c->argv[*i]);
+    } else if ((v = tenant_opt_value(c->argc, c->argv, i, "--limit", &missing)) != NULL) {
+        a->ovr.overrides |= STORE_OVR_LIMITS;
+        return add_override_limit(&a->ovr.limits, "--limit", v);
+    } else if ((v = tenant_opt_value(c->argc, c->argv, i, "--link-limit", &missing)) != NULL) {
+        a->ovr.overrides |= STORE_OVR_LINK_LIMITS;
+        return add_override_limit(&a->ovr.link_limits, "--link-limit", v);
+    } else if ((v = tenant_opt_value(c->argc, c->argv, i, "--concurrency", &missing)) != NULL) {
+        if (tenant_cost_parse(v, &k) != TALLY_OK || k > TENANT_CONCURRENCY_MAX)
+            return cli_fail(EXIT_USAGE,
+                            "invalid --concurrency '%.80s': a whole number from 1 to %d", v,
+                            TENANT_CONCURRENCY_MAX);
+        a->ovr.overrides |= STORE_OVR_CONCURRENCY;
+        a->ovr.concurrency = k;
+    } else if (strcmp(c->argv[*i], "--reset") == 0) {
+        a->reset = true;
+    } else {
+        return cli_fail(EXIT_USAGE, missing ? "%.80s needs a value" : "unexpected argument '%.80s'",
+                        c->argv[*i]);
+    }
+    return EXIT_OK;
+}
+
+static int
+tenant_args_parse(struct cli *c, const char *sub, struct tenant_args *a)
+{
+    char err[256];
+    bool add = strcmp(sub, "add") == 0, set = strcmp(sub, "set") == 0;
+
+    memset(a, 0, sizeof(*a));
+    if (c->argc < 2 || tenant_name_check("tenant", c->argv[1], err, sizeof(err)) != TALLY_OK)
+        return cli_fail(EXIT_USAGE, "%s",
+                        c->argc < 2 ? "missing tenant id (see tally --help)" : err);
+    a->id = c->argv[1];
+    for (int i = 2; i < c->argc; i++) {
+        int code = add || set ? tenant_option(c, &i, set, a)
+                              : cli_fail(EXIT_USAGE, "unexpected argument '%.80s'", c->argv[i]);
+        if (code != EXIT_OK)
+            return code;
+    }
+    if (add && a->plan == NULL)
+        return cli_fail(EXIT_USAGE, "usage: tally tenant add ID --plan PLAN [--billing-day D]");
+    if (set && a->plan == NULL && a->billing_day == 0 && !a->reset && a->ovr.overrides == 0)
+        return cli_fail(EXIT_USAGE,
+                        "usage: tally tenant set ID [--plan PLAN] [--billing-day D] [--limit "
+                        "N/PERIOD ...] [--link-limit N/PERIOD ...] [--concurrency K] [--reset]");
+    return EXIT_OK;
+}
+
+/* `tenant set`'s overrides, inside the transaction: --reset drops the tenant's, the options
+ * given replace theirs, the others stay. */
+static int
+tenant_set_overrides(store_db *db, const struct tenant_args *a)
+{
+    struct store_tenant t;
+    int rc = store_tenant_get(db, a->id, &t);
+
+    if (rc != TALLY_OK || (!a->reset && a->ovr.overrides == 0))
+        return rc;
+    if (a->reset)
+        t.overrides = 0;
+    t.overrides |= a->ovr.overrides;
+    if (a->ovr.overrides & STORE_OVR_LIMITS)
+        t.limits = a->ovr.limits;
+    if (a->ovr.overrides & STORE_OVR_LINK_LIMITS)
+        t.link_limits = a->ovr.link_limits;
+    if (a->ovr.overrides & STORE_OVR_CONCURRENCY)
+        t.concurrency = a->ovr.concurrency;
+    return store_tenant_set_overrides(db, &t);
+}
+
+/* add or set inside one transaction; EXIT_OK with *rc the store's result, or a printed exit. */
+static int
+tenant_write(store_db *db, const char *sub, const struct tenant_args *a, int *rc)
+{
+    struct store_tenant t;
+    int code = EXIT_OK;
+
+    if (strcmp(sub, "add") == 0) {
+        struct tenant_plan p;
+        *rc = store_plan_get(db, a->plan, &p);
+        if (*rc == TALLY_ENOTFOUND)
+            return cli_fail(EXIT_FAIL, "plan %s: not found", a->plan);
+        if (*rc == TALLY_OK)
+            *rc = store_tenant_add(db, a->id, a->plan, cli_now_ms());
+    } else {
+        *rc = store_tenant_get(db, a->id, &t);
+        if (*rc == TALLY_ENOTFOUND)
+            return cli_fail(EXIT_FAIL, "tenant %s: not found; nothing changed", a->id);
+        if (*rc == TALLY_OK && a->plan != NULL)
+            code = tenant_set_plan(db, a->id, a->plan, rc);
+        if (code == EXIT_OK && *rc == TALLY_OK)
+            *rc = tenant_set_overrides(db, a);
+    }
+    if (code == EXIT_OK && *rc == TALLY_OK && a->billing_day != 0)
+        *rc = store_tenant_set_billing_day(db, a->id, a->billing_day);
+    return code;
+}
+
 int
 cli_tenant(struct cli *c)
 {
     const char *sub = c->argc > 0 ? c->argv[0] : "";
-    const char *plan = NULL;
+    struct tenant_args a;
     store_db *db = NULL;
-    char err[256];
     int code;
     int rc = TALLY_OK;
-    int i;
 
     if (strcmp(sub, "list") == 0) {
         if (c->argc != 1)
             return cli_fail(EXIT_USAGE, "usage: tally tenant list");
     } else if (strcmp(sub, "add") == 0 || strcmp(sub, "set") == 0 || strcmp(sub, "show") == 0 ||
                strcmp(sub, "remove") == 0) {
-        if (c->argc < 2 || tenant_name_check("tenant", c->argv[1], err, sizeof(err)) != TALLY_OK)
-            return cli_fail(EXIT_USAGE, "%s",
-                            c->argc < 2 ? "missing tenant id (see tally --help)" : err);
-        for (i = 2; i < c->argc; i++) {
-            bool missing = false;
-            const char *v = strcmp(sub, "add") == 0 || strcmp(sub, "set") == 0
-                                ? tenant_opt_value(c->argc, c->argv, &i, "--plan", &missing)
-                                : NULL;
-            if (v == NULL)
-                return cli_fail(EXIT_USAGE, "unexpected argument '%.80s'", c->argv[i]);
-            if (tenant_name_check("plan", v, err, sizeof(err)) != TALLY_OK)
-                return cli_fail(EXIT_USAGE, "%s", err);
-            plan = v;
-        }
-        if (strcmp(sub, "add") == 0 && plan == NULL)
-            return cli_fail(EXIT_USAGE, "usage: tally tenant add ID --plan PLAN");
-        if (strcmp(sub, "set") == 0 && plan == NULL)
-            return cli_fail(EXIT_USAGE, "usage: tally tenant set ID --plan PLAN");
+        code = tenant_args_parse(c, sub, &a);
+        if (code != EXIT_OK)
+            return code;
     } else {
         return cli_fail(EXIT_USAGE, "usage: tally tenant add|set|list|show|remove ...");
     }
@@ -143,297 +309,19 @@ cli_tenant(struct cli *c)
         rc = store_tenant_each(db, print_tenant_row, NULL);
         code = rc != TALLY_OK ? cli_store_fail(rc, "tenant list") : EXIT_OK;
     } else if (strcmp(sub, "show") == 0) {
-        code = tenant_show(db, c->argv[1]);
+        code = tenant_show(db, a.id);
     } else if ((rc = store_db_begin(db)) != TALLY_OK) {
         code = cli_store_fail(rc, sub);
     } else {
-        if (strcmp(sub, "add") == 0) {
-            struct tenant_plan p;
-            rc = store_plan_get(db, plan, &p);
-            if (rc == TALLY_ENOTFOUND) {
-                store_db_rollback(db);
-                store_db_close(db);
-                return cli_fail(EXIT_FAIL, "plan %s: not found", plan);
-            }
-            if (rc == TALLY_OK)
-                rc = store_tenant_add(db, c->argv[1], plan, cli_now_ms());
-        } else if (strcmp(sub, "set") == 0) {
-            code = tenant_set_plan(db, c->argv[1], plan, &rc);
-            if (code != EXIT_OK) {
-                store_db_rollback(db);
-                store_db_close(db);
-                return code;
-            }
+        code = strcmp(sub, "remove") == 0 ? (rc = store_tenant_remove(db, a.id), EXIT_OK)
+                                          : tenant_write(db, sub, &a, &rc);
+        if (code != EXIT_OK) {
+            store_db_rollback(db);
         } else {
-            rc = store_tenant_remove(db, c->argv[1]);
-        }
-        rc = store_db_end(db, rc);
-        code = rc != TALLY_OK ? cli_store_fail(rc, c->argv[1]) : EXIT_OK;
-    }
-    store_db_close(db);
-    return code;
-}
-
-/* ---- links ---- */
-
-struct link_args {
-    const char *tenant;
-    char endpoints[STORE_LINK_ENDPOINTS_MAX];
-    int64_t expires_in_ms;
-    bool json;
-};
-
-static int
-link_create_args(struct cli *c, struct link_args *a)
-{
-    char err[256];
-    size_t used = 0;
-    int i;
-
-    memset(a, 0, sizeof(*a));
-    if (c->argc < 2 || tenant_name_check("tenant", c->argv[1], err, sizeof(err)) != TALLY_OK)
-        return cli_fail(EXIT_USAGE, "%s", c->argc < 2 ? "missing tenant id" : err);
-    a->tenant = c->argv[1];
-    for (i = 2; i < c->argc; i++) {
-        bool missing = false;
-        const char *v;
-        if ((v = tenant_opt_value(c->argc, c->argv, &i, "--endpoint", &missing)) != NULL) {
-            if (tenant_name_check("endpoint", v, err, sizeof(err)) != TALLY_OK)
-                return cli_fail(EXIT_USAGE, "%s", err);
-            if (used + strlen(v) + 2 > sizeof(a->endpoints))
-                return cli_fail(EXIT_USAGE, "too many --endpoint restrictions");
-            used += (size_t)snprintf(a->endpoints + used, sizeof(a->endpoints) - used, "%s%s",
-                                     used > 0 ? "," : "", v);
-        } else if ((v = tenant_opt_value(c->argc, c->argv, &i, "--expires", &missing)) != NULL) {
-            if (tenant_duration_parse(v, &a->expires_in_ms) != TALLY_OK)
-                return cli_fail(EXIT_USAGE,
-                                "invalid --expires '%.80s': a duration like 90s, 15m, 12h, 30d", v);
-        } else if (strcmp(c->argv[i], "--json") == 0) {
-            a->json = true;
-        } else {
-            if (missing)
-                return cli_fail(EXIT_USAGE, "%s needs a value", c->argv[i]);
-            return cli_fail(EXIT_USAGE, "unexpected argument '%.80s'", c->argv[i]);
+            rc = store_db_end(db, rc);
+            code = rc != TALLY_OK ? cli_store_fail(rc, a.id) : EXIT_OK;
         }
     }
-    return EXIT_OK;
-}
-
-/* Every restricted endpoint must have a policy for the tenant's plan. */
-static int
-link_check_endpoints(store_db *db, const char *plan, const char *list)
-{
-    char name[TENANT_NAME_MAX + 1];
-    struct tenant_endpoint e;
-    const char *p = list;
-
-    while (*p != '\0') {
-        const char *comma = strchr(p, ',');
-        size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
-        int rc;
-        snprintf(name, sizeof(name), "%.*s", (int)n, p);
-        rc = store_endpoint_resolve(db, plan, name, &e);
-        if (rc == TALLY_ENOTFOUND)
-            return cli_fail(EXIT_FAIL, "endpoint %s is not defined for plan %s", name, plan);
-        if (rc != TALLY_OK)
-            return cli_store_fail(rc, name);
-        if (comma == NULL)
-            break;
-        p = comma + 1;
-    }
-    return EXIT_OK;
-}
-
-/* Inside link create's transaction: room under the plan's --max-links for one
- * more live link? EXIT_OK (with *rc a store error, if any) or EXIT_FAIL, printed. */
-static int
-link_room(store_db *db, const struct store_tenant *t, int64_t now_ms, int *rc)
-{
-    struct tenant_plan p;
-    int64_t live = 0;
-    int64_t cap;
-
-    *rc = store_plan_get(db, t->plan, &p);
-    if (*rc == TALLY_OK)
-        *rc = store_link_live_count(db, t->id, now_ms, &live);
-    if (*rc != TALLY_OK)
-        return EXIT_OK;
-    cap = p.max_links > 0 ? p.max_links : TENANT_MAX_LINKS;
-    if (live < cap)
-        return EXIT_OK;
-    return cli_fail(EXIT_FAIL,
-                    "tenant %s has %lld live links, the cap of plan %s (--max-links %lld): revoke "
-                    "one first; nothing created",
-                    t->id, (long long)live, p.name, (long long)cap);
-}
-
-static int
-link_create(struct cli *c)
-{
-    char token[TENANT_TOKEN_LEN + 1];
-    unsigned char *key = NULL;
-    struct store_tenant t;
-    struct store_link l;
-    struct link_args a;
-    store_db *db = NULL;
-    int code = link_create_args(c, &a);
-    int rc;
-
-    if (code != EXIT_OK)
-        return code;
-    code = cli_open(c, &db);
-    if (code != EXIT_OK)
-        return code;
-    rc = store_tenant_get(db, a.tenant, &t);
-    if (rc != TALLY_OK) {
-        code = rc == TALLY_ENOTFOUND ? cli_fail(EXIT_FAIL, "tenant %s: not found", a.tenant)
-                                     : cli_store_fail(rc, a.tenant);
-        goto out;
-    }
-    code = link_check_endpoints(db, t.plan, a.endpoints);
-    if (code != EXIT_OK)
-        goto out;
-    rc = store_key_load(c->data, &key);
-    if (rc != TALLY_OK) {
-        code = cli_fail(EXIT_CONFIG, "%s (%s/%s)", tally_strerror(rc), c->data, STORE_KEY_FILE);
-        goto out;
-    }
-    memset(&l, 0, sizeof(l));
-    tenant_link_id_new(l.id);
-    tenant_token_new(token);
-    if (tenant_token_hash(key, token, l.hash) != TALLY_OK) {
-        code = cli_fail(EXIT_IOERR, "token hashing failed");
-        goto out;
-    }
-    snprintf(l.tenant, sizeof(l.tenant), "%s", a.tenant);
-    snprintf(l.endpoints, sizeof(l.endpoints), "%s", a.endpoints);
-    l.created_ms = cli_now_ms();
-    l.expires_ms = a.expires_in_ms > 0 ? l.created_ms + a.expires_in_ms : 0;
-    rc = store_db_begin(db);
-    if (rc == TALLY_OK)
-        code = link_room(db, &t, l.created_ms, &rc);
-    if (code != EXIT_OK) {
-        store_db_rollback(db);
-        goto out;
-    }
-    if (rc == TALLY_OK)
-        rc = store_link_insert(db, &l);
-    rc = store_db_end(db, rc);
-    if (rc != TALLY_OK) {
-        code = cli_store_fail(rc, "link create");
-        goto out;
-    }
-    if (a.json) {
-        char expires[32];
-        format_time(l.expires_ms, expires, sizeof(expires));
-        printf("{\"token\":\"%s\",\"id\":\"%s\",\"tenant\":\"%s\",\"expires\":%s%s%s}\n", token,
-               l.id, l.tenant, l.expires_ms ? "\"" : "", l.expires_ms ? expires : "null",
-               l.expires_ms ? "\"" : "");
-    } else {
-        printf("%s\n", token);
-    }
-    fflush(stdout);
-out:
-    sodium_memzero(token, sizeof(token));
-    store_key_free(key);
     store_db_close(db);
     return code;
-}
-
-static int
-link_revoke(struct cli *c)
-{
-    unsigned char hash[TENANT_HASH_BYTES];
-    unsigned char *key = NULL;
-    struct store_link l;
-    store_db *db = NULL;
-    const char *arg;
-    int code;
-    int rc;
-
-    if (c->argc != 2)
-        return cli_fail(EXIT_USAGE, "usage: tally link revoke TOKEN-OR-ID");
-    arg = c->argv[1];
-    code = cli_open(c, &db);
-    if (code != EXIT_OK)
-        return code;
-    if (tenant_link_id_valid(arg)) {
-        rc = store_link_by_id(db, arg, &l);
-    } else {
-        rc = store_key_load(c->data, &key);
-        if (rc == TALLY_OK)
-            rc = tenant_token_hash(key, arg, hash);
-        if (rc == TALLY_OK)
-            rc = store_link_by_hash(db, hash, &l);
-        sodium_memzero(hash, sizeof(hash));
-    }
-    if (rc == TALLY_ENOTFOUND || rc == TALLY_EINVAL) {
-        code = cli_fail(EXIT_FAIL, "no such link");
-    } else if (rc != TALLY_OK) {
-        code = cli_store_fail(rc, "link revoke");
-    } else {
-        rc = store_db_begin(db);
-        if (rc == TALLY_OK)
-            rc = store_link_revoke(db, l.id, cli_now_ms());
-        rc = store_db_end(db, rc);
-        code = rc != TALLY_OK ? cli_store_fail(rc, "link revoke") : EXIT_OK;
-        if (code == EXIT_OK)
-            fprintf(stderr, "tally: revoked %s\n", l.id);
-    }
-    store_key_free(key);
-    store_db_close(db);
-    return code;
-}
-
-static int
-print_link_row(void *ctx, const struct store_link *l)
-{
-    int64_t now_ms = *(const int64_t *)ctx;
-    const char *status = l->revoked_ms != 0                                ? "revoked"
-                         : (l->expires_ms != 0 && now_ms >= l->expires_ms) ? "expired"
-                                                                           : "live";
-    char created[32];
-    char expires[32];
-
-    format_time(l->created_ms, created, sizeof(created));
-    format_time(l->expires_ms, expires, sizeof(expires));
-    printf("%s %-7s %s %s %s\n", l->id, status, created, expires,
-           l->endpoints[0] != '\0' ? l->endpoints : "*");
-    return TALLY_OK;
-}
-
-static int
-link_list(struct cli *c)
-{
-    struct store_tenant t;
-    store_db *db = NULL;
-    char err[256];
-    int64_t now_ms = cli_now_ms();
-    int code;
-    int rc;
-
-    if (c->argc != 2 || tenant_name_check("tenant", c->argv[1], err, sizeof(err)) != TALLY_OK)
-        return cli_fail(EXIT_USAGE, "%s", c->argc != 2 ? "usage: tally link list TENANT" : err);
-    code = cli_open(c, &db);
-    if (code != EXIT_OK)
-        return code;
-    rc = store_tenant_get(db, c->argv[1], &t);
-    if (rc == TALLY_OK)
-        rc = store_link_each(db, c->argv[1], print_link_row, &now_ms);
-    store_db_close(db);
-    return rc != TALLY_OK ? cli_store_fail(rc, c->argv[1]) : EXIT_OK;
-}
-
-int
-cli_link(struct cli *c)
-{
-    const char *sub = c->argc > 0 ? c->argv[0] : "";
-
-    if (strcmp(sub, "create") == 0)
-        return link_create(c);
-    if (strcmp(sub, "revoke") == 0)
-        return link_revoke(c);
-    if (strcmp(sub, "list") == 0)
-        return link_list(c);
-    return cli_fail(EXIT_USAGE, "usage: tally link create|revoke|list ...");
 }

@@ -14,7 +14,7 @@
 static char *
 export_text(const struct tenant_config *c, size_t *len)
 {
-    size_t cap = (c->n_plans + c->n_endpoints) * (TENANT_CONFIG_TEXT_MAX + 1) + 1;
+    size_t cap = (c->n_plans + c->n_endpoints + c->n_tenants) * (TENANT_CONFIG_TEXT_MAX + 1) + 1;
     char *text = malloc(cap);
     size_t used = 0;
     size_t i;
@@ -28,6 +28,12 @@ export_text(const struct tenant_config *c, size_t *len)
     }
     for (i = 0; i < c->n_endpoints; i++) {
         tenant_endpoint_format(&c->endpoints[i], text + used, TENANT_CONFIG_TEXT_MAX);
+        FUZZ_CHECK(strlen(text + used) < TENANT_CONFIG_TEXT_MAX - 1);
+        used += strlen(text + used);
+        text[used++] = '\n';
+    }
+    for (i = 0; i < c->n_tenants; i++) {
+        tenant_account_format(&c->tenants[i], text + used, TENANT_CONFIG_TEXT_MAX);
         FUZZ_CHECK(strlen(text + used) < TENANT_CONFIG_TEXT_MAX - 1);
         used += strlen(text + used);
         text[used++] = '\n';
@@ -49,7 +55,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rc = tenant_config_parse((const char *)data, size, &c, err, sizeof(err));
     if (rc != TALLY_OK) {
         FUZZ_CHECK(err[0] != '\0');
-        FUZZ_CHECK(c.plans == NULL && c.endpoints == NULL); /* nothing left to free */
+        FUZZ_CHECK(c.plans == NULL && c.endpoints == NULL && c.tenants == NULL);
         return 0;
     }
     text = export_text(&c, &len);
@@ -57,7 +63,8 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc != TALLY_OK)
         fprintf(stderr, "export does not parse: %s\n%s", err, text);
     FUZZ_CHECK(rc == TALLY_OK);
-    FUZZ_CHECK(back.n_plans == c.n_plans && back.n_endpoints == c.n_endpoints);
+    FUZZ_CHECK(back.n_plans == c.n_plans && back.n_endpoints == c.n_endpoints &&
+               back.n_tenants == c.n_tenants);
     again = export_text(&back, &len2);
     FUZZ_CHECK(len == len2 && memcmp(text, again, len) == 0);
     free(again);

@@ -145,6 +145,7 @@ model = {
     "duration": "\x0330d", "duration_s": "\x0390s",
     "name": "\x04acme", "name_full": "\x04a-b_c0123456789",
     "token": "\x05" + TOKEN, "link": "\x05" + LINK,
+    "limit_month": "\x00100000/month", "list_month": "\x01600/1m,100000/month",
 }
 for k, v in model.items():
     put("model", k, v)
@@ -164,6 +165,12 @@ put("config", "every_option",
     "plan p --limit=5/1s --link-limit 7/1m --concurrency 1024\n"
     "endpoint e --plan p --limit 1/1s --tenant-limit 2/2s --algorithm window --cost 4 "
     "--on-unavailable closed --shadow\r\n\t# comment\n")
+put("config", "contracts",
+    "plan pro --limit 600/1m --limit 100000/month\n"
+    "endpoint export --limit 100/month --tenant-limit 500/month\n"
+    "tenant acme --plan pro --billing-day 15 --limit 600/1m --limit 200000/month "
+    "--link-limit 5/1m --concurrency 8\n"
+    "tenant beta --plan pro\n")
 put("config", "empty", "")
 put("config", "comments", "# nothing\n\n   # more\n")
 

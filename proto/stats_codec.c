@@ -7,34 +7,60 @@
 
 #include <string.h>
 
-size_t
-proto_stats_encode(uint8_t *out, uint32_t id, const char *tenant)
+/* A frame of `type` whose payload is one tenant name ("" allowed when `empty_ok`). */
+static size_t
+tenant_msg_encode(uint8_t *out, uint8_t type, uint32_t id, const char *tenant, bool empty_ok)
 {
     struct proto_writer w;
 
-    if (tenant[0] != '\0' && !tenant_name_valid(tenant))
+    if ((tenant[0] != '\0' || !empty_ok) && !tenant_name_valid(tenant))
         return 0;
     proto_writer_init(&w, out, 512);
     w.at = PROTO_FRAME_HEADER;
     proto_put_str(&w, tenant);
     if (w.bad)
         return 0;
-    proto_frame_header(out, PROTO_C_STATS, 0, id, w.at - PROTO_FRAME_HEADER);
+    proto_frame_header(out, type, 0, id, w.at - PROTO_FRAME_HEADER);
     return w.at;
+}
+
+static int
+tenant_msg_decode(const struct proto_frame *f, uint8_t type, char tenant[TENANT_NAME_MAX + 1],
+                  bool empty_ok)
+{
+    struct proto_cursor c;
+
+    if (f->type != type || f->flags != 0)
+        return TALLY_EPROTO;
+    proto_cursor_init(&c, f->payload, f->payload_len);
+    proto_get_str(&c, tenant, TENANT_NAME_MAX + 1);
+    if (!proto_cursor_done(&c) || ((tenant[0] != '\0' || !empty_ok) && !tenant_name_valid(tenant)))
+        return TALLY_EPROTO;
+    return TALLY_OK;
+}
+
+size_t
+proto_stats_encode(uint8_t *out, uint32_t id, const char *tenant)
+{
+    return tenant_msg_encode(out, PROTO_C_STATS, id, tenant, true);
 }
 
 int
 proto_stats_decode(const struct proto_frame *f, char tenant[TENANT_NAME_MAX + 1])
 {
-    struct proto_cursor c;
+    return tenant_msg_decode(f, PROTO_C_STATS, tenant, true);
+}
 
-    if (f->type != PROTO_C_STATS || f->flags != 0)
-        return TALLY_EPROTO;
-    proto_cursor_init(&c, f->payload, f->payload_len);
-    proto_get_str(&c, tenant, TENANT_NAME_MAX + 1);
-    if (!proto_cursor_done(&c) || (tenant[0] != '\0' && !tenant_name_valid(tenant)))
-        return TALLY_EPROTO;
-    return TALLY_OK;
+size_t
+proto_flush_encode(uint8_t *out, uint32_t id, const char *tenant)
+{
+    return tenant_msg_encode(out, PROTO_C_FLUSH, id, tenant, false);
+}
+
+int
+proto_flush_decode(const struct proto_frame *f, char tenant[TENANT_NAME_MAX + 1])
+{
+    return tenant_msg_decode(f, PROTO_C_FLUSH, tenant, false);
 }
 
 size_t

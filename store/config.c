@@ -4,7 +4,7 @@
  * and parsed back with the same strict parser the command line uses, so the
  * file and the CLI can never disagree on what a limit means.
  */
-#include "store_config.h"
+#include "config_int.h"
 
 #include <sqlite3.h>
 #include <stdio.h>
@@ -51,33 +51,12 @@ static const char *const config_migrations[] = {
     /* 2 -> 3: endpoints keyed by caller (key 1) and their exact-table ceiling */
     ("ALTER TABLE endpoint ADD COLUMN key INTEGER NOT NULL DEFAULT 0;"
      "ALTER TABLE endpoint ADD COLUMN max_callers INTEGER NOT NULL DEFAULT 0;"),
-};
-
-enum config_stmt {
-    S_PLAN_PUT,
-    S_PLAN_GET,
-    S_PLAN_DELETE,
-    S_PLAN_EACH,
-    S_PLAN_USERS,
-    S_EP_PUT,
-    S_EP_GET,
-    S_EP_DELETE,
-    S_EP_DELETE_PLAN,
-    S_EP_EACH,
-    S_TENANT_ADD,
-    S_TENANT_GET,
-    S_TENANT_SET_PLAN,
-    S_TENANT_REMOVE,
-    S_TENANT_EACH,
-    S_LINK_INSERT,
-    S_LINK_BY_HASH,
-    S_LINK_BY_ID,
-    S_LINK_REVOKE,
-    S_LINK_EACH,
-    S_LINK_LIVE_COUNT,
-    S_EP_NAMES_COUNT,
-    S_EP_KEY_OTHER,
-    S__COUNT
+    /* 3 -> 4: a tenant's billing day (its months start there) and its own limits, which
+     * override the plan's (NULL: the plan's) */
+    "ALTER TABLE tenant ADD COLUMN billing_day INTEGER NOT NULL DEFAULT 1;"
+    "ALTER TABLE tenant ADD COLUMN limits TEXT;"
+    "ALTER TABLE tenant ADD COLUMN link_limits TEXT;"
+    "ALTER TABLE tenant ADD COLUMN concurrency INTEGER;",
 };
 
 #define LINK_COLS "id, tenant, hash, endpoints, created_ms, expires_ms, revoked_ms"
@@ -86,7 +65,7 @@ enum config_stmt {
     "expensive, shadow, key, max_callers"
 #define TENANT_COLS                                                                                \
     "id, plan, created_ms, (SELECT count(*) FROM link WHERE link.tenant = tenant.id AND "          \
-    "revoked_ms = 0)"
+    "revoked_ms = 0), billing_day, limits, link_limits, concurrency"
 
 static const char *const config_statements[S__COUNT] = {
     [S_PLAN_PUT] = "INSERT INTO plan(name, limits, link_limits, concurrency, max_links)"
@@ -104,11 +83,13 @@ static const char *const config_statements[S__COUNT] = {
     [S_EP_DELETE] = "DELETE FROM endpoint WHERE plan=?1 AND name=?2",
     [S_EP_DELETE_PLAN] = "DELETE FROM endpoint WHERE plan=?1",
     [S_EP_EACH] = "SELECT " EP_COLS " FROM endpoint ORDER BY plan, name",
-    [S_TENANT_ADD] = "INSERT INTO tenant(id, plan, created_ms) VALUES(?1,?2,?3)",
+    [S_TENANT_ADD] = "INSERT INTO tenant(id, plan, created_ms, billing_day) VALUES(?1,?2,?3,?4)",
     [S_TENANT_GET] = "SELECT " TENANT_COLS " FROM tenant WHERE id=?1",
     [S_TENANT_SET_PLAN] = "UPDATE tenant SET plan=?2 WHERE id=?1",
     [S_TENANT_REMOVE] = "DELETE FROM tenant WHERE id=?1",
     [S_TENANT_EACH] = "SELECT " TENANT_COLS " FROM tenant ORDER BY id",
+    [S_TENANT_SET_DAY] = "UPDATE tenant SET billing_day=?2 WHERE id=?1",
+    [S_TENANT_SET_OVR] = "UPDATE tenant SET limits=?2, link_limits=?3, concurrency=?4 WHERE id=?1",
     [S_LINK_INSERT] = "INSERT INTO link(" LINK_COLS ") VALUES(?1,?2,?3,?4,?5,?6,?7)",
     [S_LINK_BY_HASH] = "SELECT " LINK_COLS " FROM link WHERE hash=?1",
     [S_LINK_BY_ID] = "SELECT " LINK_COLS " FROM link WHERE id=?1",
@@ -141,8 +122,8 @@ store_config_open(const char *dir, bool create, store_db **out)
 }
 
 /* Runs a statement expected to change rows; TALLY_ENOTFOUND when none changed. */
-static int
-step_change(store_db *db, sqlite3_stmt *st)
+int
+store__step_change(store_db *db, sqlite3_stmt *st)
 {
     int rc = store_db_rc(db, sqlite3_step(st));
 
@@ -152,24 +133,24 @@ step_change(store_db *db, sqlite3_stmt *st)
     return rc;
 }
 
-static void
-copy_text(char *dst, size_t len, sqlite3_stmt *st, int col)
+void
+store__copy_text(char *dst, size_t len, sqlite3_stmt *st, int col)
 {
     const unsigned char *t = sqlite3_column_text(st, col);
 
     snprintf(dst, len, "%s", t != NULL ? (const char *)t : "");
 }
 
-static int
-limits_col(sqlite3_stmt *st, int col, struct tenant_limits *out)
+int
+store__limits_col(sqlite3_stmt *st, int col, struct tenant_limits *out)
 {
     return tenant_limits_parse((const char *)sqlite3_column_text(st, col), out) == TALLY_OK
                ? TALLY_OK
                : TALLY_ECORRUPT;
 }
 
-static void
-bind_limits(sqlite3_stmt *st, int idx, const struct tenant_limits *ls)
+void
+store__bind_limits(sqlite3_stmt *st, int idx, const struct tenant_limits *ls)
 {
     char text[TENANT_MAX_WINDOWS * TENANT_LIMIT_TEXT_MAX];
 
@@ -185,11 +166,11 @@ store_plan_put(store_db *db, const struct tenant_plan *p)
     sqlite3_stmt *st = store_db_stmt(db, S_PLAN_PUT);
 
     sqlite3_bind_text(st, 1, p->name, -1, SQLITE_STATIC);
-    bind_limits(st, 2, &p->limits);
-    bind_limits(st, 3, &p->link_limits);
+    store__bind_limits(st, 2, &p->limits);
+    store__bind_limits(st, 3, &p->link_limits);
     sqlite3_bind_int64(st, 4, p->concurrency);
     sqlite3_bind_int64(st, 5, p->max_links);
-    return step_change(db, st);
+    return store__step_change(db, st);
 }
 
 static int
@@ -198,10 +179,10 @@ plan_row(sqlite3_stmt *st, struct tenant_plan *out)
     int rc;
 
     memset(out, 0, sizeof(*out));
-    copy_text(out->name, sizeof(out->name), st, 0);
-    rc = limits_col(st, 1, &out->limits);
+    store__copy_text(out->name, sizeof(out->name), st, 0);
+    rc = store__limits_col(st, 1, &out->limits);
     if (rc == TALLY_OK)
-        rc = limits_col(st, 2, &out->link_limits);
+        rc = store__limits_col(st, 2, &out->link_limits);
     out->concurrency = sqlite3_column_int64(st, 3);
     out->max_links = sqlite3_column_int64(st, 4);
     return rc;
@@ -254,28 +235,10 @@ store_plan_delete(store_db *db, const char *name)
         return rc;
     st = store_db_stmt(db, S_PLAN_DELETE);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    return step_change(db, st);
+    return store__step_change(db, st);
 }
 
 /* Iterates rows of statement `idx` bound with `arg` (or nothing when NULL). */
-#define EACH_ROWS(db, idx, arg, type, row_fn, cb, ctx)                                             \
-    do {                                                                                           \
-        sqlite3_stmt *st_ = store_db_stmt((db), (idx));                                            \
-        type item_;                                                                                \
-        int step_;                                                                                 \
-        int rc_ = TALLY_OK;                                                                        \
-        if ((arg) != NULL)                                                                         \
-            sqlite3_bind_text(st_, 1, (arg), -1, SQLITE_STATIC);                                   \
-        while (rc_ == TALLY_OK && (step_ = sqlite3_step(st_)) == SQLITE_ROW) {                     \
-            rc_ = row_fn(st_, &item_);                                                             \
-            if (rc_ == TALLY_OK)                                                                   \
-                rc_ = (cb)((ctx), &item_);                                                         \
-        }                                                                                          \
-        if (rc_ == TALLY_OK && step_ != SQLITE_DONE)                                               \
-            rc_ = store_db_rc((db), step_);                                                        \
-        sqlite3_reset(st_);                                                                        \
-        return rc_;                                                                                \
-    } while (0)
 
 int
 store_plan_each(store_db *db, store_plan_cb cb, void *ctx)
@@ -293,9 +256,9 @@ store_endpoint_put(store_db *db, const struct tenant_endpoint *e)
 
     sqlite3_bind_text(st, 1, e->plan, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, e->name, -1, SQLITE_STATIC);
-    bind_limits(st, 3, &e->limits);
-    bind_limits(st, 4, &e->tenant_limits);
-    bind_limits(st, 5, &e->degraded_limits);
+    store__bind_limits(st, 3, &e->limits);
+    store__bind_limits(st, 4, &e->tenant_limits);
+    store__bind_limits(st, 5, &e->degraded_limits);
     sqlite3_bind_int(st, 6, (int)e->algorithm);
     sqlite3_bind_int(st, 7, (int)e->on_unavailable);
     sqlite3_bind_int64(st, 8, e->cost);
@@ -303,7 +266,7 @@ store_endpoint_put(store_db *db, const struct tenant_endpoint *e)
     sqlite3_bind_int(st, 10, e->shadow ? 1 : 0);
     sqlite3_bind_int(st, 11, (int)e->key);
     sqlite3_bind_int64(st, 12, e->max_callers);
-    return step_change(db, st);
+    return store__step_change(db, st);
 }
 
 static int
@@ -312,13 +275,13 @@ endpoint_row(sqlite3_stmt *st, struct tenant_endpoint *out)
     int rc;
 
     memset(out, 0, sizeof(*out));
-    copy_text(out->plan, sizeof(out->plan), st, 0);
-    copy_text(out->name, sizeof(out->name), st, 1);
-    rc = limits_col(st, 2, &out->limits);
+    store__copy_text(out->plan, sizeof(out->plan), st, 0);
+    store__copy_text(out->name, sizeof(out->name), st, 1);
+    rc = store__limits_col(st, 2, &out->limits);
     if (rc == TALLY_OK)
-        rc = limits_col(st, 3, &out->tenant_limits);
+        rc = store__limits_col(st, 3, &out->tenant_limits);
     if (rc == TALLY_OK)
-        rc = limits_col(st, 4, &out->degraded_limits);
+        rc = store__limits_col(st, 4, &out->degraded_limits);
     out->algorithm = sqlite3_column_int(st, 5) == 1 ? TENANT_ALG_GCRA : TENANT_ALG_WINDOW;
     out->on_unavailable =
         sqlite3_column_int(st, 6) == 1 ? TENANT_UNAVAIL_OPEN : TENANT_UNAVAIL_CLOSED;
@@ -368,7 +331,7 @@ store_endpoint_delete(store_db *db, const char *plan, const char *name)
 
     sqlite3_bind_text(st, 1, plan, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-    return step_change(db, st);
+    return store__step_change(db, st);
 }
 
 int
@@ -407,83 +370,6 @@ store_endpoint_names(store_db *db, int64_t *out)
     return rc;
 }
 
-/* ---- tenants ---- */
-
-int
-store_tenant_add(store_db *db, const char *id, const char *plan, int64_t now_ms)
-{
-    struct tenant_plan p;
-    sqlite3_stmt *st;
-    int rc = store_plan_get(db, plan, &p);
-
-    if (rc != TALLY_OK)
-        return rc;
-    st = store_db_stmt(db, S_TENANT_ADD);
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, plan, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, now_ms);
-    return step_change(db, st);
-}
-
-int
-store_tenant_set_plan(store_db *db, const char *id, const char *plan)
-{
-    struct tenant_plan p;
-    sqlite3_stmt *st;
-    int rc = store_plan_get(db, plan, &p);
-
-    if (rc != TALLY_OK)
-        return rc;
-    st = store_db_stmt(db, S_TENANT_SET_PLAN);
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, plan, -1, SQLITE_STATIC);
-    return step_change(db, st);
-}
-
-static int
-tenant_row(sqlite3_stmt *st, struct store_tenant *out)
-{
-    memset(out, 0, sizeof(*out));
-    copy_text(out->id, sizeof(out->id), st, 0);
-    copy_text(out->plan, sizeof(out->plan), st, 1);
-    out->created_ms = sqlite3_column_int64(st, 2);
-    out->links_live = sqlite3_column_int64(st, 3);
-    return TALLY_OK;
-}
-
-int
-store_tenant_get(store_db *db, const char *id, struct store_tenant *out)
-{
-    sqlite3_stmt *st = store_db_stmt(db, S_TENANT_GET);
-    int step;
-    int rc;
-
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    step = sqlite3_step(st);
-    if (step == SQLITE_ROW)
-        rc = tenant_row(st, out);
-    else
-        rc = step == SQLITE_DONE ? TALLY_ENOTFOUND : store_db_rc(db, step);
-    sqlite3_reset(st);
-    return rc;
-}
-
-int
-store_tenant_remove(store_db *db, const char *id)
-{
-    sqlite3_stmt *st = store_db_stmt(db, S_TENANT_REMOVE);
-
-    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    return step_change(db, st);
-}
-
-int
-store_tenant_each(store_db *db, store_tenant_cb cb, void *ctx)
-{
-    const char *none = NULL;
-    EACH_ROWS(db, S_TENANT_EACH, none, struct store_tenant, tenant_row, cb, ctx);
-}
-
 /* ---- links ---- */
 
 int
@@ -514,7 +400,7 @@ store_link_insert(store_db *db, const struct store_link *l)
     sqlite3_bind_int64(st, 5, l->created_ms);
     sqlite3_bind_int64(st, 6, l->expires_ms);
     sqlite3_bind_int64(st, 7, l->revoked_ms);
-    return step_change(db, st);
+    return store__step_change(db, st);
 }
 
 static int
@@ -523,12 +409,12 @@ link_row(sqlite3_stmt *st, struct store_link *out)
     const void *hash = sqlite3_column_blob(st, 2);
 
     memset(out, 0, sizeof(*out));
-    copy_text(out->id, sizeof(out->id), st, 0);
-    copy_text(out->tenant, sizeof(out->tenant), st, 1);
+    store__copy_text(out->id, sizeof(out->id), st, 0);
+    store__copy_text(out->tenant, sizeof(out->tenant), st, 1);
     if (hash == NULL || sqlite3_column_bytes(st, 2) != TENANT_HASH_BYTES)
         return TALLY_ECORRUPT;
     memcpy(out->hash, hash, TENANT_HASH_BYTES);
-    copy_text(out->endpoints, sizeof(out->endpoints), st, 3);
+    store__copy_text(out->endpoints, sizeof(out->endpoints), st, 3);
     out->created_ms = sqlite3_column_int64(st, 4);
     out->expires_ms = sqlite3_column_int64(st, 5);
     out->revoked_ms = sqlite3_column_int64(st, 6);
@@ -580,7 +466,7 @@ store_link_revoke(store_db *db, const char *id, int64_t now_ms)
     st = store_db_stmt(db, S_LINK_REVOKE);
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, now_ms);
-    return step_change(db, st);
+    return store__step_change(db, st);
 }
 
 int

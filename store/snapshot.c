@@ -20,6 +20,10 @@ struct store_snapshot {
     size_t n_endpoints, cap_endpoints;
     struct store_snap_tenant *tenants;
     size_t n_tenants, cap_tenants;
+    struct tenant_plan *own; /* plans of tenants that differ from theirs (store_tenant_effective) */
+    size_t n_own, cap_own;
+    size_t *own_of; /* during load only: per tenant, index into own + 1, 0 = the shared plan */
+    size_t cap_own_of;
     struct store_snap_link *links;
     size_t n_links, cap_links;
     char **tenant_of_link; /* during load only: tenant id per link */
@@ -92,13 +96,40 @@ add_tenant(void *ctx, const struct store_tenant *t)
 
     if (rc != TALLY_OK)
         return rc;
+    rc = grow((void **)&s->own_of, &s->cap_own_of, s->n_tenants, sizeof(*s->own_of));
+    if (rc != TALLY_OK)
+        return rc;
     st = &s->tenants[s->n_tenants];
     snprintf(st->id, sizeof(st->id), "%s", t->id);
     st->plan = find_plan(s, t->plan);
+    st->billing_day = t->billing_day;
+    st->overrides = t->overrides;
     if (st->plan == NULL)
         return TALLY_ECORRUPT; /* the foreign key forbids it */
+    s->own_of[s->n_tenants] = 0;
+    /* Pointers into `own` are set once it stops moving (own_plans_fix). */
+    if (t->overrides != 0 ||
+        (t->billing_day != 1 && (tenant_limits_have_month(&st->plan->limits) ||
+                                 tenant_limits_have_month(&st->plan->link_limits)))) {
+        rc = grow((void **)&s->own, &s->cap_own, s->n_own, sizeof(*s->own));
+        if (rc != TALLY_OK)
+            return rc;
+        store_tenant_effective(t, st->plan, &s->own[s->n_own++]);
+        s->own_of[s->n_tenants] = s->n_own;
+    }
     s->n_tenants++;
     return TALLY_OK;
+}
+
+static void
+own_plans_fix(store_snapshot *s)
+{
+    for (size_t i = 0; i < s->n_tenants; i++) {
+        if (s->own_of[i] != 0)
+            s->tenants[i].plan = &s->own[s->own_of[i] - 1];
+    }
+    tally_free(s->own_of);
+    s->own_of = NULL;
 }
 
 /* Pool offsets are stored in the endpoints pointer until the pool stops moving. */
@@ -295,6 +326,8 @@ store_snapshot_load(store_db *db, const char *tenant, store_snapshot **out)
     if (rc == TALLY_OK)
         rc = tenant != NULL ? add_one_tenant(db, s, tenant) : store_tenant_each(db, add_tenant, s);
     if (rc == TALLY_OK)
+        own_plans_fix(s);
+    if (rc == TALLY_OK)
         rc = load_links(db, s, tenant);
     if (rc == TALLY_OK)
         rc = build_table(s);
@@ -319,6 +352,8 @@ store_snapshot_free(store_snapshot *s)
     tally_free(s->plans);
     tally_free(s->endpoints);
     tally_free(s->tenants);
+    tally_free(s->own);
+    tally_free(s->own_of);
     tally_free(s->links);
     tally_free(s->pool);
     tally_free(s->table);
@@ -412,4 +447,25 @@ int64_t
 store_snapshot_version(const store_snapshot *s)
 {
     return s->version;
+}
+
+void
+store_endpoint_bind_month(struct tenant_endpoint *e, int64_t billing_day)
+{
+    tenant_limits_bind_month(&e->limits, billing_day);
+    tenant_limits_bind_month(&e->tenant_limits, billing_day);
+    tenant_limits_bind_month(&e->degraded_limits, billing_day);
+}
+
+bool
+store_snapshot_endpoint_for(const store_snapshot *s, const struct store_snap_tenant *t,
+                            const char *endpoint, struct tenant_endpoint *out)
+{
+    const struct tenant_endpoint *e = store_snapshot_endpoint(s, t->plan->name, endpoint);
+
+    if (e == NULL)
+        return false;
+    *out = *e;
+    store_endpoint_bind_month(out, t->billing_day);
+    return true;
 }

@@ -52,7 +52,7 @@ add_limit(struct tenant_limits *ls, const char *opt, const char *v, char *err, s
     if (tenant_limit_parse(v, &l) != TALLY_OK) {
         snprintf(err, errlen,
                  "invalid limit '%s' for %s: use N/PERIOD, N from 1 to 2^32, PERIOD up to 365d "
-                 "in s, m, h or d (e.g. 600/1m)",
+                 "in s, m, h or d, or month (e.g. 600/1m, 100000/month)",
                  v, opt);
         return TALLY_ELIMIT;
     }
@@ -239,6 +239,12 @@ tenant_endpoint_parse_args(int argc, char **argv, struct tenant_endpoint *out, c
     if (out->limits.count == 0)
         return bad(err, errlen, TALLY_ELIMIT, "endpoint %s needs at least one --limit N/PERIOD",
                    out->name);
+    if (out->algorithm == TENANT_ALG_GCRA &&
+        (tenant_limits_have_month(&out->limits) || tenant_limits_have_month(&out->tenant_limits)))
+        return bad(err, errlen, TALLY_ELIMIT,
+                   "endpoint %s: --algorithm gcra takes no N/month limit (a month has no fixed "
+                   "length); use --algorithm window",
+                   out->name);
     if (out->on_unavailable == TENANT_UNAVAIL_OPEN && out->degraded_limits.count == 0)
         return bad(err, errlen, TALLY_ELIMIT,
                    "endpoint %s: --on-unavailable open needs a --degraded-limit N/PERIOD",
@@ -380,6 +386,23 @@ config_validate(const struct tenant_config *c, char *err, size_t errlen)
             }
         }
     }
+    for (i = 0; i < c->n_tenants; i++) {
+        const struct tenant_account *t = &c->tenants[i];
+        bool plan_found = false;
+        for (j = 0; j < c->n_plans && !plan_found; j++)
+            plan_found = strcmp(c->plans[j].name, t->plan) == 0;
+        if (!plan_found) {
+            snprintf(err, errlen, "tenant %s names plan %s, which the file does not define", t->id,
+                     t->plan);
+            return TALLY_ECONFIG;
+        }
+        for (j = i + 1; j < c->n_tenants; j++) {
+            if (strcmp(t->id, c->tenants[j].id) == 0) {
+                snprintf(err, errlen, "tenant %s is defined twice", t->id);
+                return TALLY_ECONFIG;
+            }
+        }
+    }
     return TALLY_OK;
 }
 
@@ -392,6 +415,7 @@ tenant_config_parse(const char *text, size_t len, struct tenant_config *out, cha
     char why[256];
     size_t cap_plans = 0;
     size_t cap_endpoints = 0;
+    size_t cap_tenants = 0;
     size_t at = 0;
     size_t lineno = 0;
     int rc = TALLY_OK;
@@ -425,7 +449,7 @@ tenant_config_parse(const char *text, size_t len, struct tenant_config *out, cha
         if (nwords < 0) {
             snprintf(err, errlen, "line %zu: more than %d words", lineno, TENANT_CONFIG_WORDS_MAX);
             rc = TALLY_ECONFIG;
-        } else if (out->n_plans + out->n_endpoints >= TENANT_CONFIG_ITEMS_MAX) {
+        } else if (out->n_plans + out->n_endpoints + out->n_tenants >= TENANT_CONFIG_ITEMS_MAX) {
             snprintf(err, errlen, "line %zu: more than %d items", lineno, TENANT_CONFIG_ITEMS_MAX);
             rc = TALLY_ETOOBIG;
         } else if (strcmp(words[0], "plan") == 0) {
@@ -449,9 +473,20 @@ tenant_config_parse(const char *text, size_t len, struct tenant_config *out, cha
             else
                 snprintf(err, errlen, "line %zu: %s", lineno,
                          rc == TALLY_ENOMEM ? "out of memory" : why);
+        } else if (strcmp(words[0], "tenant") == 0) {
+            rc = grow((void **)&out->tenants, &cap_tenants, out->n_tenants, sizeof(*out->tenants));
+            if (rc == TALLY_OK)
+                rc = tenant_account_parse_args(nwords - 1, words + 1, &out->tenants[out->n_tenants],
+                                               why, sizeof(why));
+            if (rc == TALLY_OK)
+                out->n_tenants++;
+            else
+                snprintf(err, errlen, "line %zu: %s", lineno,
+                         rc == TALLY_ENOMEM ? "out of memory" : why);
         } else {
-            snprintf(err, errlen, "line %zu: unknown item '%.40s': expected plan or endpoint",
-                     lineno, words[0]);
+            snprintf(err, errlen,
+                     "line %zu: unknown item '%.40s': expected plan, endpoint or tenant", lineno,
+                     words[0]);
             rc = TALLY_ECONFIG;
         }
     }
@@ -467,5 +502,6 @@ tenant_config_release(struct tenant_config *c)
 {
     tally_free(c->plans);
     tally_free(c->endpoints);
+    tally_free(c->tenants);
     memset(c, 0, sizeof(*c));
 }

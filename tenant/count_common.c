@@ -1,8 +1,8 @@
 /*
  * What every counting algorithm shares: the range checks that keep the arithmetic inside int64
  * (docs/CONVENTIONS.md §3: overflow checked before it happens), the choice of which bound a verdict
- * reports, and the small conversions callers print (scope names, Retry-After in seconds). No
- * state, no clock, no allocation.
+ * reports, the small conversions callers print (scope names, Retry-After in seconds), and
+ * which periods are calendar months (tenant.h). No state, no clock, no allocation.
  */
 #include "count_int.h"
 
@@ -27,6 +27,26 @@ tenant_scope_name(enum tenant_scope scope)
         return "caller";
     }
     return "unknown";
+}
+
+bool
+tenant_period_is_month(int64_t period_ms)
+{
+    return period_ms > TENANT_MONTH_MS && period_ms <= TENANT_MONTH_MS + TENANT_BILLING_DAY_MAX;
+}
+
+int64_t
+tenant_month_period(int64_t billing_day)
+{
+    if (billing_day < 1 || billing_day > TENANT_BILLING_DAY_MAX)
+        return -1;
+    return TENANT_MONTH_MS + billing_day;
+}
+
+bool
+tenant_periods_match(int64_t a, int64_t b)
+{
+    return a == b || (tenant_period_is_month(a) && tenant_period_is_month(b));
 }
 
 int64_t
@@ -77,6 +97,16 @@ tenant__count_check_limits(const struct tenant_limits *ls)
             if (ls->v[j].period_ms == l->period_ms)
                 return TALLY_EINVAL;
         }
+    }
+    return TALLY_OK;
+}
+
+int
+tenant__count_check_no_month(const struct tenant_limits *ls)
+{
+    for (uint32_t i = 0; i < ls->count; i++) {
+        if (tenant_period_is_month(ls->v[i].period_ms))
+            return TALLY_EINVAL;
     }
     return TALLY_OK;
 }

@@ -104,6 +104,8 @@ gcra_check_args(const struct tenant_limits *ls, const struct tenant_gcra_state *
 {
     int rc = tenant__count_check_args(ls, now_ms, cost);
 
+    if (rc == TALLY_OK)
+        rc = tenant__count_check_no_month(ls);
     if (rc == TALLY_OK && st == NULL)
         rc = TALLY_EINVAL;
     if (rc == TALLY_OK)

@@ -20,6 +20,12 @@ tenant__count_eval_ms(int64_t now_ms, int64_t last_now_ms)
     return now_ms > last_now_ms ? now_ms : last_now_ms;
 }
 
+/** Month window id and end for billing day 1..28 (count_month.c); now_ms >= 0, id >= 0. */
+int64_t tenant__month_window_id(int64_t now_ms, int64_t billing_day);
+int64_t tenant__month_window_end_ms(int64_t window_id, int64_t billing_day);
+/** TALLY_EINVAL when `ls` holds a month limit (GCRA has none). */
+int tenant__count_check_no_month(const struct tenant_limits *ls);
+
 /** now_ms within 0..TENANT_TIME_MAX_MS: TALLY_OK, TALLY_EINVAL below, TALLY_EOVERFLOW above. */
 int tenant__count_check_now(int64_t now_ms);
 /** A stored high-water mark: TALLY_OK or TALLY_EINVAL. */

@@ -33,6 +33,8 @@ tenant_budget_init(struct tenant_budget *b, enum tenant_scope scope,
     if (b == NULL || !budget_scope_ok(scope) || !algorithm_ok(algorithm))
         return TALLY_EINVAL;
     rc = tenant__count_check_limits(ls);
+    if (rc == TALLY_OK && algorithm == TENANT_ALG_GCRA)
+        rc = tenant__count_check_no_month(ls);
     if (rc != TALLY_OK)
         return rc;
     memset(b, 0, sizeof(*b));

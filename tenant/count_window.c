@@ -4,7 +4,8 @@
  * at once. A refusal waits for the end of the window that refused (the longest such wait among
  * refusing limits), and is exact: a retry at that instant is admitted, a millisecond earlier is
  * not. Across a boundary up to 2n fit within one period; a longer limit of the same list still
- * binds. The clock runs at max(now, high-water mark), so window ids in the state never go back.
+ * binds. Calendar months (`N/month`) take their ids and ends from count_month.c. The clock runs at
+ * max(now, high-water mark), so window ids in the state never go back.
  */
 #include "count_int.h"
 
@@ -15,6 +16,8 @@ tenant_window_id(int64_t now_ms, int64_t period_ms)
 {
     if (now_ms < 0 || period_ms < 1)
         return -1;
+    if (tenant_period_is_month(period_ms))
+        return tenant__month_window_id(now_ms, period_ms - TENANT_MONTH_MS);
     return now_ms / period_ms; /* floor: both are non-negative */
 }
 
@@ -25,6 +28,8 @@ tenant_window_end_ms(int64_t window_id, int64_t period_ms)
 
     if (window_id < 0 || period_ms < 1 || window_id == INT64_MAX)
         return -1;
+    if (tenant_period_is_month(period_ms))
+        return tenant__month_window_end_ms(window_id, period_ms - TENANT_MONTH_MS);
     if (__builtin_mul_overflow(window_id + 1, period_ms, &end_ms))
         return -1;
     return end_ms;
@@ -32,8 +37,11 @@ tenant_window_end_ms(int64_t window_id, int64_t period_ms)
 
 /*
  * Tokens already charged to limit `l` in the window holding eval_ms, from the entry of `st` with
- * the same period (0 when there is none or it belongs to an earlier window). TALLY_EINVAL when
- * the entry contradicts the high-water mark (a window after eval_ms) or has a negative count.
+ * the same period (0 when there is none or it belongs to an earlier window). An entry of a month
+ * on another billing day moves into the new day's month of its last charge (the state's
+ * high-water mark, tenant_window_carry), and counts if that month is still the one at eval_ms.
+ * TALLY_EINVAL when the entry contradicts the high-water mark (a window after eval_ms) or has a
+ * negative count.
  */
 static int
 window_used(const struct tenant_window_state *st, const struct tenant_limit *l, int64_t window_id,
@@ -41,9 +49,17 @@ window_used(const struct tenant_window_state *st, const struct tenant_limit *l, 
 {
     *used = 0;
     for (uint32_t j = 0; j < TENANT_MAX_WINDOWS; j++) {
-        if (st->period_ms[j] != l->period_ms)
+        if (!tenant_periods_match(st->period_ms[j], l->period_ms))
             continue;
-        if (st->window_id[j] > window_id || st->used[j] < 0)
+        if (st->used[j] < 0)
+            return TALLY_EINVAL;
+        if (st->period_ms[j] != l->period_ms) {
+            if (tenant_window_carry(st->period_ms[j], st->window_id[j], l->period_ms,
+                                    st->last_now_ms) == window_id)
+                *used = st->used[j];
+            return TALLY_OK;
+        }
+        if (st->window_id[j] > window_id)
             return TALLY_EINVAL;
         if (st->window_id[j] == window_id)
             *used = st->used[j];
@@ -72,7 +88,7 @@ tenant_window_check(const struct tenant_limits *ls, const struct tenant_window_s
     for (uint32_t i = 0; i < ls->count; i++) {
         const struct tenant_limit *l = &ls->v[i];
         struct tenant_bound *b = &out->v[i];
-        int64_t window_id = eval_ms / l->period_ms;
+        int64_t window_id = tenant_window_id(eval_ms, l->period_ms);
         int64_t used;
 
         rc = window_used(st, l, window_id, &used);
@@ -81,7 +97,7 @@ tenant_window_check(const struct tenant_limits *ls, const struct tenant_window_s
         b->limit = l->n;
         b->period_ms = l->period_ms;
         /* eval_ms <= 2^53 and period <= 2^35: the window end cannot overflow. */
-        b->reset_ms = (window_id + 1) * l->period_ms;
+        b->reset_ms = tenant_window_end_ms(window_id, l->period_ms);
         if (used <= l->n - cost) {
             b->remaining = l->n - used - cost;
             b->retry_after_ms = 0;
@@ -116,7 +132,7 @@ tenant_window_charge(const struct tenant_limits *ls, struct tenant_window_state 
     eval_ms = tenant__count_eval_ms(now_ms, st->last_now_ms);
     for (uint32_t i = 0; i < ls->count; i++) {
         const struct tenant_limit *l = &ls->v[i];
-        int64_t window_id = eval_ms / l->period_ms;
+        int64_t window_id = tenant_window_id(eval_ms, l->period_ms);
         int64_t used;
 
         rc = window_used(st, l, window_id, &used);

@@ -97,6 +97,11 @@ tenant_limit_parse(const char *s, struct tenant_limit *out)
     if (p == NULL || n < 1 || *p != '/')
         return TALLY_ELIMIT;
     p++;
+    if (strcmp(p, "month") == 0) { /* stored on day 1; a tenant's copy takes its billing day */
+        out->n = n;
+        out->period_ms = tenant_month_period(1);
+        return TALLY_OK;
+    }
     if (*p >= '0' && *p <= '9') {
         p = parse_digits(p, TENANT_LIMIT_MAX_PERIOD_MS / 1000, &count);
         if (p == NULL || count < 1)
@@ -118,6 +123,10 @@ tenant_limit_format(const struct tenant_limit *l, char *buf, size_t len)
     static const char units[] = {'d', 'h', 'm', 's'};
     size_t i;
 
+    if (tenant_period_is_month(l->period_ms)) {
+        snprintf(buf, len, "%lld/month", (long long)l->n);
+        return;
+    }
     for (i = 0; i < sizeof(units); i++) {
         int64_t u = unit_ms(units[i]);
         if (l->period_ms % u == 0) {
@@ -149,6 +158,39 @@ tenant_limits_add(struct tenant_limits *ls, const struct tenant_limit *l)
     ls->v[at] = *l;
     ls->count++;
     return TALLY_OK;
+}
+
+int
+tenant_billing_day_parse(const char *s, int64_t *out)
+{
+    int64_t d = 0;
+    const char *p = s != NULL ? parse_digits(s, TENANT_BILLING_DAY_MAX, &d) : NULL;
+
+    if (p == NULL || p == s || *p != '\0' || d < 1)
+        return TALLY_EINVAL;
+    *out = d;
+    return TALLY_OK;
+}
+
+void
+tenant_limits_bind_month(struct tenant_limits *ls, int64_t billing_day)
+{
+    int64_t period = tenant_month_period(billing_day);
+
+    for (uint32_t i = 0; period > 0 && i < ls->count && i < TENANT_MAX_WINDOWS; i++) {
+        if (tenant_period_is_month(ls->v[i].period_ms))
+            ls->v[i].period_ms = period;
+    }
+}
+
+bool
+tenant_limits_have_month(const struct tenant_limits *ls)
+{
+    for (uint32_t i = 0; i < ls->count && i < TENANT_MAX_WINDOWS; i++) {
+        if (tenant_period_is_month(ls->v[i].period_ms))
+            return true;
+    }
+    return false;
 }
 
 int

@@ -17,3 +17,15 @@ add_dependencies(test_e2e_callers tallyd tally_cli)
 tally_add_test(test_e2e_callers_flood test_e2e_callers_flood.c serve_util.c LABELS e2e)
 target_link_libraries(test_e2e_callers_flood PRIVATE tally_proto)
 add_dependencies(test_e2e_callers_flood tallyd tally_cli)
+
+# Calendar-month quotas: Retry-After to the billing boundary, a new billing day, bad input.
+tally_add_test(test_e2e_month test_e2e_month.c serve_util.c LABELS e2e)
+add_dependencies(test_e2e_month tallyd tally_cli)
+
+# Per-tenant overrides: one tenant doubled, show, export/apply, reset, bad input.
+tally_add_test(test_e2e_overrides test_e2e_overrides.c serve_util.c LABELS e2e)
+add_dependencies(test_e2e_overrides tallyd tally_cli)
+
+# tally usage: matches what clients counted, zeros, the previous window, kill -9 of tallyd.
+tally_add_test(test_e2e_usage test_e2e_usage.c serve_util.c LABELS e2e)
+add_dependencies(test_e2e_usage tallyd tally_cli)

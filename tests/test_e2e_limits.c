@@ -2,10 +2,11 @@
  * A lowered limit is in force before the `tally` command that lowers it returns, through the
  * real tallyd, its child counters and the tenant's supervisor. Each case spends part of a
  * budget with a pipelined burst, so that the child holds large leases granted under the old
- * limit, lowers the limit (an endpoint's, the plan's, the plan's per-link limit, or moves the
- * tenant to a smaller plan), and sends the next burst at once: what it admits never exceeds
- * the new limit plus what was admitted before the change, in the same window. Without the
- * recall, the leases of the old limit go on admitting until their deadline (thousands more).
+ * limit, lowers the limit (an endpoint's, the plan's, the plan's per-link limit, the tenant's
+ * own limits overriding its plan's, or moves the tenant to a smaller plan), and sends the next
+ * burst at once: what it admits never exceeds the new limit plus what was admitted before the
+ * change, in the same window. Without the recall, the leases of the old limit go on admitting
+ * until their deadline (thousands more).
  */
 /* clang-format off */
 #include <stdarg.h>
@@ -147,6 +148,23 @@ test_smaller_plan_in_force(void **state)
     lower_then_burst(*state, 20050, change);
 }
 
+/* A tenant's own limits (a custom contract) lowered below what it spent. */
+static void
+test_lowered_override_in_force(void **state)
+{
+    const char *change[] = {"tenant", "set", "acme", "--limit", "20050/1h", NULL, NULL, NULL};
+
+    lower_then_burst(*state, 20050, change);
+}
+
+static void
+test_lowered_link_override_in_force(void **state)
+{
+    const char *change[] = {"tenant", "set", "acme", "--link-limit", "20/1h", NULL, NULL, NULL};
+
+    lower_then_burst(*state, 20, change);
+}
+
 static void
 test_removed_endpoint_admits_nothing(void **state)
 {
@@ -168,6 +186,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_lowered_plan_limit_in_force, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lowered_link_limit_in_force, setup, teardown),
         cmocka_unit_test_setup_teardown(test_smaller_plan_in_force, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lowered_override_in_force, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lowered_link_override_in_force, setup, teardown),
         cmocka_unit_test_setup_teardown(test_removed_endpoint_admits_nothing, setup, teardown),
     };
 

@@ -3,7 +3,8 @@
  * field and refuses malformed payloads (bad names, counts past the maximum,
  * trailing bytes). Through the real binaries: no daemon is exit 3 with one
  * line; with traffic the counters match what was sent, a tenant's endpoints
- * appear with their mode and counts, and an unknown tenant is exit 1.
+ * appear with their mode and counts, and an unknown tenant is exit 1. FLUSH, the other
+ * admin request of a tenant, answers 0 for a tenant and 1 for an unknown one.
  */
 /* clang-format off */
 #include <stdarg.h>
@@ -18,8 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto_client.h"
 #include "proto_stats.h"
 #include "serve_util.h"
+#include "tally.h"
 
 static struct test_out out;
 
@@ -52,6 +55,17 @@ test_codec_round_trip(void **state)
     assert_int_equal(proto_stats_decode(&f, tenant), TALLY_OK);
     assert_string_equal(tenant, "acme");
     assert_int_equal(proto_stats_encode(buf, 1, "Bad Name"), 0);
+    /* FLUSH (tally usage): a tenant name, never empty; a STATS frame is not a FLUSH. */
+    assert_int_equal(proto_stats_decode(&f, tenant), TALLY_OK);
+    assert_int_equal(proto_flush_decode(&f, tenant), TALLY_EPROTO);
+    len = proto_flush_encode(buf, 9, "acme");
+    assert_true(len > 0);
+    frame_of(buf, len, &f);
+    assert_int_equal(f.type, PROTO_C_FLUSH);
+    assert_int_equal(proto_flush_decode(&f, tenant), TALLY_OK);
+    assert_string_equal(tenant, "acme");
+    assert_int_equal(proto_flush_encode(buf, 1, ""), 0);
+    assert_int_equal(proto_flush_encode(buf, 1, "Bad Name"), 0);
 
     memset(&m, 0, sizeof(m));
     m.checks = 1ull << 40;
@@ -106,6 +120,33 @@ run_tally(const struct serve_env *e, const char *a1, const char *a2)
     return test_run(argv, NULL, &out);
 }
 
+/* FLUSH (what `tally usage` sends first): 0 for a tenant of the configuration, 1 for another. */
+static void
+flush_through_the_daemon(const struct serve_env *e)
+{
+    static const struct {
+        const char *tenant;
+        uint8_t status;
+    } cases[] = {{"acme", 0}, {"nosuch", 1}};
+    uint8_t msg[PROTO_CLIENT_MSG_MAX];
+    tally_client *c = NULL;
+
+    assert_int_equal(tally_client_open(e->d.socket, 2000, &c), TALLY_OK);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint32_t id = proto_client_next_id(c);
+        struct proto_frame f;
+        uint8_t st = 9;
+
+        assert_int_equal(
+            proto_client_request(c, msg, proto_flush_encode(msg, id, cases[i].tenant), id, &f),
+            TALLY_OK);
+        assert_int_equal(f.type, PROTO_C_FLUSH_REPLY);
+        assert_int_equal(proto_status_decode(&f, &st), TALLY_OK);
+        assert_int_equal(st, cases[i].status);
+    }
+    tally_client_close(c);
+}
+
 static void
 test_stats_through_the_daemon(void **state)
 {
@@ -149,6 +190,7 @@ test_stats_through_the_daemon(void **state)
     assert_non_null(strstr(out.err, "tally: tenant nosuch: not found"));
     assert_int_equal(run_tally(&e, "Bad/Name", NULL), 64);
     assert_int_equal(run_tally(&e, "acme", "extra"), 64);
+    flush_through_the_daemon(&e);
     serve_stop(&e);
     serve_env_release(&e);
 }

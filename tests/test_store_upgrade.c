@@ -455,6 +455,42 @@ test_v1_child_file_unreadable_row_dropped(void **state)
     store_db_close(db);
 }
 
+/* tally.db of 0.1.0 upgrades to format 4 (3 added caller endpoints): every tenant on billing day 1, without overrides, and
+ * both can be set on the upgraded file. Last: it changes acme (and puts it back). */
+static void
+test_v1_config_gets_billing_days(void **state)
+{
+    char path[256];
+    struct store_tenant t;
+    store_db *db = NULL;
+
+    (void)state;
+    path_of(path, sizeof(path), "tally.db");
+    assert_int_equal(store_config_open(data, false, &db), TALLY_OK);
+    assert_int_equal(user_version(store_db_handle(db)), 4);
+    assert_int_equal(store_tenant_get(db, "acme", &t), TALLY_OK);
+    assert_int_equal(t.billing_day, 1);
+    assert_int_equal(t.overrides, 0);
+    assert_int_equal(store_db_begin(db), TALLY_OK);
+    assert_int_equal(store_tenant_set_billing_day(db, "acme", 15), TALLY_OK);
+    assert_int_equal(store_tenant_set_billing_day(db, "acme", 29), TALLY_EINVAL);
+    t.overrides = STORE_OVR_CONCURRENCY;
+    t.concurrency = 7;
+    assert_int_equal(store_tenant_set_overrides(db, &t), TALLY_OK);
+    assert_int_equal(store_db_end(db, TALLY_OK), TALLY_OK);
+    assert_int_equal(store_tenant_get(db, "acme", &t), TALLY_OK);
+    assert_int_equal(t.billing_day, 15);
+    assert_int_equal(t.overrides, STORE_OVR_CONCURRENCY);
+    assert_int_equal(t.concurrency, 7);
+    assert_int_equal(store_db_begin(db), TALLY_OK);
+    assert_int_equal(store_tenant_set_billing_day(db, "acme", 1), TALLY_OK);
+    t.overrides = 0;
+    assert_int_equal(store_tenant_set_overrides(db, &t), TALLY_OK);
+    assert_int_equal(store_db_end(db, TALLY_OK), TALLY_OK);
+    store_db_close(db);
+    assert_int_equal(file_version(path), 4);
+}
+
 int
 main(void)
 {
@@ -463,6 +499,7 @@ main(void)
         cmocka_unit_test(test_v1_child_file_upgrades_and_resumes),
         cmocka_unit_test(test_v1_child_file_without_rows_upgrades),
         cmocka_unit_test(test_v1_child_file_unreadable_row_dropped),
+        cmocka_unit_test(test_v1_config_gets_billing_days),
     };
 
     return cmocka_run_group_tests_name("store_upgrade", tests, upgrade_setup, upgrade_teardown);

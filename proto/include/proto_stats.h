@@ -20,6 +20,8 @@
 
 #define PROTO_C_STATS       41 /* admin: counters, and a tenant's endpoints */
 #define PROTO_C_STATS_REPLY 42
+#define PROTO_C_FLUSH       44 /* admin: a tenant's child counters give their leases back now */
+#define PROTO_C_FLUSH_REPLY 45 /* u8 status: 0 done, 1 unknown tenant */
 
 #define PROTO_STATS_ENDPOINTS_MAX 64 /* endpoints listed; `more` says some were left out */
 #define PROTO_STATS_REPLY_MAX     8192
@@ -56,6 +58,11 @@ struct proto_stats_reply {
 
 /** STATS: `tenant` "" for the daemon only. out >= PROTO_CLIENT_MSG_MAX bytes (512). */
 size_t proto_stats_encode(uint8_t *out, uint32_t id, const char *tenant);
+/** FLUSH of `tenant` (a valid name): what `tally usage` sends before it reads the tenant's
+ *  ledger, so that leases come back with what they admitted. The reply is a status frame. */
+size_t proto_flush_encode(uint8_t *out, uint32_t id, const char *tenant);
+TALLY_MUST_CHECK int proto_flush_decode(const struct proto_frame *f,
+                                        char tenant[TENANT_NAME_MAX + 1] /* OUT */);
 TALLY_MUST_CHECK int proto_stats_decode(const struct proto_frame *f,
                                         char tenant[TENANT_NAME_MAX + 1] /* OUT */);
 /** STATS_REPLY into out (cap >= PROTO_STATS_REPLY_MAX). */

@@ -56,12 +56,19 @@ TALLY_MUST_CHECK int store_endpoint_key_other(store_db *db, const struct tenant_
 typedef int (*store_endpoint_cb)(void *ctx, const struct tenant_endpoint *e);
 TALLY_MUST_CHECK int store_endpoint_each(store_db *db, store_endpoint_cb cb, void *ctx);
 
-/* Tenants. */
+/* Tenants. What a tenant overrides of its plan (a custom contract), as bits of `overrides`. */
+#define STORE_OVR_LIMITS      TENANT_OVR_LIMITS
+#define STORE_OVR_LINK_LIMITS TENANT_OVR_LINK_LIMITS
+#define STORE_OVR_CONCURRENCY TENANT_OVR_CONCURRENCY
 struct store_tenant {
     char id[TENANT_NAME_MAX + 1];
     char plan[TENANT_NAME_MAX + 1];
     int64_t created_ms;
-    int64_t links_live; /* filled by get/each */
+    int64_t links_live;  /* filled by get/each */
+    int64_t billing_day; /* 1..28: its months start at 00:00 UTC on that day */
+    uint32_t overrides;  /* STORE_OVR_*: the values below replace the plan's */
+    struct tenant_limits limits, link_limits;
+    int64_t concurrency;
 };
 TALLY_MUST_CHECK int store_tenant_add(store_db *db, const char *id, const char *plan,
                                       int64_t now_ms);
@@ -69,6 +76,15 @@ TALLY_MUST_CHECK int store_tenant_get(store_db *db, const char *id, struct store
 /** Moves tenant `id` to `plan` (which must exist: TALLY_ENOTFOUND otherwise, as for an
  *  unknown tenant). Call inside a transaction that has checked the tenant's links. */
 TALLY_MUST_CHECK int store_tenant_set_plan(store_db *db, const char *id, const char *plan);
+/** Sets the billing day (1..28, else TALLY_EINVAL) of tenant `id`. */
+TALLY_MUST_CHECK int store_tenant_set_billing_day(store_db *db, const char *id, int64_t day);
+/** Writes t->overrides of tenant t->id with the values they select (the others go back to the
+ *  plan's). TALLY_ENOTFOUND for an unknown tenant. */
+TALLY_MUST_CHECK int store_tenant_set_overrides(store_db *db, const struct store_tenant *t);
+/** The plan as tenant `t` has it: its overrides in place of the plan's values and every month
+ *  limit on its billing day. */
+void store_tenant_effective(const struct store_tenant *t, const struct tenant_plan *plan,
+                            struct tenant_plan *out /* OUT */);
 /** Removes the tenant and its links. */
 TALLY_MUST_CHECK int store_tenant_remove(store_db *db, const char *id);
 typedef int (*store_tenant_cb)(void *ctx, const struct store_tenant *t);

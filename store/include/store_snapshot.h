@@ -17,7 +17,10 @@ typedef struct store_snapshot store_snapshot;
 
 struct store_snap_tenant {
     char id[TENANT_NAME_MAX + 1];
-    const struct tenant_plan *plan;
+    const struct tenant_plan *plan; /* as this tenant has it: overrides in place, months on its
+                                       billing day (store_tenant_effective) */
+    int64_t billing_day;            /* 1..28 */
+    uint32_t overrides;             /* STORE_OVR_* */
 };
 
 struct store_snap_link {
@@ -47,6 +50,12 @@ const struct store_snap_tenant *store_snapshot_tenant(const store_snapshot *s, c
 /** The policy of `endpoint` for tenants on `plan`: the plan's own, else the default. */
 const struct tenant_endpoint *store_snapshot_endpoint(const store_snapshot *s, const char *plan,
                                                       const char *endpoint);
+/** The policy of `endpoint` as tenant `t` has it: store_snapshot_endpoint's, with its months on
+ *  t's billing day, copied into *out. False (out untouched) when there is none. */
+bool store_snapshot_endpoint_for(const store_snapshot *s, const struct store_snap_tenant *t,
+                                 const char *endpoint, struct tenant_endpoint *out /* OUT */);
+/** Binds every month limit of `e` to `billing_day`. */
+void store_endpoint_bind_month(struct tenant_endpoint *e, int64_t billing_day);
 /** Every endpoint policy (for a supervisor's ledger). */
 const struct tenant_endpoint *store_snapshot_endpoints(const store_snapshot *s, size_t *n);
 size_t store_snapshot_link_count(const store_snapshot *s);

@@ -33,28 +33,29 @@ forget_refusals(sup_front *f)
 }
 
 /* True when what bounds the requests of `fc` differs between two configurations: the
- * tenant's plan (its limits, per-link limits, concurrency), the endpoint's limits or
- * algorithm for that plan, or the tenant or endpoint is gone. */
+ * tenant's plan as it has it (its limits, per-link limits, concurrency, overrides included),
+ * its billing day, the endpoint's limits or algorithm for that plan, or the tenant or endpoint
+ * is gone. */
 static bool
 limits_changed(const store_snapshot *old, const store_snapshot *cur, const struct front_child *fc)
 {
     const struct store_snap_tenant *ta = store_snapshot_tenant(old, fc->tenant);
     const struct store_snap_tenant *tb = store_snapshot_tenant(cur, fc->tenant);
-    const struct tenant_endpoint *ea, *eb;
+    struct tenant_endpoint ea, eb;
 
     if (ta == NULL || tb == NULL)
         return true;
+    /* The plans as the tenant has them: its overrides and its billing day included. */
     if (!tenant_limits_equal(&ta->plan->limits, &tb->plan->limits) ||
         !tenant_limits_equal(&ta->plan->link_limits, &tb->plan->link_limits) ||
-        ta->plan->concurrency != tb->plan->concurrency)
+        ta->plan->concurrency != tb->plan->concurrency || ta->billing_day != tb->billing_day)
         return true;
-    ea = store_snapshot_endpoint(old, ta->plan->name, fc->endpoint);
-    eb = store_snapshot_endpoint(cur, tb->plan->name, fc->endpoint);
-    if (ea == NULL || eb == NULL)
+    if (!store_snapshot_endpoint_for(old, ta, fc->endpoint, &ea) ||
+        !store_snapshot_endpoint_for(cur, tb, fc->endpoint, &eb))
         return true;
-    return !tenant_limits_equal(&ea->limits, &eb->limits) ||
-           !tenant_limits_equal(&ea->tenant_limits, &eb->tenant_limits) ||
-           ea->algorithm != eb->algorithm;
+    return !tenant_limits_equal(&ea.limits, &eb.limits) ||
+           !tenant_limits_equal(&ea.tenant_limits, &eb.tenant_limits) ||
+           ea.algorithm != eb.algorithm;
 }
 
 static uint64_t
@@ -114,6 +115,25 @@ recall_changed(sup_front *f, const store_snapshot *old, const store_snapshot *cu
         f->stats.recalls++;
         front_child_pump_soon(fc);
     }
+}
+
+int
+sup_front_flush(sup_front *f, const char *tenant)
+{
+    struct sup_time now = front_now();
+
+    if (f->snap == NULL || store_snapshot_tenant(f->snap, tenant) == NULL)
+        return TALLY_ENOTFOUND;
+    for (uint32_t i = 0; i < f->n_children; i++) {
+        struct front_child *fc = f->children[i];
+
+        if (fc->child == NULL || strcmp(fc->tenant, tenant) != 0)
+            continue;
+        sup_child_recall(fc->child, now);
+        f->stats.recalls++;
+        front_child_pump_soon(fc);
+    }
+    return TALLY_OK;
 }
 
 int
@@ -286,7 +306,8 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
                 int64_t cost)
 {
     const struct store_snap_link *l;
-    const struct tenant_endpoint *policy;
+    const struct tenant_endpoint *policy = NULL;
+    struct tenant_endpoint bound; /* the policy with its months on the tenant's billing day */
     struct front_child *fc = NULL;
     struct sup_time now = front_now();
     int rc;
@@ -298,9 +319,9 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
         front_reply_status(f, r, PROTO_UNAUTHORIZED, 0, NULL);
         return;
     }
-    policy = tenant_name_valid(endpoint)
-                 ? store_snapshot_endpoint(f->snap, l->tenant->plan->name, endpoint)
-                 : NULL;
+    if (tenant_name_valid(endpoint) &&
+        store_snapshot_endpoint_for(f->snap, l->tenant, endpoint, &bound))
+        policy = &bound;
     if (policy == NULL) {
         front_reply_status(f, r, PROTO_BAD_REQUEST, 0, "unknown endpoint");
         return;

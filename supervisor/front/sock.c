@@ -243,6 +243,17 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
     case PROTO_C_STATS:
         handle_stats(sc, f);
         return;
+    case PROTO_C_FLUSH: {
+        char tenant[TENANT_NAME_MAX + 1];
+        if (proto_flush_decode(f, tenant) != TALLY_OK) {
+            protocol_error(sc, f->request_id, TALLY_EPROTO, "malformed FLUSH");
+            return;
+        }
+        send_frame(sc,
+                   proto_status_encode(sc->out, PROTO_C_FLUSH_REPLY, f->request_id,
+                                       sup_front_flush(sc->s->front, tenant) == TALLY_OK ? 0 : 1));
+        return;
+    }
     default:
         protocol_error(sc, f->request_id, TALLY_EPROTO, "unknown message type");
         return;

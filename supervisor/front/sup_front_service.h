@@ -190,6 +190,10 @@ void sup_front_cancel(sup_front *f, struct sup_front_req *r);
 /** Re-reads the configuration now if it changed (force: even if not). TALLY_OK or
  *  a storage error (the old configuration stays). */
 int sup_front_reload(sup_front *f, bool force);
+/** Makes every child counter of `tenant` give its leases back now (retired and reported, as on
+ *  a configuration change), so that its supervisor's ledger holds what they admitted: for
+ *  `tally usage`. TALLY_OK, or TALLY_ENOTFOUND for a tenant the configuration does not have. */
+int sup_front_flush(sup_front *f, const char *tenant);
 void sup_front_stats(const sup_front *f, struct sup_front_stats *out /* OUT */);
 /** The answer to a STATS request (front_obs.c): the counters above and, when
  *  `tenant` is not "", each endpoint of that tenant with a child counter. */

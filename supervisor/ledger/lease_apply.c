@@ -377,6 +377,7 @@ record_names_ok(const struct sup_record *rec)
     case SUP_REC_SNAP_LEDGER:
         return true;
     case SUP_REC_SNAP_CELL:
+    case SUP_REC_SNAP_PREV:
     case SUP_REC_SNAP_GCRA:
         return (rec->endpoint[0] == '\0' || tenant_name_valid(rec->endpoint)) &&
                (rec->link[0] == '\0' || tenant_link_id_valid(rec->link));

@@ -28,19 +28,48 @@ sup__cell_find(struct sup_budget *b, int64_t period_ms)
     return NULL;
 }
 
+struct sup_cell *
+sup__cell_find_kind(struct sup_budget *b, int64_t period_ms)
+{
+    struct sup_cell *c = sup__cell_find(b, period_ms);
+
+    for (int i = 0; c == NULL && period_ms != 0 && i < TENANT_MAX_WINDOWS; i++) {
+        if (b->cells[i].period_ms != 0 && tenant_periods_match(b->cells[i].period_ms, period_ms))
+            c = &b->cells[i];
+    }
+    return c;
+}
+
 void
-sup__cells_match(struct sup_budget *b, const struct tenant_limits *ls)
+sup__cell_rekey(struct sup_cell *c, int64_t period_ms, int64_t now_ms)
+{
+    int64_t window_id = tenant_window_carry(c->period_ms, c->window_id, period_ms, now_ms);
+
+    if (c->period_ms == period_ms)
+        return;
+    if (window_id < 0) {
+        memset(c, 0, sizeof(*c));
+        window_id = 0;
+    }
+    c->period_ms = period_ms;
+    c->window_id = window_id;
+    /* History under another period says nothing about the new one's windows. */
+    c->prev_window_id = c->prev_granted = c->prev_credited = c->prev_debt = 0;
+}
+
+void
+sup__cells_match(struct sup_budget *b, const struct tenant_limits *ls, int64_t now_ms)
 {
     struct sup_cell next[TENANT_MAX_WINDOWS];
 
     memset(next, 0, sizeof(next));
     for (uint32_t i = 0; i < ls->count; i++) {
-        const struct sup_cell *c = sup__cell_find(b, ls->v[i].period_ms);
+        const struct sup_cell *c = sup__cell_find_kind(b, ls->v[i].period_ms);
 
         if (c != NULL)
             next[i] = *c;
-        else
-            next[i].period_ms = ls->v[i].period_ms;
+        /* A month on a new billing day keeps what the running month counted. */
+        sup__cell_rekey(&next[i], ls->v[i].period_ms, now_ms);
     }
     memcpy(b->cells, next, sizeof(next));
 }
@@ -54,6 +83,12 @@ sup__cell_roll(struct sup_budget *b, const struct tenant_limit *lim, int64_t now
     if (NEVER(c == NULL))
         return NULL;
     if (c->window_id < window_id) {
+        if (c->granted != 0 || c->credited != 0 || c->debt != 0) {
+            c->prev_window_id = c->window_id;
+            c->prev_granted = c->granted;
+            c->prev_credited = c->credited;
+            c->prev_debt = c->debt;
+        }
         c->window_id = window_id;
         c->granted = 0;
         c->credited = 0;
@@ -156,6 +191,14 @@ sup__path_charge_debt(sup_ledger *l, struct sup_path *p, int64_t now_ms, int64_t
         }
     }
     return TALLY_OK;
+}
+
+bool
+sup__cell_counted(const struct sup_cell *c)
+{
+    return c->period_ms != 0 &&
+           (c->granted != 0 || c->credited != 0 || c->debt != 0 || c->prev_granted != 0 ||
+            c->prev_credited != 0 || c->prev_debt != 0);
 }
 
 bool
@@ -302,7 +345,8 @@ sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int64_t c
             int64_t period_ms = lease->periods[kind][i];
             struct sup_cell *c = period_ms != 0 ? sup__cell_find(b, period_ms) : NULL;
 
-            /* A credit after the window rolled over has nothing left to give back. */
+            /* A credit after the window rolled over has nothing left to give back (and cannot
+             * come: no lease outlives its window, one returned later is spent). */
             if (c != NULL && c->window_id == tenant_window_id(lease->granted_ms, period_ms))
                 c->credited += credit;
         }

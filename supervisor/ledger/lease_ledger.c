@@ -69,12 +69,56 @@ links_rematch(sup_ledger *l)
 
         if (k == NULL)
             continue;
-        sup__cells_match(&k->b, &l->plan.link_limits);
+        sup__cells_match(&k->b, &l->plan.link_limits, l->now_ms);
         for (struct sup_pair *p = k->pairs; p != NULL; p = p->next) {
             const struct sup_endpoint *ep = sup__endpoint_find(l, p->endpoint);
 
             if (ep != NULL)
-                sup__cells_match(&p->b, &ep->policy.limits);
+                sup__cells_match(&p->b, &ep->policy.limits, l->now_ms);
+        }
+    }
+}
+
+/* The month period of the configuration (every month of one tenant is on its billing day), or 0. */
+static int64_t
+config_month(const sup_ledger *l)
+{
+    const struct tenant_limits *ls[2] = {&l->plan.limits, &l->plan.link_limits};
+
+    for (int i = 0; i < 2; i++) {
+        for (uint32_t j = 0; j < ls[i]->count; j++) {
+            if (tenant_period_is_month(ls[i]->v[j].period_ms))
+                return ls[i]->v[j].period_ms;
+        }
+    }
+    for (size_t e = 0; e < l->ep_count; e++) {
+        const struct tenant_limits *el[2] = {&l->eps[e].policy.limits,
+                                             &l->eps[e].policy.tenant_limits};
+        for (int i = 0; i < 2; i++) {
+            for (uint32_t j = 0; j < el[i]->count; j++) {
+                if (tenant_period_is_month(el[i]->v[j].period_ms))
+                    return el[i]->v[j].period_ms;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Leases reserved on a month go on crediting it under a new billing day (its cells were
+ * rekeyed the same way). */
+static void
+leases_rekey(sup_ledger *l)
+{
+    int64_t month = config_month(l);
+
+    for (uint32_t i = 0; month != 0 && i < l->lease_hw; i++) {
+        struct sup_lease *lease = &l->leases[i];
+
+        for (int kind = 0; lease->id != 0 && kind < SUP_BUDGETS; kind++) {
+            for (int j = 0; j < TENANT_MAX_WINDOWS; j++) {
+                if (tenant_period_is_month(lease->periods[kind][j]))
+                    lease->periods[kind][j] = month;
+            }
         }
     }
 }
@@ -99,15 +143,16 @@ sup_ledger_configure(sup_ledger *l, const struct tenant_plan *plan,
         eps[i].policy = endpoints[i];
         if (old != NULL)
             eps[i].b = old->b;
-        sup__cells_match(&eps[i].b, &endpoints[i].tenant_limits);
+        sup__cells_match(&eps[i].b, &endpoints[i].tenant_limits, l->now_ms);
     }
     tally_free(l->eps);
     l->eps = eps;
     l->ep_count = count;
     eps = NULL;
     l->plan = *plan;
-    sup__cells_match(&l->plan_b, &plan->limits);
+    sup__cells_match(&l->plan_b, &plan->limits, l->now_ms);
     links_rematch(l);
+    leases_rekey(l);
     rc = TALLY_OK;
 out:
     tally_free(eps);
@@ -327,7 +372,7 @@ insert:
         return NULL;
     }
     snprintf(k->id, sizeof(k->id), "%s", id);
-    sup__cells_match(&k->b, &l->plan.link_limits);
+    sup__cells_match(&k->b, &l->plan.link_limits, l->now_ms);
     l->links[slot] = k;
     l->link_index.slot[tenant_index_pos(&l->link_index, id, link_key, l)] = slot + 1;
     l->link_count++;
@@ -426,7 +471,7 @@ sup__path_get(sup_ledger *l, const char *endpoint, const char *link, struct sup_
 
         if (pair == NULL)
             return TALLY_ENOMEM;
-        sup__cells_match(&pair->b, &sup__endpoint_find(l, endpoint)->policy.limits);
+        sup__cells_match(&pair->b, &sup__endpoint_find(l, endpoint)->policy.limits, l->now_ms);
     }
     sup__path_find(l, endpoint, link, p);
     return TALLY_OK;

@@ -41,7 +41,8 @@ snap_budget(struct snap *s, const struct sup_budget *b, enum tenant_scope scope,
     for (int i = 0; i < TENANT_MAX_WINDOWS; i++) {
         const struct sup_cell *c = &b->cells[i];
 
-        if (!sup__cell_live(c, now_ms))
+        /* Ended windows too: what they counted is the history `tally usage` reads. */
+        if (!sup__cell_live(c, now_ms) && !sup__cell_counted(c))
             continue;
         r = next(s, &scratch, SUP_REC_SNAP_CELL);
         r->scope = scope;
@@ -52,6 +53,17 @@ snap_budget(struct snap *s, const struct sup_budget *b, enum tenant_scope scope,
         r->v[1] = c->granted;
         r->v[2] = c->credited;
         r->v[3] = c->debt;
+        if (c->prev_granted == 0 && c->prev_credited == 0 && c->prev_debt == 0)
+            continue;
+        r = next(s, &scratch, SUP_REC_SNAP_PREV);
+        r->scope = scope;
+        snprintf(r->endpoint, sizeof(r->endpoint), "%s", endpoint);
+        snprintf(r->link, sizeof(r->link), "%s", link);
+        r->period_ms = c->period_ms;
+        r->v[0] = c->prev_window_id;
+        r->v[1] = c->prev_granted;
+        r->v[2] = c->prev_credited;
+        r->v[3] = c->prev_debt;
     }
     for (uint32_t i = 0; i < TENANT_MAX_WINDOWS; i++) {
         if (!sup__gcra_live(&b->gcra, (int)i, now_ms))
@@ -192,7 +204,7 @@ snap_budget_get(sup_ledger *l, const struct sup_record *rec, int *rc)
         *rc = TALLY_ENOMEM;
         return NULL;
     }
-    sup__cells_match(&pair->b, &ep->policy.limits);
+    sup__cells_match(&pair->b, &ep->policy.limits, l->now_ms);
     return &pair->b;
 }
 
@@ -206,13 +218,27 @@ apply_budget_state(sup_ledger *l, const struct sup_record *rec)
 
     if (b == NULL)
         return rc;
-    if (rec->kind == SUP_REC_SNAP_CELL) {
+    if (rec->kind == SUP_REC_SNAP_PREV) {
         c = sup__cell_find(b, rec->period_ms);
+        if (c != NULL) {
+            c->prev_window_id = rec->v[0];
+            c->prev_granted = rec->v[1];
+            c->prev_credited = rec->v[2];
+            c->prev_debt = rec->v[3];
+        }
+        return TALLY_OK;
+    }
+    if (rec->kind == SUP_REC_SNAP_CELL) {
+        c = sup__cell_find_kind(b, rec->period_ms);
         if (c != NULL) { /* a limit since removed has nothing to restore */
+            int64_t period_ms = c->period_ms;
+
+            c->period_ms = rec->period_ms;
             c->window_id = rec->v[0];
             c->granted = rec->v[1];
             c->credited = rec->v[2];
             c->debt = rec->v[3];
+            sup__cell_rekey(c, period_ms, l->now_ms); /* a billing day changed meanwhile */
         }
         return TALLY_OK;
     }
@@ -320,6 +346,7 @@ sup__apply_snapshot(sup_ledger *l, const struct sup_record *rec)
         l->peers[l->peer_count++] = peer;
         return TALLY_OK;
     case SUP_REC_SNAP_CELL:
+    case SUP_REC_SNAP_PREV:
     case SUP_REC_SNAP_GCRA:
         return apply_budget_state(l, rec);
     case SUP_REC_SNAP_LEASE:

@@ -36,6 +36,10 @@ visit_budget(const struct sup_budget *b, enum tenant_scope scope, const char *en
         info.granted = c->granted;
         info.credited = c->credited;
         info.debt = c->debt;
+        info.prev_window_id = c->prev_window_id;
+        info.prev_granted = c->prev_granted;
+        info.prev_credited = c->prev_credited;
+        info.prev_debt = c->prev_debt;
         info.leases_out = b->leases_out;
         rc = cb(ctx, &info);
         if (rc != 0)

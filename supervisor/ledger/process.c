@@ -228,10 +228,12 @@ link_allows(void *ctx, const char *link_id, const char *endpoint, int64_t now_ms
            store_snap_link_allows(l, endpoint, now_ms);
 }
 
-/* The tenant's policies: per endpoint name, the plan's own or else the default. */
+/* The tenant's policies: per endpoint name, the plan's own or else the default, with its months
+ * on the tenant's billing day. */
 static int
-resolve_endpoints(struct sp *s, const struct tenant_plan *plan)
+resolve_endpoints(struct sp *s, const struct store_snap_tenant *t)
 {
+    const struct tenant_plan *plan = t->plan;
     size_t n = 0;
     size_t i;
     const struct tenant_endpoint *all = store_snapshot_endpoints(s->snap, &n);
@@ -243,8 +245,10 @@ resolve_endpoints(struct sp *s, const struct tenant_plan *plan)
         return TALLY_ENOMEM;
     for (i = 0; i < n; i++) {
         const struct tenant_endpoint *e = store_snapshot_endpoint(s->snap, plan->name, all[i].name);
-        if (e == &all[i])
-            s->eps[s->n_eps++] = *e;
+        if (e == &all[i]) {
+            s->eps[s->n_eps] = *e;
+            store_endpoint_bind_month(&s->eps[s->n_eps++], t->billing_day);
+        }
     }
     return TALLY_OK;
 }
@@ -269,7 +273,7 @@ load_config(struct sp *s, const struct store_snap_tenant **t)
     *t = store_snapshot_tenant(s->snap, s->o->tenant);
     if (*t == NULL)
         return TALLY_ENOTFOUND;
-    return resolve_endpoints(s, (*t)->plan);
+    return resolve_endpoints(s, *t);
 }
 
 static void

@@ -114,6 +114,7 @@ enum sup_record_kind {
     SUP_REC_SNAP_LEASE = 13, /* lease_id, origin (holder), endpoint, link, n, now_ms (granted),
                                 deadline_ms */
     SUP_REC_SNAP_SLOT = 14,  /* a held slot: link, slot_id; v[0] = expires */
+    SUP_REC_SNAP_PREV = 15,  /* after its SNAP_CELL: the cell's history, v = window, G, C, D */
 };
 #define SUP_RECORD_VERSION 1
 
@@ -182,6 +183,7 @@ struct sup_cell_info {
     const char *endpoint; /* borrowed, valid during the callback; "" for plan and link */
     const char *link;     /* "" for plan and endpoint */
     int64_t limit, period_ms, window_id, granted, credited, debt;
+    int64_t prev_window_id, prev_granted, prev_credited, prev_debt; /* history */
     uint32_t leases_out; /* outstanding leases on the budget */
 };
 

@@ -25,11 +25,15 @@ enum sup_budget_kind { SUP_B_PLAN = 0, SUP_B_LINK = 1, SUP_B_EP = 2, SUP_B_EPLIN
 
 #define SUP_NO_EP UINT32_MAX
 
-/* One window of one limit: granted G, credited C and debt D in window `window_id`. */
+/* One window of one limit: granted G, credited C and debt D in window `window_id`, and the same
+ * for the last earlier window that counted anything (history for `tally usage`: decisions
+ * never read it). */
 struct sup_cell {
     int64_t period_ms; /* 0 = unused */
     int64_t window_id;
     int64_t granted, credited, debt;
+    int64_t prev_window_id; /* 0 with prev_* 0: none */
+    int64_t prev_granted, prev_credited, prev_debt;
 };
 
 /* One budget: cells matched to the limits by period, or a GCRA state. */
@@ -165,8 +169,14 @@ int sup__slots_ready(sup_ledger *l, struct sup_link *k);
 /* lease_cells.c: window cells */
 /** The cell of `b` for `period_ms`, NULL when none. */
 struct sup_cell *sup__cell_find(struct sup_budget *b, int64_t period_ms);
-/** Rematches the cells of `b` to the limits `ls` by period (dropping cells of removed limits). */
-void sup__cells_match(struct sup_budget *b, const struct tenant_limits *ls);
+/** The cell of `b` for `period_ms`, else its cell of a month on another billing day. */
+struct sup_cell *sup__cell_find_kind(struct sup_budget *b, int64_t period_ms);
+/** Gives cell `c` the period `period_ms`: a month on a new billing day keeps the running month's
+ *  counts in the new day's month at now_ms (tenant_window_carry), anything else starts fresh. */
+void sup__cell_rekey(struct sup_cell *c, int64_t period_ms, int64_t now_ms);
+/** Rematches the cells of `b` to the limits `ls` by period (dropping cells of removed limits);
+ *  a month on a new billing day is rekeyed at now_ms (sup__cell_rekey). */
+void sup__cells_match(struct sup_budget *b, const struct tenant_limits *ls, int64_t now_ms);
 /** Rolls the cell for limit `lim` of `b` to the window of now_ms and returns it. */
 struct sup_cell *sup__cell_roll(struct sup_budget *b, const struct tenant_limit *lim,
                                 int64_t now_ms);
@@ -231,6 +241,8 @@ int sup__apply(sup_ledger *l, const struct sup_record *rec);
 void sup__cache_durable(sup_ledger *l, struct sup_peer *peer, const struct sup_record *rec);
 /** Applies a SNAP_* record or a cached copy (lease_snapshot.c). */
 int sup__apply_snapshot(sup_ledger *l, const struct sup_record *rec);
+/** True iff cell `c` holds any count, current or history. */
+bool sup__cell_counted(const struct sup_cell *c);
 /** True iff cell `c` counts something in a window not over at now_ms. */
 bool sup__cell_live(const struct sup_cell *c, int64_t now_ms);
 /** True iff GCRA entry `i` of `g` is still ahead of now_ms (else it equals a fresh one). */

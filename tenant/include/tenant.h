@@ -33,6 +33,15 @@
  * a supervisor's ledger holds at most this many per tenant (SUP_MAX_ENDPOINTS). */
 #define TENANT_MAX_ENDPOINTS 256
 
+/* N/month: the calendar month in UTC from 00:00 on a billing day D (1..28) to 00:00 on day D of
+ * the next month. Its period_ms is TENANT_MONTH_MS + D: no N/PERIOD text gives it (not whole
+ * seconds), it sorts after every period up to 31 days, and wherever a length is needed (rates,
+ * bounds) it reads as 31 days, the longest month. Stored plans and policies hold day 1; a
+ * tenant's copy is bound to its billing day (tenant_limits_bind_month). Window ids and ends come
+ * from tenant_window_id / tenant_window_end_ms (tenant_count.h), which know the calendar. */
+#define TENANT_MONTH_MS        (31LL * 24 * 3600 * 1000)
+#define TENANT_BILLING_DAY_MAX 28
+
 struct tenant_limit {
     int64_t n;         /* tokens per window, 1..2^32 */
     int64_t period_ms; /* window length, 1000..365 d, whole seconds */
@@ -54,6 +63,19 @@ enum tenant_key { TENANT_KEY_TOKEN = 0, TENANT_KEY_CALLER = 1 };
  * the default when not given. */
 #define TENANT_MAX_CALLERS_DEFAULT 1000000
 #define TENANT_MAX_CALLERS_MAX     16777216
+
+/** True iff period_ms is a calendar month (TENANT_MONTH_MS + 1..28). */
+bool tenant_period_is_month(int64_t period_ms);
+/** The period of a month on `billing_day` (1..28), -1 otherwise. */
+int64_t tenant_month_period(int64_t billing_day);
+/** True iff two periods count the same window kind: equal, or both months (any billing day). */
+bool tenant_periods_match(int64_t a, int64_t b);
+/** Parses a billing day: a decimal integer 1..28. TALLY_OK or TALLY_EINVAL. */
+TALLY_MUST_CHECK int tenant_billing_day_parse(const char *s, int64_t *out /* OUT */);
+/** Rebinds every month limit of `ls` to `billing_day` (1..28; anything else leaves ls as is). */
+void tenant_limits_bind_month(struct tenant_limits *ls, int64_t billing_day);
+/** True iff `ls` holds a month limit. */
+bool tenant_limits_have_month(const struct tenant_limits *ls);
 
 /** True iff `s` (borrowed, NUL-terminated) is a valid tenant/plan/endpoint name. */
 bool tenant_name_valid(const char *s);
@@ -101,6 +123,20 @@ struct tenant_endpoint {
     bool shadow;
     enum tenant_key key; /* TENANT_KEY_CALLER: keyed by X-Tally-Caller, no token */
     int64_t max_callers; /* caller endpoints: exact entries; 0 = TENANT_MAX_CALLERS_DEFAULT */
+};
+
+/* A tenant as an operator sets it (`tally tenant set`, a `tenant` line of a configuration
+ * file): its plan, its billing day and what it overrides of the plan (a custom contract). */
+#define TENANT_OVR_LIMITS      1u
+#define TENANT_OVR_LINK_LIMITS 2u
+#define TENANT_OVR_CONCURRENCY 4u
+struct tenant_account {
+    char id[TENANT_NAME_MAX + 1];
+    char plan[TENANT_NAME_MAX + 1];
+    int64_t billing_day; /* 1..28 */
+    uint32_t overrides;  /* TENANT_OVR_*: the values below replace the plan's */
+    struct tenant_limits limits, link_limits;
+    int64_t concurrency;
 };
 
 /* Tokens and keys. */

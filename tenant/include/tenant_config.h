@@ -1,7 +1,8 @@
 /*
  * The configuration grammar shared by `tally plan set`, `tally endpoint set`,
- * `tally apply` and `tally export`. A file is lines of `plan NAME OPTIONS` and
- * `endpoint NAME OPTIONS`, `#` starts a comment; see the README.
+ * `tally apply` and `tally export`. A file is lines of `plan NAME OPTIONS`,
+ * `endpoint NAME OPTIONS` and `tenant ID OPTIONS`, `#` starts a comment; see
+ * the README.
  *
  * Header-wide rule: on error the functions write one line (no newline) into
  * err and return a TALLY_E* code; outputs are caller-owned.
@@ -35,11 +36,20 @@ int tenant_endpoint_parse_args(int argc, char **argv, struct tenant_endpoint *ou
 void tenant_plan_format(const struct tenant_plan *p, char *buf, size_t len);
 void tenant_endpoint_format(const struct tenant_endpoint *e, char *buf, size_t len);
 
+/** Parses `ID --plan P [--billing-day D] [--limit L]... [--link-limit L]... [--concurrency K]`
+ *  (argv[0] is ID): a `tenant` line; billing day 1 unless given. */
+int tenant_account_parse_args(int argc, char **argv, struct tenant_account *out /* OUT */,
+                              char *err, size_t errlen);
+/** The canonical line ("tenant acme --plan pro --billing-day 15 --limit 200000/month"). */
+void tenant_account_format(const struct tenant_account *t, char *buf, size_t len);
+
 struct tenant_config {
     struct tenant_plan *plans;
     size_t n_plans;
     struct tenant_endpoint *endpoints;
     size_t n_endpoints;
+    struct tenant_account *tenants;
+    size_t n_tenants;
 };
 
 /** Parses and validates a whole file (`text`, `len` bytes, borrowed): each line,

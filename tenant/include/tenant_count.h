@@ -22,7 +22,9 @@
  *   second allowance. A refusal changes no state at all, high-water mark included, so "refused
  *   means untouched" holds byte for byte. Retry-After is still measured from the caller's now_ms.
  * - Limits are matched to state entries by period, not by position, so adding or removing a
- *   limit keeps the counts of the others. A limit whose period is new starts fresh.
+ *   limit keeps the counts of the others. A limit whose period is new starts fresh; a month on
+ *   a new billing day takes over the running month's count (tenant_window_carry).
+ * - GCRA takes no month limit (TALLY_EINVAL): its emission interval needs a fixed length.
  * - Bounds: now_ms in 0..TENANT_TIME_MAX_MS; n and cost 1..2^32; periods 1 ms..365 d (the parser
  *   further asks for whole seconds). Every product that could overflow int64 is checked or done
  *   in 128 bits, so any input inside these bounds is exact and any outside is an error.
@@ -67,12 +69,20 @@ const char *tenant_scope_name(enum tenant_scope scope);
  *  retry after that many seconds is admitted if nothing else was charged meanwhile. */
 int64_t tenant_retry_after_seconds(int64_t retry_after_ms);
 
-/** Fixed window holding now_ms: floor(now_ms / period_ms). -1 when now_ms < 0 or
- *  period_ms < 1. */
+/** Fixed window holding now_ms: floor(now_ms / period_ms); for a month (tenant.h), the months
+ *  since January 1970 up to the one whose billing day last passed, plus one. Non-decreasing in
+ *  now_ms. -1 when now_ms < 0 or period_ms < 1. */
 int64_t tenant_window_id(int64_t now_ms, int64_t period_ms);
-/** First instant after window `window_id`: (window_id + 1) * period_ms, or -1 when an argument
- *  is negative, period_ms < 1, or the product overflows. */
+/** First instant after window `window_id`: (window_id + 1) * period_ms; for a month, 00:00 UTC
+ *  of the next billing day. -1 when an argument is negative, period_ms < 1, or it overflows. */
 int64_t tenant_window_end_ms(int64_t window_id, int64_t period_ms);
+/** The window of `to_period_ms` into which what `from_period_ms` counted in `window_id`
+ *  carries when the period changes at eval_ms: window_id itself for the same period; for
+ *  months on two billing days, the new day's month at eval_ms when window_id is the old day's
+ *  month at eval_ms (or later), so a new billing day never hands out a second allowance; -1
+ *  when nothing carries. */
+int64_t tenant_window_carry(int64_t from_period_ms, int64_t window_id, int64_t to_period_ms,
+                            int64_t eval_ms);
 
 /* One bound (one limit of a list, or the slot count) as evaluated by a check. */
 struct tenant_bound {
