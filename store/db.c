@@ -418,7 +418,7 @@ store_db_open_ctx(const char *path, const struct store_schema *schema, unsigned 
     /* A file only this process opens keeps its WAL index in memory: no -shm file to
      * create, map and keep open (one descriptor less per open file). Set before the
      * first read, which is when SQLite decides. */
-    if (flags & STORE_OPEN_PRIVATE)
+    if (flags & STORE_OPEN_EXCLUSIVE)
         rc = store_db_exec(db, "PRAGMA locking_mode=EXCLUSIVE");
     if (rc == TALLY_OK)
         rc = version_check(db, &version);

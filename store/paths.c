@@ -96,9 +96,11 @@ store_lock_take(const char *path, int *fd_out)
     return TALLY_OK;
 }
 
-/* The stamp of tally.db: the file's inode, and its WAL's inode, size and header
- * (checkpoint sequence and salts, bytes 12 to 23). Within one WAL generation every
- * commit appends frames (the size grows); a new generation has new salts. */
+/* The stamp of tally.db: the file's inode, size and time, and its WAL's inode, size and
+ * header (checkpoint sequence and salts, bytes 12 to 23). Within one WAL generation every
+ * commit appends frames (the size grows); a new generation has new salts; commits whose WAL
+ * came and went between two looks (the last connection checkpoints and removes it) wrote
+ * the file itself. */
 bool
 store_config_stamp_changed(const char *dir, struct store_config_stamp *stamp)
 {
@@ -124,8 +126,11 @@ store_config_stamp_changed(const char *dir, struct store_config_stamp *stamp)
     if (fd >= 0)
         close(fd);
     path[n - 4] = '\0'; /* without "-wal" */
-    if (stat(path, &st) == 0)
+    if (stat(path, &st) == 0) {
         now.v[0] = (int64_t)st.st_ino;
+        now.v[6] = (int64_t)st.st_size;
+        now.v[7] = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    }
     if (memcmp(&now, stamp, sizeof(now)) == 0)
         return false;
     *stamp = now;

@@ -455,8 +455,9 @@ test_v1_child_file_unreadable_row_dropped(void **state)
     store_db_close(db);
 }
 
-/* tally.db of 0.1.0 upgrades to format 4 (3 added caller endpoints): every tenant on billing day 1, without overrides, and
- * both can be set on the upgraded file. Last: it changes acme (and puts it back). */
+/* tally.db of 0.1.0 upgrades to format 4 (3 added caller endpoints): every tenant on billing day 1,
+ * without overrides, and both can be set on the upgraded file. Last: it changes acme (and puts it
+ * back). */
 static void
 test_v1_config_gets_billing_days(void **state)
 {

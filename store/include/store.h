@@ -24,9 +24,11 @@ typedef struct sqlite3_stmt sqlite3_stmt;
 enum store_open_flags {
     STORE_OPEN_CREATE = 1 << 0,    /* create the file (mode 0600) if missing */
     STORE_OPEN_SYNC_FULL = 1 << 1, /* synchronous=FULL (strict); NORMAL otherwise */
-    STORE_OPEN_PRIVATE = 1 << 2    /* only this process opens the file (a journal, a child
-                                      file): locked exclusively while open (no -shm file),
-                                      and store_private_vfs_set() may name its VFS */
+    STORE_OPEN_PRIVATE = 1 << 2,   /* only this process writes the file (a journal, a child
+                                      file): store_private_vfs_set() may name its VFS */
+    STORE_OPEN_EXCLUSIVE = 1 << 3  /* no other process even reads it (a child file): locked
+                                      exclusively while open, its WAL index in memory (no
+                                      -shm file, one descriptor less) */
 };
 
 struct store_schema {

@@ -36,7 +36,7 @@ open_file(struct front_child *fc)
         rc = store_path_endpoint_db(f->data, fc->tenant, fc->endpoint, path, sizeof(path));
     if (rc == TALLY_OK)
         rc = store_child_open(path,
-                              STORE_OPEN_CREATE | STORE_OPEN_PRIVATE |
+                              STORE_OPEN_CREATE | STORE_OPEN_PRIVATE | STORE_OPEN_EXCLUSIVE |
                                   (f->cfg.strict ? STORE_OPEN_SYNC_FULL : 0),
                               &child_upgrade, &fc->store.db);
     return rc;
