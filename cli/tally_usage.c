@@ -91,15 +91,24 @@ count_out(void *ctx, const struct sup_usage_row *r)
     return 0;
 }
 
-/* After a FLUSH: until the tenant's ledger has no lease out, SETTLE_MS at most. */
+/* After a FLUSH: until the tenant's ledger has no lease out, or the count stops falling (a
+ * lease an earlier run of tallyd held and no row resumed stays out, as spent, to its deadline),
+ * SETTLE_MS at most. */
 static void
 settle(const struct cli *c, const char *tenant, int64_t now_ms)
 {
+    uint32_t before = UINT32_MAX;
+    int same = 0;
+
     for (int waited = 0; waited < SETTLE_MS; waited += SETTLE_STEP_MS) {
         struct timespec ts = {0, SETTLE_STEP_MS * 1000000L};
         uint32_t out = 0;
 
         if (sup_usage_read(c->data, tenant, now_ms, false, count_out, &out) != TALLY_OK || out == 0)
+            return;
+        same = out < before ? 0 : same + 1;
+        before = out;
+        if (same * SETTLE_STEP_MS >= 300)
             return;
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;

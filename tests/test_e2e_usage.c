@@ -102,16 +102,20 @@ usage_of(struct env *e, const char *tenant, const char *window, const char *scop
     return v;
 }
 
-/* Until the idle leases have come back (the plan's figure stops moving down), at most 10 s. */
+/* Until the idle leases have come back (the plan's figure reaches want, or stops moving down
+ * for a second), at most 10 s. */
 static int64_t
 settled_plan(struct env *e, int64_t want)
 {
-    int64_t v = -1;
+    int64_t v = -1, before = INT64_MAX;
+    int same = 0;
 
-    for (int i = 0; i < 100; i++) {
+    for (int i = 0; i < 100 && same < 10; i++) {
         v = usage_of(e, "acme", "current", "plan", false);
         if (v == want)
             return v;
+        same = v < before ? 0 : same + 1;
+        before = v;
         serve_sleep_ms(100);
     }
     return v;
