@@ -7,7 +7,7 @@
  * child_core.c (the tables) asks child_admit.c whether a link is idle and to retire a lease,
  * and child_admit.c finds links in child_core.c; child_sched.c (queues and timers) rolls
  * windows and asks for leases through child_admit.c, which marks each link it changes for the
- * scheduler with sup__child_touch(). child_slot.c borrows child_wire.c's request table, and a
+ * scheduler with sup__child_touch(). child_slot.c borrows the request table (child_req.c), and a
  * slot release arriving in a reply is handed back to child_slot.c. Splitting them further would
  * put one transition's steps in two places; the entry points are in sup_child.h, and every
  * mutual call is a module-internal sup__child_* function declared below.
@@ -174,6 +174,10 @@ bool sup__child_msg_work(const struct child_link *k);
 /* A recalled lease with tokens left still waits for its row to go: the link's ACQUIRE waits
  * too, so the supervisor hears the report (and credits it) before it decides the ACQUIRE. */
 bool sup__child_acquire_held(const struct child_link *k);
+/* child_req.c */
+/* True iff a request could go out now: a free entry, or room to grow the table, within the
+ * window of seqs. */
+bool sup__child_req_room(const sup_child *c);
 bool sup__child_persist_work(const struct child_link *k);
 /** Puts link `index` in the queues it has work for. */
 void sup__child_enqueue(sup_child *c, int32_t index);

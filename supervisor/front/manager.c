@@ -49,59 +49,6 @@ start_failed(sup_manager *m, struct sup_proc *p, bool failed)
     }
 }
 
-static const char *
-proc_key(const void *ctx, uint32_t item)
-{
-    const sup_manager *m = ctx;
-
-    return m->procs[item]->tenant;
-}
-
-static struct sup_proc *
-proc_find(const sup_manager *m, const char *tenant)
-{
-    int64_t i;
-
-    if (m->proc_index.slot == NULL)
-        return NULL;
-    i = tenant_index_find(&m->proc_index, tenant, proc_key, m);
-    return i >= 0 ? m->procs[i] : NULL;
-}
-
-static struct sup_proc *
-proc_get(sup_manager *m, const char *tenant)
-{
-    struct sup_proc *p = proc_find(m, tenant);
-
-    if (p != NULL)
-        return p;
-    if (m->n_procs == m->cap_procs) {
-        uint32_t cap = m->cap_procs == 0 ? 16 : m->cap_procs * 2;
-        struct sup_proc **n = tally_realloc(m->procs, cap * sizeof(*n));
-        struct tenant_index ix = {NULL, 0};
-
-        if (n == NULL)
-            return NULL;
-        m->procs = n;
-        if (tenant_index_init(&ix, cap) != TALLY_OK)
-            return NULL;
-        m->cap_procs = cap;
-        tenant_index_release(&m->proc_index);
-        m->proc_index = ix;
-        for (uint32_t i = 0; i < m->n_procs; i++)
-            ix.slot[tenant_index_pos(&ix, m->procs[i]->tenant, proc_key, m)] = i + 1;
-    }
-    p = tally_calloc(1, sizeof(*p));
-    if (p == NULL)
-        return NULL;
-    snprintf(p->tenant, sizeof(p->tenant), "%s", tenant);
-    p->m = m;
-    p->process.data = p;
-    m->procs[m->n_procs] = p;
-    m->proc_index.slot[tenant_index_pos(&m->proc_index, tenant, proc_key, m)] = ++m->n_procs;
-    return p;
-}
-
 void
 sup__manager_maybe_finish(sup_manager *m)
 {
@@ -514,7 +461,7 @@ sup_manager_send(sup_manager *m, const char *tenant, const void *frame, size_t l
         return TALLY_EUNAVAIL;
     if (!tenant_name_valid(tenant))
         return TALLY_ENAME;
-    p = proc_get(m, tenant);
+    p = sup__proc_get(m, tenant);
     if (p == NULL)
         return TALLY_ENOMEM;
     p->last_used_ms = uv_now(m->loop);
@@ -536,7 +483,7 @@ sup_manager_send(sup_manager *m, const char *tenant, const void *frame, size_t l
 bool
 sup_manager_is_up(const sup_manager *m, const char *tenant)
 {
-    const struct sup_proc *p = proc_find(m, tenant);
+    const struct sup_proc *p = sup__proc_find(m, tenant);
 
     return p != NULL && p->conn != NULL && p->process_live;
 }
@@ -544,7 +491,7 @@ sup_manager_is_up(const sup_manager *m, const char *tenant)
 bool
 sup_manager_is_starting(const sup_manager *m, const char *tenant)
 {
-    const struct sup_proc *p = proc_find(m, tenant);
+    const struct sup_proc *p = sup__proc_find(m, tenant);
 
     return p != NULL && p->process_live && !p->answered;
 }
@@ -552,7 +499,7 @@ sup_manager_is_starting(const sup_manager *m, const char *tenant)
 bool
 sup_manager_crashed(const sup_manager *m, const char *tenant)
 {
-    const struct sup_proc *p = proc_find(m, tenant);
+    const struct sup_proc *p = sup__proc_find(m, tenant);
 
     return p != NULL && p->backoff_ms > 0;
 }
@@ -560,7 +507,7 @@ sup_manager_crashed(const sup_manager *m, const char *tenant)
 int64_t
 sup_manager_backoff_left_ms(const sup_manager *m, const char *tenant)
 {
-    const struct sup_proc *p = proc_find(m, tenant);
+    const struct sup_proc *p = sup__proc_find(m, tenant);
     uint64_t now = uv_now(m->loop);
 
     if (p == NULL || p->not_before_ms <= now)
@@ -571,7 +518,7 @@ sup_manager_backoff_left_ms(const sup_manager *m, const char *tenant)
 int
 sup_manager_pid(const sup_manager *m, const char *tenant)
 {
-    const struct sup_proc *p = proc_find(m, tenant);
+    const struct sup_proc *p = sup__proc_find(m, tenant);
 
     if (p == NULL || !p->process_live)
         return 0;

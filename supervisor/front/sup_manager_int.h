@@ -98,6 +98,11 @@ struct sup_manager {
     void *close_data;
 };
 
+/* manager_procs.c: the supervisor of `tenant`, NULL when none; created when missing (NULL
+ * without memory). */
+struct sup_proc *sup__proc_find(const sup_manager *m, const char *tenant);
+struct sup_proc *sup__proc_get(sup_manager *m, const char *tenant);
+
 /* manager.c: a supervisor went away (status, or the signal that ended it); frees
  * the manager when it is closing and nothing is left. */
 void sup__proc_exited(struct sup_proc *p, int64_t status, int term_signal);
