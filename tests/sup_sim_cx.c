@@ -65,10 +65,12 @@ cx_next(struct cx *x)
 struct proto_lease_msg
 cx_expect(struct cx *x, uint8_t type)
 {
-    struct proto_lease_msg m = type == PROTO_LEASE_HELLO ? (struct proto_lease_msg){0} : cx_next(x);
+    struct proto_lease_msg m;
 
     if (type == PROTO_LEASE_HELLO)
         assert_int_equal(sup_child_next_message(x->c, x->now, &m), TALLY_OK);
+    else
+        m = cx_next(x);
     if (m.type != type)
         fail_msg("expected %s, got %s", proto_lease_type_name(type), proto_lease_type_name(m.type));
     assert_int_equal(proto_lease_validate(&m), TALLY_OK);

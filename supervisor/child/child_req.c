@@ -98,4 +98,3 @@ sup__child_req_find(sup_child *c, uint64_t seq)
     }
     return NULL;
 }
-

@@ -59,4 +59,3 @@ sup__proc_get(sup_manager *m, const char *tenant)
     m->proc_index.slot[tenant_index_pos(&m->proc_index, tenant, proc_key, m)] = ++m->n_procs;
     return p;
 }
-
