@@ -17,13 +17,14 @@
 
 /* DIR/tally.db as its files show it: every commit changes the stamp. */
 struct store_config_stamp {
-    int64_t v[8]; /* the file's inode; its WAL's inode, size, checkpoint sequence, salts; the
-                     file's size and modification time */
+    int64_t v[9]; /* the file's inode; its WAL's inode, size, checkpoint sequence, salts; the
+                     file's size and modification time; the WAL index's change counter */
 };
 
 /** Whether DIR/tally.db changed since *stamp was taken, without a connection or a lock:
- *  true when the file's inode, size or time, or its WAL's inode, size or header (a new
- *  generation after a checkpoint has new salts) differ; *stamp is then updated. A connection held
+ *  true when the file's inode, size or time, its WAL's inode, size or header (a new
+ *  generation after a checkpoint has new salts), or the change counter in its WAL index
+ *  differ; *stamp is then updated. A connection held
  * open costs every reader of the shared file (the kernel keeps one list of locks on it, and a
  *  thousand supervisors make it long); this costs a stat, an open and a read. */
 bool store_config_stamp_changed(const char *dir, struct store_config_stamp *stamp);

@@ -167,9 +167,17 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
     if (s->batch.count == s->batch.cap || s->out_len > PROTO_CONN_OUT_MAX / 2)
         sp_flush(s);
     /* The configuration may have changed a moment ago (a new link, a raised limit):
-     * look again before answering a request for tokens (PRAGMA data_version, cheap). */
-    if (in.type == PROTO_LEASE_ACQUIRE || in.type == PROTO_LEASE_SLOT_ACQUIRE)
+     * look again before answering a request for tokens (the file's stamp, cheap). A link
+     * tallyd let through but this snapshot does not know is read again whatever the stamp
+     * says: only tallyd's authentication lets a link this far, and a refusal here would be
+     * an "unauthorized" for a link that exists. */
+    if (in.type == PROTO_LEASE_ACQUIRE || in.type == PROTO_LEASE_SLOT_ACQUIRE) {
+        const char *link = in.type == PROTO_LEASE_ACQUIRE ? in.acquire.link : in.slot_acquire.link;
+
+        if (store_snapshot_link_by_id(s->snap, link) == NULL)
+            memset(&s->config_stamp, 0, sizeof(s->config_stamp));
         on_reload(&s->reload_timer);
+    }
     if (s->stopping)
         return;
     rc = sup_ledger_handle(s->ledger, sp_wall_ms(), &in, &reply, &s->batch);
