@@ -240,6 +240,16 @@ serve_metric(const char *page, const char *series)
     return -1;
 }
 
+double
+serve_metric_now(const struct serve_env *e, const char *series)
+{
+    struct serve_http h;
+
+    serve_http_get(e->http_port, "/metrics", NULL, &h);
+    assert_int_equal(h.status, 200);
+    return serve_metric(h.body, series);
+}
+
 char *
 serve_log(const struct serve_env *e)
 {

@@ -58,6 +58,8 @@ void serve_check(const struct serve_env *e, const char *token, const char *endpo
 /** The value of the sample `series` (e.g. `tally_decisions_total{result="admitted"}`)
  *  in a metrics page, or -1 when absent. */
 double serve_metric(const char *page, const char *series);
+/** The value of `series` on tallyd's /metrics now (GET must answer 200), -1 when absent. */
+double serve_metric_now(const struct serve_env *e, const char *series);
 /** tallyd's log so far; free() it. */
 char *serve_log(const struct serve_env *e);
 /** Lines written by tallyd itself (tally_log lines, {"ts":"...) containing `needle`;

@@ -117,16 +117,6 @@ flood(const struct serve_env *e, const char *endpoint, unsigned first, unsigned 
         close(fd[i]);
 }
 
-static double
-metric(const struct serve_env *e, const char *series)
-{
-    struct serve_http r;
-
-    serve_http_get(e->http_port, "/metrics", NULL, &r);
-    assert_int_equal(r.status, 200);
-    return serve_metric(r.body, series);
-}
-
 static void
 test_flood_100000_callers_within_bound(void **state)
 {
@@ -139,14 +129,14 @@ test_flood_100000_callers_within_bound(void **state)
     serve_start(e, "--durability=batched", NULL);
     flood(e, "signup", 0, 100000, counts);
     assert_int_equal(counts[PROTO_ADMITTED], 100000);
-    entries = metric(e, "tally_caller_entries");
-    bytes = metric(e, "tally_caller_table_bytes");
+    entries = serve_metric_now(e, "tally_caller_entries");
+    bytes = serve_metric_now(e, "tally_caller_table_bytes");
     print_message("100000 distinct callers: %.0f entries, %.0f bytes of tables (%.0f per caller)\n",
                   entries, bytes, bytes / 100000);
     assert_true(entries == 100000);
     /* docs/DESIGN.md §12: at most 2 x 168 bytes per caller while the tables grow */
     assert_true(bytes <= 100000.0 * 336 + 4 * 4096);
-    assert_true(metric(e, "tally_caller_events_total{event=\"sketch\"}") == 0);
+    assert_true(serve_metric_now(e, "tally_caller_events_total{event=\"sketch\"}") == 0);
     serve_stop(e);
 }
 
@@ -162,8 +152,8 @@ test_flood_past_the_ceiling(void **state)
     serve_start(e, "--durability=batched", NULL);
     flood(e, "signup", 0, 20000, counts);
     assert_int_equal(counts[PROTO_ADMITTED] + counts[PROTO_REFUSED], 20000);
-    assert_true(metric(e, "tally_caller_entries") <= 1000);
-    assert_true(metric(e, "tally_caller_events_total{event=\"sketch\"}") > 0);
+    assert_true(serve_metric_now(e, "tally_caller_entries") <= 1000);
+    assert_true(serve_metric_now(e, "tally_caller_events_total{event=\"sketch\"}") > 0);
     print_message("20000 callers past a ceiling of 1000: %u admitted at their first attempt\n",
                   counts[PROTO_ADMITTED]);
     /* the first 200 callers three times more: never more than 2 each in all */

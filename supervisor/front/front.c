@@ -343,7 +343,6 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
     r->owner = fc;
     r->shadow = policy->shadow; /* from the current snapshot: a change applies at once */
     r->cost = cost > 0 ? cost : policy->cost;
-    r->degraded = false;
     front_child_submit(fc, r);
 }
 

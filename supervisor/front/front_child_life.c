@@ -230,7 +230,7 @@ closable(const struct front_child *fc, struct sup_time now)
 static bool
 sleepable(const struct front_child *fc)
 {
-    return fc->state == FRONT_CHILD_OPEN && fc->store.db != NULL && !fc->store.busy &&
+    return fc->state == FRONT_CHILD_OPEN && !fc->store.busy && fc->store.db != NULL &&
            fc->store.n == 0 && fc->parked == NULL;
 }
 
@@ -246,7 +246,7 @@ drain(struct front_child *fc)
     lru_unlink(fc->f, fc);
     files_unlink(fc->f, fc);
     /* Counted as leaving while its file is open (or opening again for a write). */
-    fc->leaving = fc->store.db != NULL || fc->store.busy;
+    fc->leaving = fc->store.busy || fc->store.db != NULL; /* db is the pool's while busy */
     fc->f->n_leaving += fc->leaving;
     fc->state = FRONT_CHILD_DRAINING;
     fc->drain_mono_ms = now.mono_ms + FRONT_CHILD_DRAIN_MS;

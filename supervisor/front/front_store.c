@@ -340,11 +340,14 @@ front_store_flush(struct front_child *fc)
         return false;
     s->work.data = fc;
     s->rc = TALLY_OK;
+    /* Read before the job is queued: from then on the thread pool owns db. */
+    s->reopening = s->db == NULL;
     /* uv_queue_work fails only for a missing callback. */
     rc = uv_queue_work(fc->f->loop, &s->work, write_batch, batch_done);
-    if (NEVER(rc != 0))
+    if (NEVER(rc != 0)) {
+        s->reopening = false;
         return false;
-    s->reopening = s->db == NULL;
+    }
     if (s->reopening)
         fc->f->n_files++; /* being opened again */
     s->busy = true;
