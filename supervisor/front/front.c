@@ -171,6 +171,7 @@ sup_front_reload(sup_front *f, bool force)
     store_snapshot_free(f->snap);
     f->snap = snap;
     f->stats.reloads++;
+    front_fast_size(&f->fast, store_snapshot_link_count(snap)); /* a new epoch */
     f->stats.live_links = (uint32_t)store_snapshot_link_count(snap);
     return TALLY_OK;
 }
@@ -247,6 +248,9 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
         rc = front_callers_open(f, &f->callers);
     if (rc != TALLY_OK)
         goto out;
+    rc = front_fast_open(&f->fast, loop, f);
+    if (rc != TALLY_OK)
+        goto out;
     uv_timer_init(loop, &f->reload_timer);
     f->reload_timer.data = f;
     uv_timer_start(&f->reload_timer, on_reload_timer, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
@@ -255,6 +259,7 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
     f = NULL; /* ownership moved to the caller */
 out:
     if (f != NULL) {
+        front_fast_free(&f->fast);
         front_callers_free(f->callers);
         store_key_free(f->key);
         store_snapshot_free(f->snap);
@@ -284,7 +289,7 @@ static bool
 req_begin(sup_front *f, struct sup_front_req *r)
 {
     f->stats.checks++;
-    r->start_ns = uv_hrtime();
+    r->start_ns = front_now_ns();
     r->owner = NULL;
     r->shadow = false;
     r->outage = false;
@@ -301,10 +306,41 @@ req_begin(sup_front *f, struct sup_front_req *r)
     return true;
 }
 
+/* The request goes to its child (fc runs under `policy`). */
+static void
+submit(struct sup_front_req *r, const struct store_snap_link *l, struct front_child *fc,
+       const struct tenant_endpoint *policy, int64_t cost)
+{
+    size_t n = strlen(l->id);
+
+    memcpy(r->link, l->id, n + 1 < sizeof(r->link) ? n + 1 : sizeof(r->link));
+    r->link[sizeof(r->link) - 1] = '\0';
+    r->owner = fc;
+    r->shadow = policy->shadow; /* from the current snapshot: a change applies at once */
+    r->cost = cost > 0 ? cost : policy->cost;
+    front_child_submit(fc, r);
+}
+
+/* A (token, endpoint) the memo knows: the link is live and allowed there (checked in this
+ * epoch, its expiry just now), the child runs the endpoint's policy of this snapshot. */
+static void
+check_known(sup_front *f, struct sup_front_req *r, const struct store_snap_link *l,
+            struct front_child *fc, int64_t cost)
+{
+    if (cost < 0 || cost > TENANT_COST_MAX) {
+        front_reply_status(f, r, PROTO_BAD_REQUEST, 0, "bad cost");
+        return;
+    }
+    front_child_touch(f, fc);
+    submit(r, l, fc, &fc->policy, cost);
+}
+
 void
 sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const char *endpoint,
                 int64_t cost)
 {
+    unsigned char tag[FRONT_TAG_BYTES];
+    bool memo = false;
     const struct store_snap_link *l;
     const struct tenant_endpoint *policy = NULL;
     struct tenant_endpoint bound; /* the policy with its months on the tenant's billing day */
@@ -314,6 +350,14 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
 
     if (!req_begin(f, r))
         return;
+    if (front_fast_tag(&f->fast, token, endpoint, tag)) {
+        const struct front_memo_entry *e = front_fast_find(&f->fast, tag);
+        if (e != NULL && (e->link->expires_ms == 0 || now.wall_ms < e->link->expires_ms)) {
+            check_known(f, r, e->link, e->fc, cost);
+            return;
+        }
+        memo = true;
+    }
     l = authenticate(f, token, endpoint, now.wall_ms);
     if (l == NULL) {
         front_reply_status(f, r, PROTO_UNAUTHORIZED, 0, NULL);
@@ -339,11 +383,13 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
         front_reply_status(f, r, PROTO_UNAVAILABLE, 1000, tally_strerror(rc));
         return;
     }
-    snprintf(r->link, sizeof(r->link), "%s", l->id);
-    r->owner = fc;
-    r->shadow = policy->shadow; /* from the current snapshot: a change applies at once */
-    r->cost = cost > 0 ? cost : policy->cost;
-    front_child_submit(fc, r);
+    /* The child follows the policy of this snapshot (a child whose new policy could not
+     * be set goes the long way again next time). */
+    if (memo && fc->policy_reloads == f->stats.reloads &&
+        memcmp(&fc->policy, policy, sizeof(*policy)) == 0)
+        front_fast_put(&f->fast, tag, l, fc);
+    sodium_memzero(tag, sizeof(tag));
+    submit(r, l, fc, policy, cost);
 }
 
 void
@@ -417,6 +463,7 @@ front_free(sup_front *f)
     void (*cb)(void *) = f->close_cb;
     void *data = f->close_data;
 
+    front_fast_free(&f->fast);
     front_callers_free(f->callers);
     store_key_free(f->key);
     store_snapshot_free(f->snap);
@@ -437,7 +484,7 @@ on_manager_closed(void *data)
         front_free(f);
 }
 
-/* The reload timer's and the idle sweep's. */
+/* The reload timer's, the idle sweep's and the clock handles'. */
 static void
 on_reload_timer_closed(uv_handle_t *h)
 {
@@ -470,7 +517,8 @@ sup_front_close(sup_front *f, void (*cb)(void *data), void *data)
     f->closing = true;
     f->close_cb = cb;
     f->close_data = data;
-    f->pending = 4; /* the manager, two timers and the caller authorities */
+    f->pending = 6; /* the manager, two timers, the caller authorities, two clock handles */
+    front_fast_close(&f->fast, on_reload_timer_closed);
     front_callers_close(f->callers, on_callers_closed);
     uv_close((uv_handle_t *)&f->reload_timer, on_reload_timer_closed);
     uv_close((uv_handle_t *)&f->idle_timer, on_reload_timer_closed);

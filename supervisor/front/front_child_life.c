@@ -75,6 +75,7 @@ table_remove(sup_front *f, struct front_child *fc)
     uint32_t i = f->child_index.slot[pos];
     uint32_t last = f->n_children - 1;
 
+    front_fast_forget(&f->fast); /* the memo may name fc */
     if (NEVER(i == 0 || f->children[i - 1] != fc))
         return;
     i--;
@@ -290,6 +291,18 @@ open_start(struct front_child *fc)
     front_store_open_start(fc);
 }
 
+void
+front_child_touch(sup_front *f, struct front_child *fc)
+{
+    fc->used_mono_ms = front_now().mono_ms;
+    if (fc->state == FRONT_CHILD_OPEN && f->lru_head != fc) {
+        lru_unlink(f, fc);
+        lru_push_front(f, fc);
+    }
+    if (fc->in_files && f->file_head != fc)
+        files_push_front(f, fc);
+}
+
 int
 front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *policy,
                 struct front_child **out)
@@ -299,13 +312,7 @@ front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *
     *out = NULL;
     if (fc != NULL) {
         refresh_policy(fc, policy);
-        fc->used_mono_ms = front_now().mono_ms;
-        if (fc->state == FRONT_CHILD_OPEN && f->lru_head != fc) {
-            lru_unlink(f, fc);
-            lru_push_front(f, fc);
-        }
-        if (fc->in_files && f->file_head != fc)
-            files_push_front(f, fc);
+        front_child_touch(f, fc);
         *out = fc;
         return TALLY_OK;
     }

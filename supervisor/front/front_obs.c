@@ -110,7 +110,7 @@ front_obs_reply(sup_front *f, struct sup_front_req *r, const struct proto_check_
     struct front_child *fc = r->owner;
 
     if (r->start_ns != 0)
-        sup_front_hist_observe(&f->stats.decision, uv_hrtime() - r->start_ns);
+        sup_front_hist_observe(&f->stats.decision, front_now_ns() - r->start_ns);
     if (fc == NULL || fc->child == NULL || f->closing)
         return;
     switch (reply->status) {

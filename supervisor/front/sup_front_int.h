@@ -24,6 +24,7 @@
 #include "sup_front_service.h"
 #include "tenant_index.h"
 
+#include "front_fast.h"
 #include "front_obs.h"
 #include "sup_manager.h"
 
@@ -123,6 +124,7 @@ struct sup_front {
     uint32_t n_children;
     uint32_t cap_children;
     struct tenant_index child_index; /* key -> index into children */
+    struct front_fast fast;          /* the turn's clock, the token memo */
     struct front_child *lru_head, *lru_tail;
     struct front_child *file_head, *file_tail; /* OPEN children with an open file, by use */
     uint32_t n_files;                          /* child files open or being opened */
@@ -143,26 +145,15 @@ struct sup_front {
     int64_t open_failed_mono_ms;
 };
 
-/* Both clocks, read now: monotonic for durations and deadlines, wall for window ids. */
 /* A fingerprint of every limit over fc's path in `snap` (what limits_changed compares); 0
  * when the tenant or the endpoint is gone. Leases parked under one fingerprint are not used
  * under another. */
 int64_t front_limits_fp(const store_snapshot *snap, const struct front_child *fc);
 
-static inline struct sup_time
-front_now(void)
-{
-    struct sup_time t;
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    t.mono_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    t.wall_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    return t;
-}
 /** The manager, for metrics. */
 sup_manager *sup_front_manager(sup_front *f);
+/** Marks fc used now (its place in the LRU and file lists). */
+void front_child_touch(sup_front *f, struct front_child *fc);
 /** The child of (tenant, endpoint), NULL when none is known. */
 struct front_child *front_child_find(sup_front *f, const char *tenant, const char *endpoint);
 /** The child of (tenant, endpoint), created on first use (or after an idle close) with
