@@ -357,10 +357,13 @@ static int
 start_child(struct front_child *fc)
 {
     struct sup_child_config cfg;
+    struct sup_child_counters counters;
     sup_front *f = fc->f;
     int rc;
 
     memset(&cfg, 0, sizeof(cfg));
+    if (front_use_counters(fc, &counters))
+        cfg.counters = &counters;
     cfg.incarnation = fc->store.incarnation;
     snprintf(cfg.tenant, sizeof(cfg.tenant), "%s", fc->tenant);
     cfg.policy = fc->policy;
@@ -526,6 +529,7 @@ on_idle_timer(uv_timer_t *t)
         fc = prev;
     }
     enforce_cap(f);
+    store_use_sweep(f->use, now.mono_ms); /* kept counters nobody resumed, past their lease */
 }
 
 void
