@@ -433,42 +433,43 @@ front_use_counters(struct front_child *fc, struct sup_child_counters *out)
     return fc->f->use != NULL;
 }
 
+/* The normal outcomes go in tallyd's start line (sup_front_use_state); the others, which
+ * cost resumed leases their exact count, get a line of their own. */
 void
 front_use_open(sup_front *f)
 {
-    static const char *const found[] = {
-        [STORE_USE_RESUMED] = "this boot's: leases resumed after a crash go on from what they "
-                              "admitted",
-        [STORE_USE_CREATED] = "none: created",
-        [STORE_USE_OTHER_BOOT] = "written before the machine restarted: emptied (resumed "
-                                 "leases start from their marks)",
-        [STORE_USE_CORRUPT] = "not a lease use file of this format: emptied (resumed leases "
-                              "start from their marks)",
+    static const char *const state[] = {
+        [STORE_USE_RESUMED] = "resumed",
+        [STORE_USE_CREATED] = "created",
+        [STORE_USE_OTHER_BOOT] = "reset: written before the machine restarted",
+        [STORE_USE_CORRUPT] = "reset: not a lease use file of this format",
     };
     uint8_t boot[STORE_USE_BOOT_ID];
     enum store_use_start how = STORE_USE_CREATED;
-    struct store_use_stats st;
     struct tally_log l;
     int rc = store_use_boot_id(boot);
 
     if (rc == TALLY_OK)
         rc = store_use_open(f->data, boot, 0, front_now().mono_ms, &f->use, &how);
-    if (rc != TALLY_OK) {
-        /* Safe without: a lease resumed after a crash starts from its durable mark. */
-        if (tally_log_begin(&l, TALLY_LOG_ERROR, "lease_use_unavailable")) {
-            tally_log_str(&l, "file", STORE_USE_FILE);
-            tally_log_str(&l, "error", tally_strerror(rc));
-            tally_log_str(&l, "detail", "leases resumed after a crash start from their marks");
-            tally_log_end(&l);
-        }
+    f->use_state = rc == TALLY_OK ? state[how] : "unavailable";
+    if (rc == TALLY_OK && how != STORE_USE_OTHER_BOOT && how != STORE_USE_CORRUPT)
         return;
-    }
-    store_use_stats(f->use, &st);
-    if (tally_log_begin(&l, how == STORE_USE_CORRUPT ? TALLY_LOG_WARN : TALLY_LOG_INFO,
-                        "lease_use_open")) {
+    /* Safe either way: a lease resumed after a crash starts from its durable mark. */
+    if (tally_log_begin(&l, rc != TALLY_OK ? TALLY_LOG_ERROR : TALLY_LOG_WARN,
+                        rc != TALLY_OK ? "lease_use_unavailable" : "lease_use_reset")) {
         tally_log_str(&l, "file", STORE_USE_FILE);
-        tally_log_str(&l, "found", found[how]);
-        tally_log_int(&l, "leases_kept", st.orphans);
+        tally_log_str(&l, "error", rc != TALLY_OK ? tally_strerror(rc) : state[how]);
+        tally_log_str(&l, "detail", "leases resumed after a crash start from their marks");
         tally_log_end(&l);
     }
+}
+
+const char *
+sup_front_use_state(const sup_front *f, int64_t *kept)
+{
+    struct store_use_stats st;
+
+    store_use_stats(f->use, &st);
+    *kept = st.orphans;
+    return f->use_state != NULL ? f->use_state : "unavailable";
 }

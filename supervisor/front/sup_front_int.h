@@ -117,7 +117,8 @@ struct sup_front {
     char exe[4096];
     store_db *config;
     store_snapshot *snap;
-    store_use *use; /* exact use counters of leases (front_store.c); NULL = none */
+    store_use *use;        /* exact use counters of leases (front_store.c); NULL = none */
+    const char *use_state; /* what its open found, for the start line */
     unsigned char *key;
     sup_manager *mgr;
     struct front_callers *callers; /* endpoints keyed by caller (front_callers.c) */
