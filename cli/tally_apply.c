@@ -141,7 +141,7 @@ apply_endpoints(store_db *db, const struct tenant_config *want)
  * and overrides (what a line does not override goes back to the plan's). Tenants the file does
  * not name are left alone: they hold links, `tally tenant remove` removes them. */
 static int
-apply_tenants(store_db *db, const struct tenant_config *want)
+apply_tenants(store_db *db, const struct tenant_config *want, bool *moved)
 {
     char now_line[TENANT_CONFIG_TEXT_MAX];
     char was_line[TENANT_CONFIG_TEXT_MAX];
@@ -164,8 +164,10 @@ apply_tenants(store_db *db, const struct tenant_config *want)
         printf("%s %s\n", rc == TALLY_OK ? "update" : "create", now_line);
         if (rc == TALLY_ENOTFOUND)
             rc = store_tenant_add(db, a->id, a->plan, cli_now_ms());
-        else if (strcmp(t.plan, a->plan) != 0)
+        else if (strcmp(t.plan, a->plan) != 0) {
+            moved[i] = true;
             rc = store_tenant_set_plan(db, a->id, a->plan);
+        }
         if (rc == TALLY_OK)
             rc = store_tenant_set_billing_day(db, a->id, a->billing_day);
         if (rc == TALLY_OK) {
@@ -176,6 +178,28 @@ apply_tenants(store_db *db, const struct tenant_config *want)
             return rc;
     }
     return TALLY_OK;
+}
+
+/* The tenants the file moves to another plan (`moved`, set by apply_tenants) must fit it as
+ * `tally tenant set --plan` requires, checked once the file's plans, endpoints and deletions
+ * are in place: the first that does not is printed and the transaction rolled back. */
+static int
+check_moves(store_db *db, const struct tenant_config *want, const bool *moved, const char *path,
+            int *rc)
+{
+    char tail[4200];
+
+    snprintf(tail, sizeof(tail), " (%s); nothing changed", path);
+    for (size_t i = 0; i < want->n_tenants; i++) {
+        int code;
+
+        if (!moved[i])
+            continue;
+        code = cli_tenant_plan_check(db, want->tenants[i].id, want->tenants[i].plan, tail, rc);
+        if (code != EXIT_OK || *rc != TALLY_OK)
+            return code == EXIT_OK ? EXIT_OK : EXIT_DATAERR;
+    }
+    return EXIT_OK;
 }
 
 /* Deletes what the database has and the file does not. */
@@ -241,6 +265,7 @@ cli_apply(struct cli *c)
 {
     struct tenant_config want = {0};
     struct current have = {0};
+    bool *moved = NULL;
     const char *path = NULL;
     const char *in_use = NULL;
     store_db *db = NULL;
@@ -276,6 +301,11 @@ cli_apply(struct cli *c)
                         "changed",
                         path, TENANT_MAX_ENDPOINTS);
     }
+    moved = tally_calloc(want.n_tenants + 1, sizeof(*moved));
+    if (moved == NULL) {
+        code = cli_fail(EXIT_IOERR, "out of memory");
+        goto out;
+    }
     code = cli_open(c, &db);
     if (code != EXIT_OK)
         goto out;
@@ -289,10 +319,16 @@ cli_apply(struct cli *c)
     if (rc == TALLY_OK)
         rc = apply_endpoints(db, &want);
     if (rc == TALLY_OK)
-        rc = apply_tenants(db, &want);
+        rc = apply_tenants(db, &want, moved);
     if (rc == TALLY_OK)
         rc = apply_deletes(db, &want, &have.cfg, &in_use);
+    if (rc == TALLY_OK && in_use == NULL)
+        code = check_moves(db, &want, moved, path, &rc);
     fflush(stdout);
+    if (code != EXIT_OK) {
+        store_db_rollback(db); /* the line is printed */
+        goto out;
+    }
     if (rc == TALLY_OK && !dry) {
         rc = store_db_commit(db);
     } else {
@@ -306,6 +342,7 @@ cli_apply(struct cli *c)
     else if (dry)
         printf("dry run: nothing changed\n");
 out:
+    tally_free(moved);
     store_db_close(db);
     tenant_config_release(&want);
     tenant_config_release(&have.cfg);

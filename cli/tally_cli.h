@@ -45,8 +45,14 @@ int64_t cli_now_ms(void);
 /** ms since the epoch as 2024-01-31T12:00:00Z into buf ("-" for 0). */
 void cli_format_time(int64_t ms, char *buf, size_t len);
 /** Every endpoint of the comma-separated `list` must have a policy for `plan`: EXIT_OK, else
- *  the exit code of the line printed. */
-int cli_link_check_endpoints(store_db *db, const char *plan, const char *list);
+ *  the exit code of the line printed (ending with `tail`). */
+int cli_link_check_endpoints(store_db *db, const char *plan, const char *list, const char *tail);
+/** Whether tenant `id` may be moved to `plan` (`tenant set --plan` and `apply` both ask): its
+ *  live links within the plan's --max-links, and every endpoint its links are restricted to
+ *  defined for the plan. EXIT_OK, else the exit code of the one line printed (ending with
+ *  `tail`); a store error is left in *rc with EXIT_OK. */
+int cli_tenant_plan_check(store_db *db, const char *id, const char *plan, const char *tail,
+                          int *rc);
 /** The account of a stored tenant (plan, billing day, overrides), and back (other fields of
  *  *out as they were). */
 void cli_account_of(const struct store_tenant *t, struct tenant_account *out /* OUT */);

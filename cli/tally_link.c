@@ -54,7 +54,7 @@ link_create_args(struct cli *c, struct link_args *a)
 
 /* Every restricted endpoint must have a policy for the tenant's plan. */
 int
-cli_link_check_endpoints(store_db *db, const char *plan, const char *list)
+cli_link_check_endpoints(store_db *db, const char *plan, const char *list, const char *tail)
 {
     char name[TENANT_NAME_MAX + 1];
     struct tenant_endpoint e;
@@ -67,7 +67,8 @@ cli_link_check_endpoints(store_db *db, const char *plan, const char *list)
         snprintf(name, sizeof(name), "%.*s", (int)n, p);
         rc = store_endpoint_resolve(db, plan, name, &e);
         if (rc == TALLY_ENOTFOUND)
-            return cli_fail(EXIT_FAIL, "endpoint %s is not defined for plan %s", name, plan);
+            return cli_fail(EXIT_FAIL, "endpoint %s is not defined for plan %s%s", name, plan,
+                            tail);
         if (rc != TALLY_OK)
             return cli_store_fail(rc, name);
         if (comma == NULL)
@@ -123,7 +124,7 @@ link_create(struct cli *c)
                                      : cli_store_fail(rc, a.tenant);
         goto out;
     }
-    code = cli_link_check_endpoints(db, t.plan, a.endpoints);
+    code = cli_link_check_endpoints(db, t.plan, a.endpoints, "");
     if (code != EXIT_OK)
         goto out;
     rc = store_key_load(c->data, &key);

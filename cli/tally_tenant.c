@@ -93,12 +93,13 @@ tenant_show(store_db *db, const char *id)
     return EXIT_OK;
 }
 
-/* What `tally tenant set ID --plan PLAN` checks in each link of the tenant: its endpoint
- * restrictions must have a policy under the new plan. */
+/* What a move to another plan checks in each link of the tenant: its endpoint restrictions
+ * must have a policy under the new plan. */
 struct plan_check {
     store_db *db;
     const char *plan;
-    int code; /* EXIT_OK until a link fails (printed) */
+    char tail[160]; /* ends the line printed */
+    int code;       /* EXIT_OK until a link fails (printed) */
 };
 
 static int
@@ -108,22 +109,20 @@ check_link_plan(void *ctx, const struct store_link *l)
 
     if (l->revoked_ms != 0 || l->endpoints[0] == '\0' || pc->code != EXIT_OK)
         return TALLY_OK;
-    pc->code = cli_link_check_endpoints(pc->db, pc->plan, l->endpoints);
+    pc->code = cli_link_check_endpoints(pc->db, pc->plan, l->endpoints, pc->tail);
     return TALLY_OK;
 }
 
-/* `tally tenant set ID --plan PLAN`, inside the transaction: the tenant's live links must
- * fit the new plan's --max-links and their endpoint restrictions must exist under it. */
-static int
-tenant_set_plan(store_db *db, const char *id, const char *plan, int *rc)
+int
+cli_tenant_plan_check(store_db *db, const char *id, const char *plan, const char *tail, int *rc)
 {
-    struct plan_check pc = {db, plan, EXIT_OK};
+    struct plan_check pc = {db, plan, "", EXIT_OK};
     struct tenant_plan p;
     int64_t live = 0;
 
     *rc = store_plan_get(db, plan, &p);
     if (*rc == TALLY_ENOTFOUND)
-        return cli_fail(EXIT_FAIL, "plan %s: not found", plan);
+        return cli_fail(EXIT_FAIL, "plan %s: not found%s", plan, tail);
     if (*rc == TALLY_OK)
         *rc = store_link_live_count(db, id, cli_now_ms(), &live);
     if (*rc != TALLY_OK)
@@ -131,13 +130,22 @@ tenant_set_plan(store_db *db, const char *id, const char *plan, int *rc)
     if (live > (p.max_links > 0 ? p.max_links : TENANT_MAX_LINKS))
         return cli_fail(EXIT_FAIL,
                         "tenant %s has %lld live links, more than plan %s allows (--max-links "
-                        "%lld): revoke some first",
-                        id, (long long)live, plan, (long long)p.max_links);
+                        "%lld): revoke some first%s",
+                        id, (long long)live, plan, (long long)p.max_links, tail);
+    snprintf(pc.tail, sizeof(pc.tail), " (a link of tenant %s is restricted to it)%s", id, tail);
     *rc = store_link_each(db, id, check_link_plan, &pc);
-    if (*rc != TALLY_OK || pc.code != EXIT_OK)
-        return pc.code;
-    *rc = store_tenant_set_plan(db, id, plan);
-    return EXIT_OK;
+    return *rc != TALLY_OK ? EXIT_OK : pc.code;
+}
+
+/* `tally tenant set ID --plan PLAN`, inside the transaction. */
+static int
+tenant_set_plan(store_db *db, const char *id, const char *plan, int *rc)
+{
+    int code = cli_tenant_plan_check(db, id, plan, "", rc);
+
+    if (code == EXIT_OK && *rc == TALLY_OK)
+        *rc = store_tenant_set_plan(db, id, plan);
+    return code;
 }
 
 /* The options of `tenant add` and `tenant set`. */

@@ -177,6 +177,70 @@ test_apply_refuses_to_drop_a_plan_in_use(void **state)
     assert_string_equal(exported(e->data), before);
 }
 
+static int
+lines_of(const char *s)
+{
+    int n = 0;
+
+    for (; *s != '\0'; s++)
+        n += *s == '\n';
+    return n;
+}
+
+/* Moving a tenant to another plan checks what `tally tenant set --plan` checks: its live links
+ * within the plan's --max-links, their endpoint restrictions defined under it. */
+static void
+test_apply_move_checks_links(void **state)
+{
+    static const char base[] = "plan pro --limit 600/1m\n"
+                               "plan small --limit 60/1m --max-links 1\n"
+                               "endpoint search --limit 60/1m\n"
+                               "endpoint vip --plan pro --limit 10/1m\n"
+                               "tenant acme --plan pro\n"
+                               "tenant beta --plan pro\n";
+    struct env *e = *state;
+    char before[TEST_OUT_MAX];
+
+    write_file(e->file, base);
+    assert_int_equal(test_tally(e->data, &o, "apply", e->file, NULL), 0);
+    assert_int_equal(test_tally(e->data, &o, "link", "create", "acme", "--endpoint", "vip", NULL),
+                     0);
+    assert_int_equal(test_tally(e->data, &o, "link", "create", "beta", NULL), 0);
+    assert_int_equal(test_tally(e->data, &o, "link", "create", "beta", NULL), 0);
+    snprintf(before, sizeof(before), "%s", exported(e->data));
+
+    /* acme's link is restricted to vip, which small does not have. */
+    write_file(e->file, "plan pro --limit 600/1m\nplan small --limit 60/1m --max-links 1\n"
+                        "endpoint search --limit 60/1m\nendpoint vip --plan pro --limit 10/1m\n"
+                        "tenant acme --plan small\ntenant beta --plan pro\n");
+    assert_int_equal(test_tally(e->data, &o, "apply", e->file, NULL), 65);
+    assert_non_null(strstr(o.err, "tally: endpoint vip is not defined for plan small (a link of "
+                                  "tenant acme is restricted to it)"));
+    assert_non_null(strstr(o.err, "nothing changed"));
+    assert_int_equal(lines_of(o.err), 1);
+    assert_string_equal(exported(e->data), before);
+    /* beta has 2 live links, small allows 1. */
+    write_file(e->file, "plan pro --limit 600/1m\nplan small --limit 60/1m --max-links 1\n"
+                        "endpoint search --limit 60/1m\nendpoint vip --plan pro --limit 10/1m\n"
+                        "tenant acme --plan pro\ntenant beta --plan small\n");
+    assert_int_equal(test_tally(e->data, &o, "apply", e->file, NULL), 65);
+    assert_non_null(strstr(o.err, "tenant beta has 2 live links, more than plan small allows "
+                                  "(--max-links 1)"));
+    assert_non_null(strstr(o.err, "nothing changed"));
+    assert_string_equal(exported(e->data), before);
+    /* The same refusal as `tenant set --plan`, which shares the check. */
+    assert_int_equal(test_tally(e->data, &o, "tenant", "set", "beta", "--plan", "small", NULL), 1);
+    assert_non_null(strstr(o.err, "more than plan small allows"));
+    /* Moved to a plan that has vip, acme passes. */
+    write_file(e->file, "plan pro --limit 600/1m\nplan small --limit 60/1m --max-links 1\n"
+                        "endpoint search --limit 60/1m\nendpoint vip --plan pro --limit 10/1m\n"
+                        "endpoint vip --plan small --limit 5/1m\n"
+                        "tenant acme --plan small\ntenant beta --plan pro\n");
+    assert_int_equal(test_tally(e->data, &o, "apply", e->file, NULL), 0);
+    assert_int_equal(test_tally(e->data, &o, "tenant", "show", "acme", NULL), 0);
+    assert_non_null(strstr(o.out, "plan: small"));
+}
+
 static void
 test_apply_file_errors(void **state)
 {
@@ -216,6 +280,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_apply_updates_and_deletes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invalid_files_change_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_apply_refuses_to_drop_a_plan_in_use, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_apply_move_checks_links, setup, teardown),
         cmocka_unit_test_setup_teardown(test_apply_file_errors, setup, teardown),
     };
     return cmocka_run_group_tests_name("cli_apply", tests, NULL, NULL);

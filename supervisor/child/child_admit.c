@@ -104,8 +104,10 @@ sup__child_link_roll(sup_child *c, struct child_link *k, int64_t now_mono)
             now_mono >= cl->deadline_mono)
             cl->report_due = false;
         /* Done: nothing to report, the row gone (or never written). */
-        if (cl->state == CL_RETIRED && !cl->report_due && !cl->row)
+        if (cl->state == CL_RETIRED && !cl->report_due && !cl->row) {
+            sup__child_use_unbind(c, cl);
             memset(cl, 0, sizeof(*cl));
+        }
     }
 }
 
@@ -316,6 +318,7 @@ decide(sup_child *c, struct child_link *k, int64_t cost, struct sup_time now, un
     cl = lease_pick(c, k, cost, now.mono_ms, &blocked, &left);
     if (cl != NULL) {
         cl->used += cost;
+        sup__child_use_note(cl); /* before the answer leaves */
         k->acc += cost;
         k->last_use = c->last_use = now.mono_ms;
         out->verdict = SUP_ADMIT_OK;
@@ -384,6 +387,7 @@ sup_child_refund(sup_child *c, const char *link, uint64_t lease_id, int64_t cost
     if (cl == NULL || cl->state != CL_LIVE || cost < 1 || cost > cl->used)
         return TALLY_ENOTFOUND;
     cl->used -= cost;
+    sup__child_use_note(cl);
     return TALLY_OK;
 }
 
@@ -442,6 +446,7 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
     }
     if (cl == NULL)
         return TALLY_EFULL;
+    sup__child_use_unbind(c, cl);
     memset(cl, 0, sizeof(*cl));
     cl->state = CL_LIVE;
     cl->id = g->lease_id;
@@ -459,7 +464,8 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
     cl->deadline_mono = r->first_mono + g->ttl_ms - margin;
     cl->deadline_wall = r->first_wall + g->ttl_ms - margin;
     if (c->persist_marks && cl->n > c->mark_chunk_min && !recalled) {
-        mark_ahead(c, cl, 1); /* the first chunk, written before the first admission */
+        mark_ahead(c, cl, 1);          /* the first chunk, written before the first admission */
+        sup__child_use_bind(c, k, cl); /* counting from 0, before its row can exist */
     } else {
         /* No row: a small lease (a quiet link's) is not worth an fsync before its first use.
          * It cannot be resumed, so a crash of this process leaves it to expire as spent: it

@@ -27,8 +27,11 @@ sup_child_close(sup_child *c)
 {
     if (c == NULL)
         return;
-    for (uint32_t i = 0; c->links != NULL && i < c->max_links; i++)
+    for (uint32_t i = 0; c->links != NULL && i < c->max_links; i++) {
+        for (int j = 0; c->links[i] != NULL && j < CHILD_LEASES; j++)
+            sup__child_use_unbind(c, &c->links[i]->l[j]);
         tally_free(c->links[i]);
+    }
     tally_free(c->links);
     tally_free(c->req);
     tenant_index_release(&c->link_index);
@@ -85,6 +88,8 @@ sup_child_open(const struct sup_child_config *cfg, sup_child **out)
     c->policy = cfg->policy;
     c->incarnation = cfg->incarnation;
     c->persist_marks = cfg->persist_marks;
+    if (cfg->counters != NULL && cfg->counters->bind != NULL && cfg->counters->unbind != NULL)
+        c->counters = *cfg->counters;
     c->wait_ms = or_default(cfg->wait_ms, SUP_CHILD_WAIT_MS_DEFAULT);
     c->idle_ms = or_default(cfg->idle_ms, SUP_CHILD_IDLE_MS_DEFAULT);
     c->heartbeat_ms = or_default(cfg->heartbeat_ms, 1000);
@@ -314,6 +319,29 @@ lease_rec(const sup_child *c, const struct child_link *k, const struct child_lea
     rec->deadline_wall_ms = cl->deadline_wall;
 }
 
+void
+sup__child_use_bind(sup_child *c, const struct child_link *k, struct child_lease *cl)
+{
+    struct sup_child_lease_rec rec;
+    int64_t used = cl->used;
+
+    if (c->counters.bind == NULL || cl->use != NULL)
+        return;
+    lease_rec(c, k, cl, &rec);
+    cl->use = c->counters.bind(c->counters.ctx, &rec, &used);
+    /* Never above what the child counts: the mark is the most that can have been admitted. */
+    if (cl->use != NULL && used >= 0 && used < cl->used)
+        cl->used = used;
+}
+
+void
+sup__child_use_unbind(sup_child *c, struct child_lease *cl)
+{
+    if (cl->use != NULL)
+        c->counters.unbind(c->counters.ctx, cl->use);
+    cl->use = NULL;
+}
+
 /* The next write of `k`, if any. */
 static bool
 link_persist(sup_child *c, struct child_link *k, struct sup_child_persist *out)
@@ -435,6 +463,10 @@ sup_child_resume(sup_child *c, const struct sup_child_lease_rec *rec, struct sup
         left = rec->deadline_mono_ms - now.mono_ms;
     cl->deadline_mono = now.mono_ms + (left > 0 ? left : 0);
     cl->deadline_wall = now.wall_ms + (left > 0 ? left : 0);
+    /* On the same boot the host may know exactly what was admitted on it, less than the mark:
+     * nothing between the two is lost. */
+    if (left > 0)
+        sup__child_use_bind(c, k, cl);
     if (left <= 0 || cl->used >= cl->n)
         sup__child_retire(c, k, cl);
     else

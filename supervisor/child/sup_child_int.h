@@ -52,6 +52,7 @@ struct child_lease {
     bool recalled;       /* retired by a RECALL or a configuration recall */
     bool row;            /* a row may exist in the file */
     bool delete_due;     /* a DELETE is to be handed out */
+    int64_t *use;        /* its exact use counter (sup_child_counters), NULL = none */
 };
 
 struct child_link {
@@ -104,6 +105,7 @@ struct sup_child {
     struct tenant_endpoint policy;
     uint64_t incarnation;
     bool persist_marks;
+    struct sup_child_counters counters; /* bind NULL = none */
     int64_t wait_ms, idle_ms, heartbeat_ms, retransmit_ms, unreachable_ms, renew_ms, lead_ms;
     int64_t epsilon_ppm, mark_chunk_min, l_min, l_max;
 
@@ -144,6 +146,20 @@ struct sup_child {
 struct child_link *sup__child_link_find(const sup_child *c, const char *id, int32_t *index);
 struct child_link *sup__child_link_get(sup_child *c, const char *id, int *rc, int32_t *index);
 bool sup__child_reachable(const sup_child *c, int64_t now_mono);
+
+/** Gives lease `cl` of `k` its exact use counter, when the host keeps them; a resumed lease
+ *  takes what the host knows it admitted exactly (at most its mark) as its use. */
+void sup__child_use_bind(sup_child *c, const struct child_link *k, struct child_lease *cl);
+/** Gives the counter of `cl` back (a lease whose row is gone, or a child closing). */
+void sup__child_use_unbind(sup_child *c, struct child_lease *cl);
+
+/* What `cl` admitted, into its counter: a plain store, before the answer leaves. */
+static inline void
+sup__child_use_note(const struct child_lease *cl)
+{
+    if (cl->use != NULL)
+        __atomic_store_n(cl->use, cl->used, __ATOMIC_RELEASE);
+}
 
 /* child_admit.c */
 /** Retires lease `cl` of `k`: no further use; reported if it was ours and not used up. */

@@ -234,6 +234,7 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
         rc = sup_front_reload(f, true);
     if (rc != TALLY_OK)
         goto out;
+    front_use_open(f);
     memset(&mc, 0, sizeof(mc));
     mc.data_dir = f->data;
     mc.exe = f->exe;
@@ -260,6 +261,7 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
 out:
     if (f != NULL) {
         front_fast_free(&f->fast);
+        store_use_close(f->use);
         front_callers_free(f->callers);
         store_key_free(f->key);
         store_snapshot_free(f->snap);
@@ -465,6 +467,7 @@ front_free(sup_front *f)
 
     front_fast_free(&f->fast);
     front_callers_free(f->callers);
+    store_use_close(f->use); /* every child is closed: no counter is bound */
     store_key_free(f->key);
     store_snapshot_free(f->snap);
     store_db_close(f->config);

@@ -180,15 +180,9 @@ refresh_policy(struct front_child *fc, const struct tenant_endpoint *policy)
 {
     if (fc->policy_reloads == fc->f->stats.reloads)
         return;
-    if (fc->child == NULL) {
-        fc->policy = *policy;
-        fc->policy_reloads = fc->f->stats.reloads;
-        return;
-    }
     fc->policy_reloads = fc->f->stats.reloads;
-    if (memcmp(&fc->policy, policy, sizeof(*policy)) == 0)
-        return;
-    if (sup_child_set_policy(fc->child, policy) == TALLY_OK)
+    if (fc->child == NULL || (memcmp(&fc->policy, policy, sizeof(*policy)) != 0 &&
+                              sup_child_set_policy(fc->child, policy) == TALLY_OK))
         fc->policy = *policy;
 }
 
@@ -364,10 +358,13 @@ static int
 start_child(struct front_child *fc)
 {
     struct sup_child_config cfg;
+    struct sup_child_counters counters;
     sup_front *f = fc->f;
     int rc;
 
     memset(&cfg, 0, sizeof(cfg));
+    if (front_use_counters(fc, &counters))
+        cfg.counters = &counters;
     cfg.incarnation = fc->store.incarnation;
     snprintf(cfg.tenant, sizeof(cfg.tenant), "%s", fc->tenant);
     cfg.policy = fc->policy;
@@ -533,6 +530,7 @@ on_idle_timer(uv_timer_t *t)
         fc = prev;
     }
     enforce_cap(f);
+    store_use_sweep(f->use, now.mono_ms); /* kept counters nobody resumed, past their lease */
 }
 
 void

@@ -47,6 +47,7 @@ log_start(const struct server *d, int port)
 {
     struct tally_log l;
     char addr[96];
+    int64_t kept = 0;
 
     if (!tally_log_begin(&l, TALLY_LOG_INFO, "start"))
         return;
@@ -70,6 +71,8 @@ log_start(const struct server *d, int port)
     tally_log_int(&l, "max_open_children",
                   d->o->max_open_children > 0 ? d->o->max_open_children
                                               : SUP_FRONT_MAX_OPEN_CHILDREN_DEFAULT);
+    tally_log_str(&l, "lease_use", sup_front_use_state(d->front, &kept));
+    tally_log_int(&l, "leases_kept", kept);
     tally_log_str(&l, "version", TALLY_VERSION);
     tally_log_int(&l, "pid", (int64_t)getpid());
     tally_log_end(&l);

@@ -20,6 +20,7 @@
 
 #include "proto_lease.h"
 #include "store_snapshot.h"
+#include "store_use.h"
 #include "sup_child_host.h"
 #include "sup_front_service.h"
 #include "tenant_index.h"
@@ -117,6 +118,8 @@ struct sup_front {
     char exe[4096];
     store_db *config;
     store_snapshot *snap;
+    store_use *use;        /* exact use counters of leases (front_store.c); NULL = none */
+    const char *use_state; /* what its open found, for the start line */
     unsigned char *key;
     sup_manager *mgr;
     struct front_callers *callers; /* endpoints keyed by caller (front_callers.c) */
@@ -217,6 +220,11 @@ bool front_store_flush(struct front_child *fc);
 int64_t front_store_wake_ms(const struct front_child *fc);
 /** Closes the file here and now (shutdown only) and frees the rows read at open. */
 void front_store_close(struct front_child *fc);
+/** Opens DATA/lease-use.map for this boot (at start, before the loop runs), logging what it
+ *  found; without it (no boot id, no room) resumed leases start from their marks. */
+void front_use_open(sup_front *f);
+/** The exact use counters for fc's state machine (ctx = fc), into *out; false when none. */
+bool front_use_counters(struct front_child *fc, struct sup_child_counters *out /* OUT */);
 
 /** Answers r and counts it. */
 void front_reply(sup_front *f, struct sup_front_req *r, const struct proto_check_reply *reply);

@@ -209,6 +209,9 @@ enum sup_front_health {
  *  access(W_OK) at most once a second (a read-only mount fails it even for root);
  *  the supervisors from the manager's counters. Loop thread. */
 enum sup_front_health sup_front_health(sup_front *f);
+/** What the open of DATA/lease-use.map found, for the start line ("created", "resumed";
+ *  anything else has had its own line); *kept gets the counters kept for resumed leases. */
+const char *sup_front_use_state(const sup_front *f, int64_t *kept /* OUT */);
 /** Returns leases (RETURN to the supervisors), flushes the child files, closes
  *  every child and the manager, then calls cb. */
 void sup_front_close(sup_front *f, void (*cb)(void *data), void *data);

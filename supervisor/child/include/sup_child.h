@@ -22,6 +22,7 @@
 #include "tenant_count.h"
 
 typedef struct sup_child sup_child;
+struct sup_child_counters; /* sup_child_host.h */
 
 struct sup_time {
     int64_t mono_ms;
@@ -46,7 +47,9 @@ struct sup_child_config {
     uint32_t max_links;            /* 0 = 256; idle links are evicted when full */
     uint32_t links_max;            /* the table's hard maximum (it grows to it); 0 = 2^20 */
     bool persist_marks;            /* strict durability (see above) */
-    int64_t wait_ms;               /* 0 = the defaults above, likewise the rest */
+    /* Exact use counters of leases with rows, or NULL (sup_child_host.h); borrowed, copied. */
+    const struct sup_child_counters *counters;
+    int64_t wait_ms; /* 0 = the defaults above, likewise the rest */
     int64_t idle_ms;
     int64_t heartbeat_ms;
     int64_t retransmit_ms;

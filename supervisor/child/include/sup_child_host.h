@@ -46,6 +46,22 @@ struct sup_child_lease_rec {
     int64_t deadline_wall_ms; /* the same instant on the wall clock */
 };
 
+/* Exact use counters (optional, sup_child_config.counters). A row's mark runs ahead of use, so
+ * a lease resumed from it after a crash loses what lies between. A host that can keep a count
+ * across the crash of its process (tallyd: the page cache, store_use.h) gives each lease that may
+ * get a row a counter, and the child stores what it admitted on the lease into it on every
+ * admission, before the answer leaves (a plain store: the state machine does no I/O).
+ *   bind:   a counter for the lease `rec` (borrowed: id, link, n, ttl, sent and deadlines are
+ *           set; mark is what the child holds). *used in: what the child counts as admitted
+ *           (0 for a new lease, the mark for a resumed one); out: what the host knows was
+ *           admitted exactly, for a resumed lease, never more than the value in. NULL: none.
+ *   unbind: the lease is done with its counter (its row is gone, or the child closes). */
+struct sup_child_counters {
+    int64_t *(*bind)(void *ctx, const struct sup_child_lease_rec *rec, int64_t *used);
+    void (*unbind)(void *ctx, int64_t *counter);
+    void *ctx;
+};
+
 enum sup_persist_op { SUP_PERSIST_PUT = 1, SUP_PERSIST_DELETE = 2 };
 
 /* A kept lease with less than this to live is returned at an idle close, not parked. */
