@@ -121,6 +121,34 @@ test_revocation_is_immediate(void **state)
     serve_stop(&e->s);
 }
 
+/* A link checked four times (its token memoised) is refused once it expires, with no
+ * reload in between, and another endpoint of the same token is a separate check. */
+static void
+test_expiry_of_a_hot_link(void **state)
+{
+    struct env *e = *state;
+    struct serve_http r;
+    char token2[64];
+    int64_t t0 = serve_now_ms();
+
+    serve_tally_ok(&e->s, token2, sizeof(token2), "link", "create", "acme", "--expires", "3s",
+                   NULL);
+    serve_start(&e->s, NULL, NULL);
+    for (int i = 0; i < 4; i++) { /* the endpoint allows 3 */
+        serve_check(&e->s, token2, "search", &r);
+        assert_int_equal(r.status, i < 3 ? 200 : 429);
+    }
+    serve_check(&e->s, token2, "nosuch", &r);
+    assert_int_equal(r.status, 400);
+    assert_true(serve_now_ms() < t0 + 3000); /* all of them before the expiry */
+    serve_sleep_ms((int)(t0 + 3300 - serve_now_ms()));
+    serve_check(&e->s, token2, "search", &r);
+    assert_int_equal(r.status, 401);
+    serve_check(&e->s, e->token, "search", &r);
+    assert_int_equal(r.status, 200);
+    serve_stop(&e->s);
+}
+
 static void
 test_changes_without_notification_within_a_second(void **state)
 {
@@ -364,6 +392,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_socket_mode_and_tcp, setup, teardown),
         cmocka_unit_test_setup_teardown(test_revocation_is_immediate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_expiry_of_a_hot_link, setup, teardown),
         cmocka_unit_test_setup_teardown(test_changes_without_notification_within_a_second, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_raise_after_refusal, setup, teardown),
