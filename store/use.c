@@ -326,6 +326,7 @@ orphan_find(store_use *u, const uint8_t key[STORE_USE_KEY], uint64_t lease_id)
 
     if (u->orphans_left == 0)
         return NULL;
+    memset(&probe, 0, sizeof(probe));
     memcpy(probe.key, key, STORE_USE_KEY);
     probe.lease_id = lease_id;
     o = bsearch(&probe, u->orphan, u->n_orphan, sizeof(*u->orphan), orphan_cmp);

@@ -167,8 +167,10 @@ write_check(struct sup_http *h, struct http_req *q, struct proto_http_response *
             proto_http_response_header(resp, "X-Tally-Shadow", "refused");
             proto_http_response_header(resp, "X-Tally-Shadow-Scope", scope_name(r->scope));
         }
-        if (!q->head)
-            proto_http_response_printf(resp, "{\"result\":\"admitted\"}");
+        if (!q->head) {
+            static const char body[] = "{\"result\":\"admitted\"}";
+            proto_http_response_write(resp, body, sizeof(body) - 1);
+        }
         return;
     case PROTO_REFUSED:
         h->status_count[1]++;
