@@ -252,8 +252,7 @@ index_tenants(store_snapshot *s)
     int rc = tenant_index_init(&s->tenant_ix, (uint32_t)(s->n_tenants > 0 ? s->n_tenants : 1));
 
     for (i = 0; rc == TALLY_OK && i < s->n_tenants; i++)
-        s->tenant_ix.slot[tenant_index_pos(&s->tenant_ix, s->tenants[i].id, tenant_key, s)] =
-            (uint32_t)(i + 1);
+        tenant_index_set(&s->tenant_ix, s->tenants[i].id, (uint32_t)i, tenant_key, s);
     return rc;
 }
 

@@ -178,7 +178,7 @@ static int
 links_grow(sup_child *c)
 {
     uint32_t cap = c->max_links * 2;
-    struct tenant_index ix = {NULL, 0};
+    struct tenant_index ix = {NULL, NULL, 0};
     struct child_link **links;
 
     if (c->max_links >= c->links_max)
@@ -197,8 +197,7 @@ links_grow(sup_child *c)
     c->max_links = cap;
     for (uint32_t i = 0; i < c->link_hw; i++) {
         if (c->links[i] != NULL)
-            c->link_index.slot[tenant_index_pos(&c->link_index, c->links[i]->id, link_key, c)] =
-                i + 1;
+            tenant_index_set(&c->link_index, c->links[i]->id, i, link_key, c);
     }
     return TALLY_OK;
 }
@@ -231,8 +230,7 @@ sup__child_link_get(sup_child *c, const char *id, int *rc, int32_t *index)
             goto insert;
         }
         tenant_index_remove(&c->link_index,
-                            tenant_index_pos(&c->link_index, c->links[v]->id, link_key, c),
-                            link_key, c);
+                            tenant_index_pos(&c->link_index, c->links[v]->id, link_key, c));
         unqueue(c, v);
         tally_free(c->links[v]);
         c->links[v] = NULL;
@@ -252,7 +250,7 @@ insert:
     k->l_slow = c->l_min;
     k->timer_at = INT64_MAX;
     c->links[slot] = k;
-    c->link_index.slot[tenant_index_pos(&c->link_index, id, link_key, c)] = slot + 1;
+    tenant_index_set(&c->link_index, id, slot, link_key, c);
     c->link_count++;
     if (slot + 1 > c->link_hw)
         c->link_hw = slot + 1;

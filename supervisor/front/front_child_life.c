@@ -47,14 +47,14 @@ front_child_find(sup_front *f, const char *tenant, const char *endpoint)
 static int
 index_children(sup_front *f, uint32_t cap)
 {
-    struct tenant_index ix = {NULL, 0};
+    struct tenant_index ix = {NULL, NULL, 0};
 
     if (tenant_index_init(&ix, cap) != TALLY_OK)
         return TALLY_ENOMEM;
     tenant_index_release(&f->child_index);
     f->child_index = ix;
     for (uint32_t i = 0; i < f->n_children; i++)
-        ix.slot[tenant_index_pos(&ix, f->children[i]->key, child_key, f)] = i + 1;
+        tenant_index_set(&ix, f->children[i]->key, i, child_key, f);
     return TALLY_OK;
 }
 
@@ -64,7 +64,8 @@ static void
 table_add(sup_front *f, struct front_child *fc)
 {
     f->children[f->n_children] = fc;
-    f->child_index.slot[tenant_index_pos(&f->child_index, fc->key, child_key, f)] = ++f->n_children;
+    tenant_index_set(&f->child_index, fc->key, f->n_children, child_key, f);
+    f->n_children++;
 }
 
 /* Takes fc out of the table; the last child moves into its place. */
@@ -79,7 +80,7 @@ table_remove(sup_front *f, struct front_child *fc)
     if (NEVER(i == 0 || f->children[i - 1] != fc))
         return;
     i--;
-    tenant_index_remove(&f->child_index, pos, child_key, f);
+    tenant_index_remove(&f->child_index, pos);
     if (i != last) {
         f->children[i] = f->children[last];
         pos = tenant_index_pos(&f->child_index, f->children[i]->key, child_key, f);

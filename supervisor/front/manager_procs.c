@@ -36,7 +36,7 @@ sup__proc_get(sup_manager *m, const char *tenant)
     if (m->n_procs == m->cap_procs) {
         uint32_t cap = m->cap_procs == 0 ? 16 : m->cap_procs * 2;
         struct sup_proc **n = tally_realloc(m->procs, cap * sizeof(*n));
-        struct tenant_index ix = {NULL, 0};
+        struct tenant_index ix = {NULL, NULL, 0};
 
         if (n == NULL)
             return NULL;
@@ -47,7 +47,7 @@ sup__proc_get(sup_manager *m, const char *tenant)
         tenant_index_release(&m->proc_index);
         m->proc_index = ix;
         for (uint32_t i = 0; i < m->n_procs; i++)
-            ix.slot[tenant_index_pos(&ix, m->procs[i]->tenant, proc_key, m)] = i + 1;
+            tenant_index_set(&ix, m->procs[i]->tenant, i, proc_key, m);
     }
     p = tally_calloc(1, sizeof(*p));
     if (p == NULL)
@@ -56,6 +56,7 @@ sup__proc_get(sup_manager *m, const char *tenant)
     p->m = m;
     p->process.data = p;
     m->procs[m->n_procs] = p;
-    m->proc_index.slot[tenant_index_pos(&m->proc_index, tenant, proc_key, m)] = ++m->n_procs;
+    tenant_index_set(&m->proc_index, tenant, m->n_procs, proc_key, m);
+    m->n_procs++;
     return p;
 }

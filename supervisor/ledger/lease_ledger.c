@@ -313,7 +313,7 @@ static int
 links_grow(sup_ledger *l)
 {
     uint32_t cap = l->max_links * 2;
-    struct tenant_index ix = {NULL, 0};
+    struct tenant_index ix = {NULL, NULL, 0};
     struct sup_link **links;
 
     if (l->max_links >= LINKS_HARD_MAX)
@@ -331,8 +331,7 @@ links_grow(sup_ledger *l)
     l->link_index = ix;
     for (uint32_t i = 0; i < l->max_links; i++) {
         if (l->links[i] != NULL)
-            l->link_index.slot[tenant_index_pos(&l->link_index, l->links[i]->id, link_key, l)] =
-                i + 1;
+            tenant_index_set(&l->link_index, l->links[i]->id, i, link_key, l);
     }
     l->max_links = cap;
     return TALLY_OK;
@@ -357,8 +356,7 @@ sup__link_get(sup_ledger *l, const char *id, int *rc)
             goto insert;
         }
         tenant_index_remove(&l->link_index,
-                            tenant_index_pos(&l->link_index, l->links[victim]->id, link_key, l),
-                            link_key, l);
+                            tenant_index_pos(&l->link_index, l->links[victim]->id, link_key, l));
         link_free(l->links[victim]);
         l->links[victim] = NULL;
         l->link_count--;
@@ -374,7 +372,7 @@ insert:
     snprintf(k->id, sizeof(k->id), "%s", id);
     sup__cells_match(&k->b, &l->plan.link_limits, l->now_ms);
     l->links[slot] = k;
-    l->link_index.slot[tenant_index_pos(&l->link_index, id, link_key, l)] = slot + 1;
+    tenant_index_set(&l->link_index, id, slot, link_key, l);
     l->link_count++;
     return k;
 }

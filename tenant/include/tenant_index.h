@@ -13,8 +13,9 @@
 #include "tally_common.h"
 
 struct tenant_index {
-    uint32_t *slot;
-    uint32_t cap; /* power of two */
+    uint32_t *slot; /* 1 + item, 0 = empty */
+    uint32_t *tag;  /* the hash of the key at each slot (set by tenant_index_set) */
+    uint32_t cap;   /* power of two */
 };
 
 /* The key of item `item` (0-based) of the owner `ctx`. */
@@ -27,11 +28,14 @@ void tenant_index_release(struct tenant_index *ix);
 /** Position holding `key`, or the empty position where it would go. */
 uint32_t tenant_index_pos(const struct tenant_index *ix, const char *key,
                           tenant_index_key_fn key_of, const void *ctx);
+/** Files `item` under `key` (absent so far). An item moved to another number keeps its
+ *  position: `slot[tenant_index_pos(...)] = item + 1` renumbers it. */
+void tenant_index_set(struct tenant_index *ix, const char *key, uint32_t item,
+                      tenant_index_key_fn key_of, const void *ctx);
 /** The item at `key`, or -1. */
 int64_t tenant_index_find(const struct tenant_index *ix, const char *key,
                           tenant_index_key_fn key_of, const void *ctx);
 /** Empties position `pos`, moving later entries of its probe run back. */
-void tenant_index_remove(struct tenant_index *ix, uint32_t pos, tenant_index_key_fn key_of,
-                         const void *ctx);
+void tenant_index_remove(struct tenant_index *ix, uint32_t pos);
 
 #endif /* TENANT_INDEX_H */
