@@ -8,3 +8,13 @@ foreach(t test_serve_shadow test_serve_metrics test_serve_admin test_serve_stats
     target_link_libraries(${t} PRIVATE tally_proto)
     add_dependencies(${t} tallyd tally_cli)
 endforeach()
+
+# tallyd's server in-process (sup_server_run on a thread of the suite, supervisors from
+# the built tallyd): no allocation per decision from the socket read to the answer,
+# over the binary protocol and HTTP.
+find_package(Threads REQUIRED)
+tally_add_test(test_serve_noalloc test_serve_noalloc.c serve_util.c LABELS e2e)
+target_link_libraries(test_serve_noalloc PRIVATE tally_front tally_proto PkgConfig::SODIUM
+                      Threads::Threads)
+target_compile_definitions(test_serve_noalloc PRIVATE TALLYD_EXE="$<TARGET_FILE:tallyd>")
+add_dependencies(test_serve_noalloc tallyd tally_cli)

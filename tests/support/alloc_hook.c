@@ -3,35 +3,39 @@
  * counting every allocation and failing the one numbered by
  * tally_alloc_fail_at() (curl's torture mode, SQLite's OOM tests). Linked as
  * an object into every suite, ahead of the static libraries, so that
- * tenant/alloc.o is never pulled in; the counter is a plain integer because
- * each suite allocates through tally from one thread.
+ * tenant/alloc.o is never pulled in. The counter is atomic: a suite may run
+ * tallyd's server on a thread of its own and read the count from another
+ * (test_serve_noalloc).
  */
 #include "test_alloc.h"
 
 #include "tally_common.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
-static uint64_t alloc_count;
-static uint64_t alloc_fail_at;
+static _Atomic uint64_t alloc_count;
+static _Atomic uint64_t alloc_fail_at;
 
 static int
 alloc_should_fail(void)
 {
-    alloc_count++;
-    return alloc_fail_at != 0 && alloc_count == alloc_fail_at;
+    uint64_t n = atomic_fetch_add(&alloc_count, 1) + 1;
+    uint64_t at = atomic_load(&alloc_fail_at);
+
+    return at != 0 && n == at;
 }
 
 void
 tally_alloc_fail_at(uint64_t fail_at)
 {
-    alloc_fail_at = fail_at == 0 ? 0 : alloc_count + fail_at;
+    atomic_store(&alloc_fail_at, fail_at == 0 ? 0 : atomic_load(&alloc_count) + fail_at);
 }
 
 uint64_t
 tally_alloc_count(void)
 {
-    return alloc_count;
+    return atomic_load(&alloc_count);
 }
 
 void *
