@@ -180,7 +180,9 @@ layout(proto_http_server *srv)
     srv->off_kept = off;
     off = align16(off + srv->kept_count * (lim->max_value_bytes + 1));
     srv->off_wbuf = off;
-    srv->conn_size = off + HTTP_HEAD_RESERVE + lim->max_response_bytes + 1;
+    off = align16(off + HTTP_HEAD_RESERVE + lim->max_response_bytes + 1);
+    srv->off_obuf = off;
+    srv->conn_size = off + HTTP_OUT_BATCH;
 }
 
 int

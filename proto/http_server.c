@@ -4,10 +4,13 @@
  * A connection is one allocation made at accept (its handles, parser, read
  * and write buffers) and freed in the last close callback. Requests are read
  * into a capped buffer and parsed as they arrive; each complete one is
- * answered by the handler, and its answer written with uv_try_write, the rest
- * with the connection's own uv_write_t. While an answer is in flight the
- * connection neither parses nor reads, so pipelined requests are answered in
- * order and a client that does not read is held back by TCP. A final answer
+ * answered by the handler. The answers to the requests of one read are
+ * gathered in the connection's out buffer and written together at the end of
+ * the read (uv_try_write, the rest with the connection's own uv_write_t), so a
+ * pipelining client costs one write per read, not one per request. While a
+ * write is in flight the connection neither parses nor reads, so pipelined
+ * requests are answered in order and a client that does not read is held back
+ * by TCP. A final answer
  * (Connection: close, or a refused request) is followed by a shutdown and a
  * short drain so the client reads it before the close. One timer per
  * connection enforces the idle, request and drain deadlines lazily: progress
@@ -29,6 +32,7 @@
 #include <string.h>
 
 static void conn_process(struct http_conn *c);
+static bool conn_flush(struct http_conn *c, const uv_buf_t *extra);
 static void on_conn_timer(uv_timer_t *t);
 
 /* --- connection lifecycle ----------------------------------------------- */
@@ -225,39 +229,99 @@ on_write(uv_write_t *req, int status)
         return;
     }
     c->progress_ms = uv_now(c->srv->loop);
+    /* Answers queued behind the write (a deferred one) move to the front and go now. */
+    memmove(c->obuf, c->obuf + c->oflight, c->olen - c->oflight);
+    c->olen -= c->oflight;
+    c->oflight = 0;
+    if (c->olen > 0 || (c->flags & CONN_HELD)) {
+        uv_buf_t held = c->held;
+        bool had = c->flags & CONN_HELD;
+
+        c->flags &= ~(unsigned)CONN_HELD;
+        if (!conn_flush(c, had ? &held : NULL))
+            return;
+        if ((c->flags & CONN_FINAL) && !(c->flags & CONN_LINGER))
+            conn_linger(c);
+    }
     if (c->flags & CONN_LINGER)
         return; /* on_shutdown follows */
     conn_process(c);
 }
 
-/* Serialises c->resp and queues it: try_write first, the rest with write_req. */
-static void
-conn_send(struct http_conn *c, bool keep_alive, bool head_only)
+/* Writes what waits in obuf, then `extra` (an answer in wbuf, or NULL): try_write first,
+ * the rest with write_req, whose buffers stay untouched until on_write. False when c was
+ * closed. Only when no write is in flight. */
+static bool
+conn_flush(struct http_conn *c, const uv_buf_t *extra)
 {
-    uv_buf_t b = proto__http_response_serialise(&c->resp, c->wbuf, keep_alive, head_only);
+    uv_buf_t b[2];
+    unsigned k = 0;
     int n;
 
-    if (!keep_alive)
-        c->flags |= CONN_FINAL;
-    n = uv_try_write((uv_stream_t *)&c->tcp, &b, 1);
+    if (c->olen > 0)
+        b[k++] = uv_buf_init(c->obuf, (unsigned)c->olen);
+    if (extra != NULL)
+        b[k++] = *extra;
+    if (k == 0)
+        return true;
+    c->srv->stats.writes++;
+    n = uv_try_write((uv_stream_t *)&c->tcp, b, k);
     if (n == UV_EAGAIN)
         n = 0;
     if (n < 0) {
         conn_close(c);
-        return;
+        return false;
     }
-    if ((size_t)n < b.len) {
-        b.base += n;
-        b.len -= (size_t)n;
-        if (uv_write(&c->write_req, (uv_stream_t *)&c->tcp, &b, 1, on_write) != 0) {
-            conn_close(c);
-            return;
+    for (unsigned i = 0; i < k; i++) { /* what the socket took leaves the front */
+        size_t took = (size_t)n < b[i].len ? (size_t)n : b[i].len;
+        b[i].base += took;
+        b[i].len -= took;
+        n -= (int)took;
+    }
+    c->olen = 0;
+    if (b[0].len == 0 && (k == 1 || b[1].len == 0))
+        return true;
+    if (uv_write(&c->write_req, (uv_stream_t *)&c->tcp, b[0].len > 0 ? b : b + 1,
+                 b[0].len > 0 ? k : 1, on_write) != 0) {
+        conn_close(c);
+        return false;
+    }
+    c->olen = c->oflight = b[0].len > 0 ? (size_t)(b[0].base - c->obuf) + b[0].len : 0;
+    c->flags |= CONN_WRITING;
+    c->srv->stats.writes_queued++;
+    return true;
+}
+
+/* Serialises c->resp and queues it: into obuf while a read's requests are being answered
+ * (written at the end of conn_process), else written at once with what waits before it. */
+static void
+conn_send(struct http_conn *c, bool keep_alive, bool head_only)
+{
+    uv_buf_t b = proto__http_response_serialise(&c->resp, c->wbuf, keep_alive, head_only);
+    bool fits = b.len <= HTTP_OUT_BATCH - c->olen;
+
+    if (!keep_alive)
+        c->flags |= CONN_FINAL;
+    if (c->flags & CONN_WRITING) { /* a deferred answer: after the write in flight */
+        if (fits) {
+            memcpy(c->obuf + c->olen, b.base, b.len);
+            c->olen += b.len;
+        } else {
+            c->held = b;
+            c->flags |= CONN_HELD;
         }
-        c->flags |= CONN_WRITING;
-        c->srv->stats.writes_queued++;
+        return; /* on_write sends it, and lingers after a final one */
     }
+    if (fits) {
+        memcpy(c->obuf + c->olen, b.base, b.len);
+        c->olen += b.len;
+        if ((c->flags & CONN_IN_BATCH) && !(c->flags & CONN_FINAL))
+            return;
+    }
+    if (!conn_flush(c, fits ? NULL : &b))
+        return;
     if (c->flags & CONN_FINAL)
-        conn_linger(c);
+        conn_linger(c); /* the shutdown follows the writes queued */
 }
 
 /* Answers a request the server refuses, then closes. */
@@ -369,6 +433,7 @@ conn_dispatch(struct http_conn *c)
 static void
 conn_process(struct http_conn *c)
 {
+    c->flags |= CONN_IN_BATCH;
     while (!(c->flags & (CONN_WRITING | CONN_FINAL | CONN_CLOSING | CONN_DEFERRED))) {
         enum http_feed f = proto__http_request_feed(c);
 
@@ -379,6 +444,9 @@ conn_process(struct http_conn *c)
         else
             conn_dispatch(c);
     }
+    c->flags &= ~(unsigned)CONN_IN_BATCH;
+    if (c->olen > 0 && !(c->flags & (CONN_WRITING | CONN_CLOSING)) && !conn_flush(c, NULL))
+        return;
     conn_update_reading(c);
 }
 
@@ -436,6 +504,7 @@ conn_new(proto_http_server *srv)
     c->body = base + srv->off_body;
     c->kept = base + srv->off_kept;
     c->wbuf = base + srv->off_wbuf;
+    c->obuf = base + srv->off_obuf;
     c->kept_cur = -1;
     c->timer_due_ms = UINT64_MAX;
     c->deferred.conn = c;

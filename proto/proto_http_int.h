@@ -27,6 +27,8 @@
  * an over-cap accept allocates nothing. When all are closing, the accept waits
  * in libuv (its listener pauses) until one comes back. */
 #define HTTP_REJECT_POOL 8
+/* Bytes of answers a connection batches into one write (a pipelining client's). */
+#define HTTP_OUT_BATCH 8192
 /* Connections beyond max_connections that are read and answered 503
  * too_many_connections (then closed) at once; more go to the reject pool. */
 #define HTTP_OVER_CAP_MAX 16
@@ -73,7 +75,9 @@ enum http_conn_flags {
     CONN_IN_HANDLER = 1 << 10,  /* the handler runs: it may defer */
     CONN_DEFERRED = 1 << 11,    /* the app owns the answer: parse nothing, no deadline */
     CONN_RESUME = 1 << 12,      /* a deferred answer was sent: the timer parses on */
-    CONN_OVER_CAP = 1 << 13     /* beyond max_connections: its request gets 503, then close */
+    CONN_OVER_CAP = 1 << 13,    /* beyond max_connections: its request gets 503, then close */
+    CONN_IN_BATCH = 1 << 14,    /* conn_process parses: answers wait in obuf for its end */
+    CONN_HELD = 1 << 15         /* a deferred answer (in wbuf) waits for the write in flight */
 };
 
 /* A deferred answer is its connection's: the request it answers (method,
@@ -130,6 +134,11 @@ struct http_conn {
     /* The answer: body in wbuf + HTTP_HEAD_RESERVE, head right-aligned before it. */
     struct proto_http_response resp;
     char *wbuf;
+    /* Answers serialised and not yet written: the answers to the requests of one read go
+     * out in one write. [0, oflight) is in a write in flight, [oflight, olen) waits. */
+    char *obuf;
+    size_t olen, oflight;
+    uv_buf_t held; /* CONN_HELD: the answer in wbuf that obuf had no room for */
     struct proto_http_deferred deferred; /* handed out while CONN_DEFERRED */
 };
 
@@ -153,7 +162,7 @@ struct proto_http_server {
     size_t kept_count;
     /* The one allocation per connection: the struct, then its buffers. */
     size_t conn_size;
-    size_t off_rbuf, off_url, off_body, off_kept, off_wbuf;
+    size_t off_rbuf, off_url, off_body, off_kept, off_wbuf, off_obuf;
 
     struct http_conn *conns; /* open connections, doubly linked */
     uv_tcp_t reject[HTTP_REJECT_POOL];

@@ -104,6 +104,33 @@ test_http_pipelined_in_order(void **state)
     assert_int_equal(c->read_status, UV_EOF);
 }
 
+/* Requests that arrive in one read are answered in one write, in order. */
+static void
+test_http_pipelined_one_write(void **state)
+{
+    struct test_http_fixture *fx = *state;
+    struct test_http_client *c;
+    char reqs[40 * 48], *p = reqs;
+    uint64_t writes;
+
+    test_http_start(fx);
+    for (int i = 0; i < 40; i++)
+        p += sprintf(p, "GET /echo?n=%d HTTP/1.1\r\nHost: t\r\n\r\n", i);
+    writes = test_http_stats(fx).writes;
+    c = test_http_client_open(&fx->env, reqs, false, 0);
+    WAIT(fx, c->n_resps == 40);
+    assert_false(c->parse_error);
+    for (int i = 0; i < 40; i++) {
+        char body[16];
+
+        snprintf(body, sizeof(body), "n=%d", i);
+        assert_string_equal(c->resps[i].body, body);
+    }
+    /* one write per read of the server; the 40 requests came in at most a few reads */
+    assert_true(test_http_stats(fx).writes - writes <= 4);
+    assert_int_equal(test_http_stats(fx).requests, 40);
+}
+
 /* A client that does not read: the server queues the answer that does not fit,
  * stops reading and parsing, and later answers every request in order, with
  * no allocation per request. */
@@ -548,6 +575,7 @@ main(void)
         T(test_http_get_simple),
         T(test_http_keepalive_two_requests),
         T(test_http_pipelined_in_order),
+        T(test_http_pipelined_one_write),
         T(test_http_pipelined_backpressure_no_alloc),
         T(test_http_head_exact_limit),
         T(test_http_too_many_headers),

@@ -184,6 +184,7 @@ struct proto_http_stats {
     uint64_t connections_accepted; /* served connections (rejected ones not included) */
     uint64_t connections_active;   /* open now */
     uint64_t requests;             /* requests answered, including 4xx/5xx from the server */
+    uint64_t writes;               /* writes to sockets: the answers to one read go in one */
     uint64_t writes_queued;        /* answers the socket could not take at once: reading paused */
     uint64_t deferred;             /* answers a handler deferred */
     uint64_t deferred_cancelled;   /* deferred answers never sent (on_cancel) */
