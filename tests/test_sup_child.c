@@ -416,6 +416,49 @@ test_child_link_table_grows(void **state)
     cx_close(&x);
 }
 
+/* Refused links outnumber the table (4 slots, 20 links): each one's refusal stays remembered
+ * (the table grows rather than drop it), so asking all 20 again sends no ACQUIRE; once the
+ * refusals run out, idle links may leave again. */
+static void
+test_child_refusals_outlive_a_small_table(void **state)
+{
+    struct sup_child_stats st;
+    struct sup_admit a;
+    struct cx x;
+    char id[20][32];
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    sup_child_close(x.c);
+    x.cfg.max_links = 4;
+    assert_int_equal(sup_child_open(&x.cfg, &x.c), TALLY_OK);
+    cx_welcome(&x);
+    for (int i = 0; i < 20; i++) {
+        struct proto_lease_msg acq, r;
+
+        snprintf(id[i], sizeof(id[i]), "lnk_%016x", (unsigned)i + 1);
+        a = cx_admit(&x, id[i], 1, 0);
+        assert_int_equal(a.verdict, SUP_ADMIT_WAIT);
+        acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+        cx_reply_to(&acq, &r, PROTO_LEASE_DENY);
+        strcpy(r.deny.endpoint, "search");
+        strcpy(r.deny.link, id[i]);
+        r.deny.scope = TENANT_SCOPE_ENDPOINT_LINK;
+        r.deny.retry_after_ms = 60000;
+        (void)cx_deliver(&x, &r);
+    }
+    cx_at(&x, 1000);
+    for (int i = 0; i < 20; i++) {
+        a = cx_admit(&x, id[i], 1, 0);
+        assert_int_equal(a.verdict, SUP_ADMIT_REFUSED);
+        assert_int_equal(a.retry_after_ms, 59000);
+    }
+    cx_expect_nothing(&x); /* every refusal answered locally */
+    sup_child_stats(x.c, x.now, &st);
+    assert_int_equal(st.links, 20);
+    cx_close(&x);
+}
+
 /* A child counter whose link table reached its hard maximum (set tiny here) with every link
  * busy answers a new link TALLY_EFULL (tallyd's 503), never an admission, even fail-open, and
  * goes on serving the links it has (docs/FAILURE-MODES.md §2). */
@@ -500,6 +543,7 @@ main(void)
         cmocka_unit_test(test_child_deadline_from_first_send),
         cmocka_unit_test(test_child_watermark_prefetch_never_waits),
         cmocka_unit_test(test_child_deny_cached_by_cost),
+        cmocka_unit_test(test_child_refusals_outlive_a_small_table),
         cmocka_unit_test(test_child_live_leases_bounded),
         cmocka_unit_test(test_child_slots),
         cmocka_unit_test(test_child_hot_path_allocates_nothing),

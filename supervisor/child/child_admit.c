@@ -369,7 +369,7 @@ sup_child_admit(sup_child *c, const char *link, int64_t cost, struct sup_time no
 
     if (cost < 1 || cost > TENANT_COST_MAX)
         return TALLY_ECOST;
-    k = sup__child_link_get(c, link, &rc, &index);
+    k = sup__child_link_get(c, link, now.mono_ms, &rc, &index);
     if (k == NULL)
         return rc;
     decide(c, k, cost, now, flags, out);

@@ -202,8 +202,22 @@ links_grow(sup_child *c)
     return TALLY_OK;
 }
 
+/* The first link that may leave the full table (`any`: a remembered refusal too); max_links
+ * when none may. */
+static uint32_t
+evictable(const sup_child *c, int64_t now_ms, bool any)
+{
+    for (uint32_t v = 0; v < c->max_links; v++) {
+        const struct child_link *k = c->links[v];
+        if (!link_in_flight(c, (int32_t)v) && sup__child_link_idle(k) &&
+            (any || k->deny_until <= now_ms))
+            return v;
+    }
+    return c->max_links;
+}
+
 struct child_link *
-sup__child_link_get(sup_child *c, const char *id, int *rc, int32_t *index)
+sup__child_link_get(sup_child *c, const char *id, int64_t now_ms, int *rc, int32_t *index)
 {
     struct child_link *k = sup__child_link_find(c, id, index);
     uint32_t slot = 0;
@@ -218,16 +232,19 @@ sup__child_link_get(sup_child *c, const char *id, int *rc, int32_t *index)
     if (c->link_count == c->max_links) {
         uint32_t v;
 
-        /* A link with no lease, nothing asked and no debt: only caches are lost with it. */
-        for (v = 0; v < c->max_links; v++) {
-            if (!link_in_flight(c, (int32_t)v) && sup__child_link_idle(c->links[v]))
-                break;
-        }
+        /* A link with no lease, nothing asked and no debt goes, unless it remembers a
+         * refusal still in force: dropping that one would send its next request to the
+         * supervisor again (a table of 8 links over a tenant's 200 refused links asked
+         * for every request). Such links make the table grow instead; at its ceiling any
+         * idle link goes. */
+        v = evictable(c, now_ms, false);
         if (v == c->max_links) {
             *rc = links_grow(c);
-            if (*rc != TALLY_OK)
+            if (*rc == TALLY_OK)
+                goto insert;
+            if (*rc != TALLY_EFULL || (v = evictable(c, now_ms, true)) == c->max_links)
                 return NULL;
-            goto insert;
+            *rc = TALLY_OK;
         }
         tenant_index_remove(&c->link_index,
                             tenant_index_pos(&c->link_index, c->links[v]->id, link_key, c));
@@ -432,7 +449,7 @@ sup_child_resume(sup_child *c, const struct sup_child_lease_rec *rec, struct sup
     if (rec == NULL || rec->lease_id == 0 || rec->incarnation >= c->incarnation || rec->n < 1 ||
         rec->mark < 0 || rec->mark > rec->n || rec->ttl_ms < 1)
         return TALLY_EINVAL;
-    k = sup__child_link_get(c, rec->link, &rc, &index);
+    k = sup__child_link_get(c, rec->link, now.mono_ms, &rc, &index);
     if (k == NULL)
         return rc;
     for (int j = 0; j < CHILD_LEASES && cl == NULL; j++) {

@@ -16,7 +16,7 @@ sup_child_slot_acquire(sup_child *c, const char *link, struct sup_time now, uint
     int rc;
 
     *op = 0;
-    k = sup__child_link_get(c, link, &rc, &index);
+    k = sup__child_link_get(c, link, now.mono_ms, &rc, &index);
     if (k == NULL)
         return rc;
     r = sup__child_req_new(c, PROTO_LEASE_SLOT_ACQUIRE, index, now.mono_ms);
@@ -48,7 +48,7 @@ sup_child_slot_release(sup_child *c, const char *link, int64_t slot_id, struct s
 
     if (slot_id < 1)
         return TALLY_EINVAL;
-    k = sup__child_link_get(c, link, &rc, &index);
+    k = sup__child_link_get(c, link, now.mono_ms, &rc, &index);
     if (k == NULL)
         return rc;
     r = sup__child_req_new(c, PROTO_LEASE_SLOT_RELEASE, index, now.mono_ms);

@@ -144,7 +144,8 @@ struct sup_child {
 
 /* child_core.c */
 struct child_link *sup__child_link_find(const sup_child *c, const char *id, int32_t *index);
-struct child_link *sup__child_link_get(sup_child *c, const char *id, int *rc, int32_t *index);
+struct child_link *sup__child_link_get(sup_child *c, const char *id, int64_t now_ms, int *rc,
+                                       int32_t *index);
 bool sup__child_reachable(const sup_child *c, int64_t now_mono);
 
 /** Gives lease `cl` of `k` its exact use counter, when the host keeps them; a resumed lease
