@@ -255,10 +255,10 @@ static bool
 conn_flush(struct http_conn *c, const uv_buf_t *extra)
 {
     uv_buf_t b[2];
-    unsigned k = 0;
+    unsigned k = 0, first = 0;
     int n;
 
-    if (c->olen > 0)
+    if (c->olen > 0) /* b[0] is obuf when it holds anything */
         b[k++] = uv_buf_init(c->obuf, (unsigned)c->olen);
     if (extra != NULL)
         b[k++] = *extra;
@@ -278,15 +278,17 @@ conn_flush(struct http_conn *c, const uv_buf_t *extra)
         b[i].len -= took;
         n -= (int)took;
     }
-    c->olen = 0;
-    if (b[0].len == 0 && (k == 1 || b[1].len == 0))
+    while (first < k && b[first].len == 0)
+        first++;
+    /* obuf's bytes stay where they are while any of them is in flight */
+    c->oflight = first == 0 && c->olen > 0 ? c->olen : 0;
+    c->olen = c->oflight;
+    if (first == k)
         return true;
-    if (uv_write(&c->write_req, (uv_stream_t *)&c->tcp, b[0].len > 0 ? b : b + 1,
-                 b[0].len > 0 ? k : 1, on_write) != 0) {
+    if (uv_write(&c->write_req, (uv_stream_t *)&c->tcp, b + first, k - first, on_write) != 0) {
         conn_close(c);
         return false;
     }
-    c->olen = c->oflight = b[0].len > 0 ? (size_t)(b[0].base - c->obuf) + b[0].len : 0;
     c->flags |= CONN_WRITING;
     c->srv->stats.writes_queued++;
     return true;

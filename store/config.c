@@ -123,6 +123,16 @@ store_config_open(const char *dir, bool create, store_db **out)
 
 /* Runs a statement expected to change rows; TALLY_ENOTFOUND when none changed. */
 int
+store__step_row(store_db *db, sqlite3_stmt *st)
+{
+    int step = sqlite3_step(st);
+
+    if (step == SQLITE_ROW)
+        return TALLY_OK;
+    return step == SQLITE_DONE ? TALLY_ENOTFOUND : store_db_rc(db, step);
+}
+
+int
 store__step_change(store_db *db, sqlite3_stmt *st)
 {
     int rc = store_db_rc(db, sqlite3_step(st));
@@ -192,15 +202,12 @@ int
 store_plan_get(store_db *db, const char *name, struct tenant_plan *out)
 {
     sqlite3_stmt *st = store_db_stmt(db, S_PLAN_GET);
-    int step;
     int rc;
 
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    step = sqlite3_step(st);
-    if (step == SQLITE_ROW)
+    rc = store__step_row(db, st);
+    if (rc == TALLY_OK)
         rc = plan_row(st, out);
-    else
-        rc = step == SQLITE_DONE ? TALLY_ENOTFOUND : store_db_rc(db, step);
     sqlite3_reset(st);
     return rc;
 }
@@ -299,16 +306,13 @@ int
 store_endpoint_get(store_db *db, const char *plan, const char *name, struct tenant_endpoint *out)
 {
     sqlite3_stmt *st = store_db_stmt(db, S_EP_GET);
-    int step;
     int rc;
 
     sqlite3_bind_text(st, 1, plan, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
-    step = sqlite3_step(st);
-    if (step == SQLITE_ROW)
+    rc = store__step_row(db, st);
+    if (rc == TALLY_OK)
         rc = endpoint_row(st, out);
-    else
-        rc = step == SQLITE_DONE ? TALLY_ENOTFOUND : store_db_rc(db, step);
     sqlite3_reset(st);
     return rc;
 }
@@ -425,18 +429,15 @@ static int
 link_lookup(store_db *db, int idx, const void *key, int key_len, struct store_link *out)
 {
     sqlite3_stmt *st = store_db_stmt(db, idx);
-    int step;
     int rc;
 
     if (key_len < 0)
         sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     else
         sqlite3_bind_blob(st, 1, key, key_len, SQLITE_STATIC);
-    step = sqlite3_step(st);
-    if (step == SQLITE_ROW)
+    rc = store__step_row(db, st);
+    if (rc == TALLY_OK)
         rc = link_row(st, out);
-    else
-        rc = step == SQLITE_DONE ? TALLY_ENOTFOUND : store_db_rc(db, step);
     sqlite3_reset(st);
     return rc;
 }

@@ -38,6 +38,9 @@ enum config_stmt {
     S__COUNT
 };
 
+/** Steps a bound statement that reads at most one row: TALLY_OK with the row ready,
+ *  TALLY_ENOTFOUND when there is none, else the error. The caller reads and resets. */
+int store__step_row(store_db *db, sqlite3_stmt *st);
 /** Runs a statement expected to change rows; TALLY_ENOTFOUND when none changed. */
 int store__step_change(store_db *db, sqlite3_stmt *st);
 /** Copies text column `col` ("" when NULL) into dst of `len` bytes. */

@@ -123,15 +123,12 @@ int
 store_tenant_get(store_db *db, const char *id, struct store_tenant *out)
 {
     sqlite3_stmt *st = store_db_stmt(db, S_TENANT_GET);
-    int step;
     int rc;
 
     sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-    step = sqlite3_step(st);
-    if (step == SQLITE_ROW)
+    rc = store__step_row(db, st);
+    if (rc == TALLY_OK)
         rc = tenant_row(st, out);
-    else
-        rc = step == SQLITE_DONE ? TALLY_ENOTFOUND : store_db_rc(db, step);
     sqlite3_reset(st);
     return rc;
 }

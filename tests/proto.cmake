@@ -11,6 +11,9 @@ target_link_libraries(tally_test_http PUBLIC tally_proto PkgConfig::CMOCKA ${HTT
 tally_add_test(test_proto_http test_proto_http.c LABELS unit)
 target_link_libraries(test_proto_http PRIVATE tally_test_http)
 
+tally_add_test(test_proto_http_conns test_proto_http_conns.c LABELS unit)
+target_link_libraries(test_proto_http_conns PRIVATE tally_test_http)
+
 tally_add_test(test_proto_http_defer test_proto_http_defer.c LABELS unit)
 target_link_libraries(test_proto_http_defer PRIVATE tally_test_http)
 

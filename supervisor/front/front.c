@@ -323,8 +323,8 @@ submit(struct sup_front_req *r, const struct store_snap_link *l, struct front_ch
     front_child_submit(fc, r);
 }
 
-/* A (token, endpoint) the memo knows: the link is live and allowed there (checked in this
- * epoch, its expiry just now), the child runs the endpoint's policy of this snapshot. */
+/* A (token, endpoint) the memo knows, its link allowed there now (store_snap_link_allows,
+ * as on the long way): the child runs the endpoint's policy of this snapshot. */
 static void
 check_known(sup_front *f, struct sup_front_req *r, const struct store_snap_link *l,
             struct front_child *fc, int64_t cost)
@@ -354,7 +354,7 @@ sup_front_check(sup_front *f, struct sup_front_req *r, const char *token, const 
         return;
     if (front_fast_tag(&f->fast, token, endpoint, tag)) {
         const struct front_memo_entry *e = front_fast_find(&f->fast, tag);
-        if (e != NULL && (e->link->expires_ms == 0 || now.wall_ms < e->link->expires_ms)) {
+        if (e != NULL && store_snap_link_allows(e->link, endpoint, now.wall_ms)) {
             check_known(f, r, e->link, e->fc, cost);
             return;
         }

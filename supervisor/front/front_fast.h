@@ -13,7 +13,7 @@
  * clear token is kept. An entry holds only while the front's epoch is unchanged: any reload
  * of the configuration (a revoked or changed link, a changed policy) and any child leaving
  * the table move the epoch, and every entry is then checked again the slow way. A link's
- * expiry is compared on every hit.
+ * expiry (and restriction) is checked on every hit, by the same rule as the long way.
  */
 #ifndef FRONT_FAST_H
 #define FRONT_FAST_H
