@@ -10,20 +10,18 @@
  * pipelining client costs one write per read, not one per request. While a
  * write is in flight the connection neither parses nor reads, so pipelined
  * requests are answered in order and a client that does not read is held back
- * by TCP. A final answer
- * (Connection: close, or a refused request) is followed by a shutdown and a
- * short drain so the client reads it before the close. One timer per
- * connection enforces the idle, request and drain deadlines lazily: progress
- * only moves a deadline, the timer re-arms itself.
+ * by TCP. A final answer (Connection: close, or a refused request) is followed
+ * by a shutdown and a short drain so the client reads it before the close. One
+ * timer per connection enforces the idle, request and drain deadlines lazily:
+ * progress only moves a deadline, the timer re-arms itself.
  *
  * A handler may defer its answer (the app waits for something else on the
  * loop). The deferred state is the connection's, so nothing is allocated; the
  * connection parses nothing meanwhile and has no deadline, but keeps reading
  * until its buffer is full, so a client that goes away is seen at once: the
  * close cancels the answer (on_cancel, from the last close callback, just
- * before the block is freed). Finishing sends the answer at once and parses
- * on from the connection's timer, so the next handler never runs inside the
- * app's call.
+ * before the block is freed). Finishing sends the answer at once and parses on
+ * from the connection's timer: the next handler never runs in the app's call.
  */
 #include "proto_http_int.h"
 
