@@ -180,6 +180,16 @@ store_db_stmt(store_db *db, int idx)
     if (NEVER(idx < 0 || idx >= db->schema->n_statements))
         return NULL;
     st = db->stmts[idx];
+    if (st == NULL) {
+        /* Prepared on first use: a process that opens a file for two queries (a supervisor
+         * reading its configuration) parses two statements, not the schema's every one. */
+        if (sqlite3_prepare_v3(db->sql, db->schema->statements[idx], -1, SQLITE_PREPARE_PERSISTENT,
+                               &db->stmts[idx], NULL) != SQLITE_OK) {
+            snprintf(db->errmsg, sizeof(db->errmsg), "%s: %s", db->path, sqlite3_errmsg(db->sql));
+            return NULL; /* sqlite3_bind and sqlite3_step answer SQLITE_MISUSE on NULL */
+        }
+        return db->stmts[idx];
+    }
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
     return st;
@@ -357,18 +367,12 @@ create_fresh(store_db *db, const char *path, store_migrate_fn step, void *ctx)
 static int
 prepare_all(store_db *db)
 {
-    int i;
     int rc;
 
+    /* The schema's statements are prepared on first use (store_db_stmt). */
     db->stmts = tally_calloc((size_t)db->schema->n_statements + 1, sizeof(*db->stmts));
     if (db->stmts == NULL)
         return TALLY_ENOMEM;
-    for (i = 0; i < db->schema->n_statements; i++) {
-        rc = store_db_rc(db, sqlite3_prepare_v3(db->sql, db->schema->statements[i], -1,
-                                                SQLITE_PREPARE_PERSISTENT, &db->stmts[i], NULL));
-        if (rc != TALLY_OK)
-            return rc;
-    }
     rc = store_db_rc(db, sqlite3_prepare_v3(db->sql, "BEGIN IMMEDIATE", -1,
                                             SQLITE_PREPARE_PERSISTENT, &db->begin, NULL));
     if (rc == TALLY_OK)
@@ -443,6 +447,14 @@ void
 store_private_vfs_set(const char *name)
 {
     private_vfs = name;
+}
+
+void
+store_db_close_keep_wal(store_db *db)
+{
+    if (db != NULL && db->sql != NULL)
+        (void)sqlite3_db_config(db->sql, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
+    store_db_close(db);
 }
 
 void

@@ -16,3 +16,7 @@ set_tests_properties(test_e2e_tenants_spawns PROPERTIES
 tally_add_test(test_e2e_park test_e2e_park.c serve_util.c LABELS e2e)
 add_dependencies(test_e2e_park tallyd tally_cli)
 set_tests_properties(test_e2e_park PROPERTIES TIMEOUT 300)
+# A quiet supervisor stops looking at tally.db and still misses no change.
+tally_add_test(test_e2e_quiet test_e2e_quiet.c serve_util.c LABELS e2e)
+add_dependencies(test_e2e_quiet tallyd tally_cli)
+set_tests_properties(test_e2e_quiet PROPERTIES TIMEOUT 120)

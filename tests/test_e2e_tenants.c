@@ -8,7 +8,8 @@
  *  - SIGTERM while child files are being opened: tallyd exits 0.
  *  - With --max-open-children 8, asking 48 tenants in turn keeps tallyd's
  *    descriptors under a bound far below one file per tenant: the least
- *    recently used children close their files and stay loaded (asleep).
+ *    recently used children close their files and stay loaded (asleep), their
+ *    WALs kept on disk for the reopen.
  *  - A hot tenant under steady load keeps its p99 while 100 new child counters a
  *    second make their first request: new endpoints of running tenants (file
  *    opens only), and, run alone by `test_e2e_tenants spawns`, new tenants (file
@@ -326,6 +327,20 @@ test_shutdown_while_opening(void **state)
 
 /* ---- descriptors stay bounded ---- */
 
+/* How many of tenants PREFIX000.. have their endpoint api's WAL on disk. */
+static int
+wal_count(const char *data, const char *prefix, int n)
+{
+    int k = 0;
+
+    for (int i = 0; i < n; i++) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/tenants/%s%03d/endpoints/api.db-wal", data, prefix, i);
+        k += access(path, F_OK) == 0;
+    }
+    return k;
+}
+
 #define FD_TENANTS  48
 #define FD_MAX_OPEN 8
 
@@ -366,6 +381,9 @@ test_descriptors_stay_bounded(void **state)
      * its next write opened its file again. */
     assert_true(metric(e, "tally_child_files_total{event=\"sleep\"}") > 0);
     assert_true(metric(e, "tally_child_counters") == FD_TENANTS + 1);
+    /* An asleep child's WAL stays (no checkpoint, no fsync when it sleeps): more WALs on
+     * disk than files open, each read back by the reopen that served round 2. */
+    assert_true(wal_count(e->s.data, "fd", FD_TENANTS) > FD_MAX_OPEN + 4);
     serve_stop(&e->s);
 }
 

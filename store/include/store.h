@@ -58,6 +58,12 @@ TALLY_MUST_CHECK int store_db_open_ctx(const char *path, const struct store_sche
                                        store_db **out /* OUT */);
 /** Finalizes the statements and closes the file. NULL is a no-op. */
 void store_db_close(store_db *db);
+
+/** Closes db without the checkpoint a last close does: the WAL stays next to the
+ *  file as it is (every commit in it already durable) and the next open reads it
+ *  back. For a file closed for a while and opened again soon: no copy into the
+ *  file, no fsync, no WAL removed and created again with its directory synced. */
+void store_db_close_keep_wal(store_db *db);
 /** Names the SQLite VFS (registered by the caller, e.g. a shim over the default one) for the
  *  files opened from now on with STORE_OPEN_PRIVATE, which no other process opens and so may
  *  see writes that other processes would not; NULL (the default) is SQLite's default VFS.

@@ -136,6 +136,9 @@ sup_forkserver_run(const struct sup_process_opts *tmpl, int ctl, char *title, si
 
     /* Children must not inherit a blocked or ignored SIGCHLD from an odd parent. */
     signal(SIGCHLD, SIG_DFL);
+    /* SQLite set up once here, not in every child: its built-in functions and
+     * extensions registered, its allocator and mutexes made (no thread, no file). */
+    sup_process_prepare();
     while ((got = recv_request(ctl, name, sizeof(name), &fd)) != 0) {
         pid_t pid;
 

@@ -20,8 +20,9 @@
 #include "sup_ledger.h"
 #include "tally_log.h"
 
-#define BATCH_RECORDS   256
-#define RELOAD_CHECK_MS 250 /* a change made with tally is in force within 1 s */
+#define BATCH_RECORDS      256
+#define RELOAD_CHECK_MS    250 /* a change made with tally is in force within 1 s */
+#define RELOAD_QUIET_TICKS 4   /* the reload timer stops after this many ticks with no message */
 /* The journal is compacted once it has grown by this many rows and by at least
  * the size of the last snapshot (sup_process_opts.journal_compact_rows overrides it). */
 #define COMPACT_ROWS_DEFAULT 4096
@@ -35,8 +36,9 @@ struct sp {
     uv_check_t check;
     uv_timer_t expire_timer;
     uv_timer_t idle_timer;
-    uv_timer_t reload_timer;
-    uv_timer_t sync_timer; /* batched mode: fsyncs the journal's unsynced commits */
+    uv_timer_t reload_timer; /* runs only while messages come: stopped after a quiet second */
+    unsigned quiet_ticks;    /* reload ticks since the last message */
+    uv_timer_t sync_timer;   /* batched mode: fsyncs the journal's unsynced commits */
     uv_signal_t sigterm;
     uv_signal_t sigint;
     proto_conn *conn;

@@ -37,6 +37,12 @@ struct sup_process_opts {
  *  down: logged), 78 (unknown tenant or data dir). */
 int sup_process_run(const struct sup_process_opts *o);
 
+/** Sets SQLite up the way a supervisor wants it (no bulk page cache) and
+ *  initialises it; once per process, before any database is opened. The fork
+ *  server calls it before forking so its children start with it done;
+ *  sup_process_run calls it otherwise. */
+void sup_process_prepare(void);
+
 /* The fork server's message version (forkserver.c describes the messages). */
 #define SUP_FORK_VERSION 1
 

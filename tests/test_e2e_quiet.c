@@ -1,0 +1,129 @@
+/*
+ * A quiet supervisor sleeps, through the real tallyd and its supervisor:
+ *
+ *  - Once it has heard nothing for a second it stops looking at tally.db: over
+ *    the next 2 s the process is woken at most twice (/proc/PID/status context
+ *    switches), where looking every 250 ms wakes it 8 times.
+ *  - Nothing is lost by it: a limit lowered while it sleeps is in force at once.
+ *    The limit is plentiful (1,000 a year), so the link holds a kept lease and no
+ *    expiry or renewal wakes the supervisor meanwhile.
+ *    3 of 10 admitted, the limit lowered to 5, then exactly 2 more of 10 admitted
+ *    through the same supervisor (it read the change before its next grant).
+ */
+/* clang-format off */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+
+#include <cmocka.h>
+/* clang-format on */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "serve_util.h"
+#include "test_daemon.h"
+
+struct env {
+    struct serve_env s;
+    char token[64];
+};
+
+static int
+setup(void **state)
+{
+    struct env *e = calloc(1, sizeof(*e));
+
+    assert_non_null(e);
+    serve_env_init(&e->s);
+    serve_tally_ok(&e->s, NULL, 0, "plan", "set", "pro", "--limit", "100000000/365d", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "api", "--limit", "1000/365d", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "acme", "--plan", "pro", NULL);
+    serve_tally_ok(&e->s, e->token, sizeof(e->token), "link", "create", "acme", NULL);
+    *state = e;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct env *e = *state;
+
+    serve_env_release(&e->s);
+    free(e);
+    return 0;
+}
+
+/* Voluntary plus involuntary context switches of pid so far. */
+static long
+switches(pid_t pid)
+{
+    char path[64], line[256];
+    long n = 0;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "voluntary_ctxt_switches:", 24) == 0)
+            n += strtol(line + 24, NULL, 10);
+        else if (strncmp(line, "nonvoluntary_ctxt_switches:", 27) == 0)
+            n += strtol(line + 27, NULL, 10);
+    }
+    fclose(f);
+    return n;
+}
+
+static int
+admitted_of(const struct env *e, int n)
+{
+    int admitted = 0;
+
+    for (int i = 0; i < n; i++) {
+        struct serve_http h;
+        serve_check(&e->s, e->token, "api", &h);
+        assert_true(h.status == 200 || h.status == 429);
+        admitted += h.status == 200;
+    }
+    return admitted;
+}
+
+static void
+test_quiet_supervisor_sleeps_and_misses_nothing(void **state)
+{
+    struct env *e = *state;
+    pid_t pid[4];
+    long before, after;
+
+    serve_start(&e->s, "--idle-exit-ms=60000", NULL);
+    assert_int_equal(admitted_of(e, 3), 3);
+    assert_int_equal(test_supervisor_pids(e->s.data, "acme", pid, 4), 1);
+    serve_sleep_ms(1600); /* its last message a second and more ago */
+    before = switches(pid[0]);
+    serve_sleep_ms(2000);
+    after = switches(pid[0]);
+    print_message("supervisor woken %ld times in 2 s of quiet\n", after - before);
+    assert_true(after - before <= 2);
+
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "api", "--limit", "5/365d", NULL);
+    assert_int_equal(admitted_of(e, 10), 2);
+    /* The same supervisor answered: it was asleep, not gone. */
+    assert_int_equal(test_supervisor_pids(e->s.data, "acme", pid + 1, 3), 1);
+    assert_int_equal(pid[1], pid[0]);
+    serve_stop(&e->s);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_quiet_supervisor_sleeps_and_misses_nothing, setup,
+                                        teardown),
+    };
+
+    return cmocka_run_group_tests_name("e2e_quiet", tests, NULL, NULL);
+}
