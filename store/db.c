@@ -5,9 +5,11 @@
  * umask, because a counter or ledger file names links and tenants.
  */
 #include "store.h"
+#include "store_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
@@ -195,23 +197,6 @@ store_db_stmt(store_db *db, int idx)
     return st;
 }
 
-/* Creates the file with mode 0600 before SQLite sees it, so the umask of the
- * caller never decides who can read counters. WAL and SHM files inherit the
- * mode of the database file (SQLite copies it). */
-static int
-create_private(store_db *db, const char *path)
-{
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-
-    if (fd < 0) {
-        snprintf(db->errmsg, sizeof(db->errmsg), "%s: %s", path, strerror(errno));
-        return errno == EACCES ? TALLY_EPERM : errno == EROFS ? TALLY_EREADONLY : TALLY_EIO;
-    }
-    (void)fchmod(fd, 0600);
-    close(fd);
-    return TALLY_OK;
-}
-
 static int
 pragma_int(store_db *db, const char *sql, int64_t *out)
 {
@@ -310,42 +295,135 @@ migrate(store_db *db, int64_t version, store_migrate_fn step, void *ctx)
     return store_db_end(db, rc);
 }
 
-/* A new file is built under a temporary name with no journal and no fsync (every
- * migration in one transaction), switched to WAL by its header (bytes 18 and 19,
- * the file format's read and write versions, 2 = WAL), made durable with one
- * fdatasync of the file and one of its directory, and linked into place (never over
- * a file another process made meanwhile): the file appears whole, in WAL mode at its
- * newest version, for 2 fsyncs and 1 file created instead of 8 to 10 fsyncs and a
- * rollback journal created to convert it in place. */
+/* A new file's bytes, one image per schema and process: the migrations run once on an
+ * in-memory database (the same statements and steps an upgrade runs, so the image is what a
+ * migrated file holds), serialized, and switched to WAL by its header (bytes 18 and 19, the
+ * file format's read and write versions, 2 = WAL). Every later file of that schema is these
+ * bytes written at once, with no SQLite connection, no SQL parsed and no journal. Made under
+ * a lock (child files are created on several threads) and kept for the process's life; a
+ * fork server makes its supervisors' before it forks (store_journal_warm). */
+struct fresh_image {
+    const struct store_schema *schema;
+    unsigned char *bytes;
+    size_t len;
+};
+#define FRESH_IMAGES 8
+static struct fresh_image images[FRESH_IMAGES];
+static pthread_mutex_t images_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int
+image_build(store_db *db, store_migrate_fn step, void *ctx, struct fresh_image *out)
+{
+    store_db mem;
+    sqlite3_int64 len = 0;
+    unsigned char *bytes = NULL;
+    int rc;
+
+    memset(&mem, 0, sizeof(mem));
+    mem.schema = db->schema;
+    snprintf(mem.path, sizeof(mem.path), "%s", db->path);
+    rc = store_db_rc(&mem, sqlite3_open_v2(":memory:", &mem.sql,
+                                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL));
+    if (rc == TALLY_OK)
+        rc = migrate(&mem, 0, step, ctx);
+    if (rc == TALLY_OK) {
+        bytes = sqlite3_serialize(mem.sql, "main", &len, 0);
+        if (bytes == NULL || len < 100)
+            rc = TALLY_ENOMEM;
+    }
+    if (rc == TALLY_OK) {
+        out->bytes = tally_malloc((size_t)len);
+        if (out->bytes == NULL) {
+            rc = TALLY_ENOMEM;
+        } else {
+            memcpy(out->bytes, bytes, (size_t)len);
+            out->bytes[18] = 2; /* WAL */
+            out->bytes[19] = 2;
+            out->len = (size_t)len;
+            out->schema = db->schema;
+        }
+    }
+    sqlite3_free(bytes);
+    if (rc != TALLY_OK && mem.errmsg[0] != '\0')
+        snprintf(db->errmsg, sizeof(db->errmsg), "%s", mem.errmsg);
+    if (mem.sql != NULL)
+        (void)sqlite3_close(mem.sql);
+    return rc;
+}
+
+/* The image of db's schema, made on first use. */
+static int
+image_get(store_db *db, store_migrate_fn step, void *ctx, const struct fresh_image **out)
+{
+    int rc = TALLY_OK, i;
+
+    pthread_mutex_lock(&images_mu);
+    for (i = 0; i < FRESH_IMAGES && images[i].schema != NULL; i++) {
+        if (images[i].schema == db->schema)
+            break;
+    }
+    if (i == FRESH_IMAGES)
+        rc = TALLY_ENOMEM; /* more schemas than this file knows: a bug */
+    else if (images[i].schema == NULL)
+        rc = image_build(db, step, ctx, &images[i]);
+    *out = rc == TALLY_OK ? &images[i] : NULL;
+    pthread_mutex_unlock(&images_mu);
+    return rc;
+}
+
+int
+store__image_warm(const struct store_schema *schema, store_migrate_fn step)
+{
+    store_db db;
+    const struct fresh_image *im;
+
+    memset(&db, 0, sizeof(db));
+    db.schema = schema;
+    return image_get(&db, step, NULL, &im);
+}
+
+static int
+write_all(int fd, const unsigned char *p, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* A new file is its schema's image (above) written under a temporary name with mode 0600
+ * (the caller's umask never decides who can read counters; WAL and SHM files inherit the
+ * mode), made durable with one fdatasync of the file and one of its directory, and linked
+ * into place (never over a file another process made meanwhile): the file appears whole, in
+ * WAL mode at its newest version, for 2 fsyncs and no SQL. */
 static int
 create_fresh(store_db *db, const char *path, store_migrate_fn step, void *ctx)
 {
-    static const unsigned char wal_versions[2] = {2, 2};
     char tmp[STORE_PATH_MAX + 32], dir[STORE_PATH_MAX];
+    const struct fresh_image *im = NULL;
     const char *slash;
     int fd = -1, rc;
 
     if ((size_t)snprintf(tmp, sizeof(tmp), "%s-new-%ld", path, (long)getpid()) >= sizeof(tmp))
         return TALLY_EINVAL;
-    (void)unlink(tmp);
-    rc = create_private(db, tmp);
+    rc = image_get(db, step, ctx, &im);
     if (rc != TALLY_OK)
         return rc;
-    rc = store_db_rc(
-        db, sqlite3_open_v2(tmp, &db->sql, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL));
-    if (rc == TALLY_OK)
-        rc = store_db_exec(db, "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF");
-    if (rc == TALLY_OK)
-        rc = migrate(db, 0, step, ctx);
-    if (db->sql != NULL && sqlite3_close(db->sql) != SQLITE_OK && rc == TALLY_OK)
-        rc = TALLY_ESTORE;
-    db->sql = NULL;
-    if (rc == TALLY_OK &&
-        ((fd = open(tmp, O_RDWR | O_CLOEXEC)) < 0 ||
-         pwrite(fd, wal_versions, sizeof(wal_versions), 18) != 2 || fdatasync(fd) != 0))
+    (void)unlink(tmp);
+    fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(db->errmsg, sizeof(db->errmsg), "%s: %s", tmp, strerror(errno));
+        return errno == EACCES ? TALLY_EPERM : errno == EROFS ? TALLY_EREADONLY : TALLY_EIO;
+    }
+    if (fchmod(fd, 0600) != 0 || write_all(fd, im->bytes, im->len) != 0 || fdatasync(fd) != 0)
         rc = TALLY_EIO;
-    if (fd >= 0)
-        close(fd);
+    close(fd);
     if (rc == TALLY_OK && link(tmp, path) != 0 && errno != EEXIST)
         rc = TALLY_EIO;
     (void)unlink(tmp);

@@ -94,6 +94,12 @@ journal_upgrade(store_db *db, int version, void *ctx)
 }
 
 int
+store_journal_warm(void)
+{
+    return store__image_warm(&journal_schema, journal_upgrade);
+}
+
+int
 store_journal_open(const char *path, unsigned flags, const struct store_upgrade *up, store_db **out)
 {
     /* The schema's upgrade takes a mutable context; the upgrade never writes through it. */

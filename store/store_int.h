@@ -16,4 +16,8 @@
 int store__rows_upgrade(store_db *db, const char *table, int from_format,
                         const struct store_upgrade *up, bool may_drop);
 
+/* Makes the image a new file of `schema` is written from (store/db.c), if not made yet: the
+ * migrations with `step` run once on an in-memory database. */
+int store__image_warm(const struct store_schema *schema, store_migrate_fn step);
+
 #endif /* STORE_INT_H */

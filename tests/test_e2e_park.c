@@ -5,6 +5,8 @@
  *    while idle, its supervisor hibernates, and the next requests reopen the file
  *    and are answered from the parked lease without starting the supervisor
  *    (tally_supervisor_events_total{event="start"} does not move).
+ *  - A clean stop starts no supervisor for a hibernated tenant: its kept lease is
+ *    parked and answers the next run, exact over both runs.
  *  - Exact over many closes: bursts separated by idle closes and hibernations
  *    admit exactly the limit, then refuse, and some bursts need no supervisor.
  *  - A limit lowered while the child is closed is in force at its next open: the
@@ -112,6 +114,34 @@ test_quiet_link_needs_no_supervisor_after_close(void **state)
     serve_stop(&e->s);
 }
 
+/* A clean stop starts no supervisor for a hibernated tenant: its child parks the kept lease
+ * (it stays loaded, asleep: --child-idle-ms is long), the next run decides on it alone, and
+ * the whole stays exact: 200 admitted over both runs, not one more. */
+static void
+test_stop_parks_a_hibernated_tenants_leases(void **state)
+{
+    struct env *e = *state;
+    int admitted = 0, refused = 0;
+
+    serve_start(&e->s, "--idle-exit-ms=300", NULL);
+    for (int i = 0; i < 3; i++)
+        admitted += check(e) == 200;
+    while (metric(e, "tally_supervisors_live") != 0)
+        serve_sleep_ms(50);
+    serve_stop(&e->s);
+    assert_int_equal(serve_log_count(&e->s, "\"supervisor_start\""), 1);
+    serve_start(&e->s, NULL, NULL);
+    admitted += check(e) == 200;
+    assert_true(metric(e, STARTS) == 0); /* the parked lease answered */
+    while (refused == 0) {
+        int st = check(e);
+        admitted += st == 200;
+        refused += st == 429;
+    }
+    assert_int_equal(admitted, 200);
+    serve_stop(&e->s);
+}
+
 static void
 test_exact_across_idle_closes(void **state)
 {
@@ -185,6 +215,8 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_quiet_link_needs_no_supervisor_after_close, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_stop_parks_a_hibernated_tenants_leases, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_exact_across_idle_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limit_lowered_while_closed, setup, teardown),

@@ -28,6 +28,11 @@ typedef int (*store_record_encode_fn)(void *ctx, size_t i, uint8_t *buf, size_t 
 /* Visits one stored record (rec, len: valid during the call). Non-OK stops and is returned. */
 typedef int (*store_record_visit_fn)(void *ctx, const uint8_t *rec, size_t len);
 
+/** Makes, once per process, the image a new journal file is written from (the schema's
+ *  migrations run on an in-memory database): a process that forks the journals' writers calls
+ *  it first, so each of them writes its new file without running a migration. */
+int store_journal_warm(void);
+
 /** Opens (creating, 0600) the journal at `path`, upgrading a format-1 file with `up` (borrowed
  *  for the call). flags: STORE_OPEN_SYNC_FULL for strict durability, STORE_OPEN_PRIVATE. *out
  *  is owned by the caller, release with store_db_close(). TALLY_ESCHEMA for a newer file (the

@@ -8,7 +8,8 @@
  * closes its file on the thread pool and is freed: an idle tenant costs no
  * descriptor and no memory, and its next request opens the file again, as a
  * new incarnation that resumes its rows exactly as after a restart. At
- * shutdown every child returns its leases, writes its last rows and closes.
+ * shutdown every child returns its leases (parks its kept ones when its
+ * supervisor hibernates: none is started for them), writes its rows, closes.
  */
 #include "sup_front_int.h"
 
@@ -187,30 +188,6 @@ refresh_policy(struct front_child *fc, const struct tenant_endpoint *policy)
         fc->policy = *policy;
 }
 
-/* A child's file cannot be opened (corrupt, newer schema, no space): its
- * requests get 503 and every one tries again, so it heals when the file is
- * fixed; the log says so once a minute, naming the tenant and the file. */
-static void
-log_open_failed(sup_front *f, const char *tenant, const char *endpoint, int rc, const char *detail)
-{
-    char key[sizeof(f->open_failed)];
-    int64_t now = front_now().mono_ms;
-    struct tally_log l;
-
-    snprintf(key, sizeof(key), "%s/%s", tenant, endpoint);
-    if (strcmp(key, f->open_failed) == 0 && now - f->open_failed_mono_ms < 60000)
-        return;
-    snprintf(f->open_failed, sizeof(f->open_failed), "%s", key);
-    f->open_failed_mono_ms = now;
-    if (!tally_log_begin(&l, TALLY_LOG_ERROR, "child_open_failed"))
-        return;
-    tally_log_str(&l, "tenant", tenant);
-    tally_log_str(&l, "endpoint", endpoint);
-    tally_log_str(&l, "error", tally_strerror(rc));
-    tally_log_str(&l, "detail", detail);
-    tally_log_end(&l);
-}
-
 /* A child may close when nothing waits on it and its supervisor answers: a child
  * in degraded or unavailable mode keeps its file (and its degraded admissions, to
  * be reported as debt) until the supervisor is back. */
@@ -233,11 +210,22 @@ sleepable(const struct front_child *fc)
 /* OPEN -> DRAINING: the child parks its kept leases in its file (with the
  * fingerprint of the limits they were granted under) and gives the others back;
  * front_child_drain_check closes the file once that is written and answered. */
+static uint32_t
+park(struct front_child *fc, struct sup_time now)
+{
+    uint32_t parked = sup_child_park(fc->child, now);
+
+    if (parked > 0) {
+        fc->store.limits_fp = front_limits_fp(fc->f->snap, fc);
+        fc->store.limits_fp_put = true;
+    }
+    return parked;
+}
+
 static void
 drain(struct front_child *fc)
 {
     struct sup_time now = front_now();
-    uint32_t parked;
 
     lru_unlink(fc->f, fc);
     files_unlink(fc->f, fc);
@@ -246,12 +234,7 @@ drain(struct front_child *fc)
     fc->f->n_leaving += fc->leaving;
     fc->state = FRONT_CHILD_DRAINING;
     fc->drain_mono_ms = now.mono_ms + FRONT_CHILD_DRAIN_MS;
-    parked = sup_child_park(fc->child, now);
-    fc->f->stats.leases_parked += parked;
-    if (parked > 0) {
-        fc->store.limits_fp = front_limits_fp(fc->f->snap, fc);
-        fc->store.limits_fp_put = true;
-    }
+    fc->f->stats.leases_parked += park(fc, now);
     front_child_pump(fc);
 }
 
@@ -408,7 +391,7 @@ front_child_opened(struct front_child *fc, int rc)
     if (rc != TALLY_OK) {
         f->n_files--;
         f->stats.child_open_failures++;
-        log_open_failed(f, fc->tenant, fc->endpoint, rc, fc->store.errmsg);
+        front_log_open_failed(f, fc->tenant, fc->endpoint, rc, fc->store.errmsg);
         answer_parked(fc, 1000, tally_strerror(rc));
         retire(fc);
         return;
@@ -589,8 +572,13 @@ front_children_close(sup_front *f, void (*done)(sup_front *f))
         answer_parked(fc, 1000, "shutting down");
         fc->timer_live = false;
         if (fc->child != NULL) { /* open or draining; an open or close in flight finishes */
-            sup_child_shutdown(fc->child, now);
-            front_child_pump(fc); /* RETURNs out, rows deleted */
+            /* Kept leases go back to a running supervisor; a hibernated one's are parked
+             * (returning them would start every quiet tenant's supervisor). */
+            if (sup_manager_is_up(f->mgr, fc->tenant))
+                sup_child_shutdown(fc->child, now);
+            else
+                f->stats.leases_parked += park(fc, now);
+            front_child_pump(fc); /* RETURNs of the others out, rows written */
         }
         uv_close((uv_handle_t *)&fc->timer, on_child_timer_closed);
     }

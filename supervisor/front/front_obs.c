@@ -248,3 +248,28 @@ sup_front_stats(const sup_front *f, struct sup_front_stats *out)
     out->children_open = f->n_files;
     sup_manager_stats(f->mgr, &out->sup);
 }
+
+/* A child's file cannot be opened (corrupt, newer schema, no space): its
+ * requests get 503 and every one tries again, so it heals when the file is
+ * fixed; the log says so once a minute, naming the tenant and the file. */
+void
+front_log_open_failed(sup_front *f, const char *tenant, const char *endpoint, int rc,
+                      const char *detail)
+{
+    char key[sizeof(f->open_failed)];
+    int64_t now = front_now().mono_ms;
+    struct tally_log l;
+
+    snprintf(key, sizeof(key), "%s/%s", tenant, endpoint);
+    if (strcmp(key, f->open_failed) == 0 && now - f->open_failed_mono_ms < 60000)
+        return;
+    snprintf(f->open_failed, sizeof(f->open_failed), "%s", key);
+    f->open_failed_mono_ms = now;
+    if (!tally_log_begin(&l, TALLY_LOG_ERROR, "child_open_failed"))
+        return;
+    tally_log_str(&l, "tenant", tenant);
+    tally_log_str(&l, "endpoint", endpoint);
+    tally_log_str(&l, "error", tally_strerror(rc));
+    tally_log_str(&l, "detail", detail);
+    tally_log_end(&l);
+}

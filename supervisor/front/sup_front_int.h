@@ -174,6 +174,9 @@ void front_child_file_closed(struct front_child *fc, bool had_file);
 void front_child_file_slept(struct front_child *fc);
 /** An OPEN child's file was opened again for a write: it counts among the open files. */
 void front_child_file_woke(struct front_child *fc);
+/* A child's file could not be opened: one log line a minute at most (front_obs.c). */
+void front_log_open_failed(sup_front *f, const char *tenant, const char *endpoint, int rc,
+                           const char *detail);
 /** A DRAINING child whose last RETURN or write is done closes its file. */
 void front_child_drain_check(struct front_child *fc);
 /** Starts the idle sweep (front_child_life.c); its timer is closed by front_children_close. */

@@ -98,7 +98,9 @@ sup__lease_tables_build(sup_ledger *l)
     l->free_v = free_v;
     l->free_len = 0;
     for (uint32_t i = l->max_leases; i-- > 0;) {
-        if (l->leases[i].id == 0)
+        /* No live lease (a ledger just opened): every entry is free, and the table, zeroed
+         * pages the kernel has not mapped yet, is not read (a megabyte of page faults). */
+        if (l->lease_count == 0 || l->leases[i].id == 0)
             l->free_v[l->free_len++] = i;
         else
             id_put(l, i);

@@ -441,6 +441,7 @@ sup_process_prepare(void)
      * (harmless) if something initialised it already. */
     (void)sqlite3_config(SQLITE_CONFIG_PAGECACHE, NULL, 0, 0);
     (void)sqlite3_initialize();
+    (void)store_journal_warm(); /* failed, each new ledger makes it again */
 }
 
 int
