@@ -2,7 +2,8 @@
 # Supervisor start figures, on a release build:
 #   - first decision of fresh tenants, one after another (spawn + ledger creation + first grant);
 #   - first decision of 50 fresh tenants at once (the starts overlap), and the wall time;
-#   - PSS of each idle live supervisor (/proc/PID/smaps_rollup), of tallyd and of its fork server.
+#   - PSS of each idle live supervisor (/proc/PID/smaps_rollup), of tallyd and of its fork server;
+#   - how often the idle supervisors wake up (context switches over 5 s).
 # Usage: bench/spawn.sh [BUILD_DIR] [SEQ_TENANTS] [TALLYD_FLAGS...]   (default build/rel, 40)
 set -euo pipefail
 B=${1:-build/rel}
@@ -85,3 +86,17 @@ for p in $(pgrep -P "$TPID"); do
     printf 'fork server: %s kB\n' "$(awk '/^Pss:/ {print $2}' /proc/"$p"/smaps_rollup)"
 done
 grep -c supervisor_start "$W/log" | sed 's/^/supervisor starts logged: /'
+
+echo "== wake-ups of the idle supervisors over 5 s (context switches: each a wake-up)"
+sw() { # the supervisors' context switches so far
+    local p s=0
+    for p in $(pgrep -P "$TPID"); do
+        grep -qa -- "--supervise" /proc/"$p"/cmdline 2>/dev/null || continue
+        s=$((s + $(awk '/ctxt_switches/ {n += $2} END {print n + 0}' /proc/"$p"/status)))
+    done
+    echo "$s"
+}
+n=$(pgrep -P "$TPID" | wc -l)
+a=$(sw)
+sleep 5
+echo "wake-ups of $((n - 1)) idle supervisors in 5 s: $(($(sw) - a))"
