@@ -68,7 +68,8 @@ bool bi_http_read(int fd, struct bi_http *r);
 /** GET /v1/check with the token, endpoint and cost (NULL: no header). */
 void bi_http_check(const struct bi_env *e, const char *token, const char *endpoint,
                    const char *cost, struct bi_http *r);
-/** Admissions left on `endpoint` for `token` now: checks until refused (HTTP). */
+/** Admissions left on `endpoint` for `token` now: checks until refused (HTTP); a 503 (no
+ *  supervisor within --wait-ms on a loaded machine) is asked again, up to 20 times. */
 int bi_admit_all(const struct bi_env *e, const char *token, const char *endpoint);
 
 #endif /* BADINPUT_ENV_H */
