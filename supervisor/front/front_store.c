@@ -144,34 +144,36 @@ front_store_resume(struct front_child *fc)
     return rc;
 }
 
+/* Thread pool: the file closed, after the fingerprint of the limits its parked leases were
+ * granted under (a later open that finds others does not use them; not written, a failed
+ * write, they are resumed as after a crash). */
 static void
-close_work(uv_work_t *w)
+close_file(struct front_child *fc, bool keep_wal)
 {
-    struct front_child *fc = w->data;
-
-    /* The limits its parked leases were granted under: a later open that finds others
-     * does not use them. Not written (a failed write), they are resumed as after a crash. */
     if (fc->store.limits_fp_put && fc->store.db != NULL)
         fc->store.rc = store_child_meta_put(fc->store.db, "limits", fc->store.limits_fp);
     fc->store.limits_fp_put = false;
-    /* The last connection's close checkpoints the WAL into the file and removes it. */
-    store_db_close(fc->store.db);
+    if (keep_wal)
+        store_db_close_keep_wal(fc->store.db);
+    else
+        store_db_close(fc->store.db);
     fc->store.db = NULL;
 }
 
-/* Thread pool: an open file set aside for others (the --max-open-children cap) keeps its
- * WAL: it is likely opened again soon, and the reopen then costs no WAL created and synced
- * with its directory, and the close no checkpoint with its two fsyncs. */
+/* The last connection's close checkpoints the WAL into the file and removes it. */
+static void
+close_work(uv_work_t *w)
+{
+    close_file(w->data, false);
+}
+
+/* An open file set aside for others (the --max-open-children cap) keeps its WAL: it is
+ * likely opened again soon, and the reopen then costs no WAL created and synced with its
+ * directory, and the close no checkpoint with its two fsyncs. */
 static void
 sleep_work(uv_work_t *w)
 {
-    struct front_child *fc = w->data;
-
-    if (fc->store.limits_fp_put && fc->store.db != NULL)
-        fc->store.rc = store_child_meta_put(fc->store.db, "limits", fc->store.limits_fp);
-    fc->store.limits_fp_put = false;
-    store_db_close_keep_wal(fc->store.db);
-    fc->store.db = NULL;
+    close_file(w->data, true);
 }
 
 static void
