@@ -88,15 +88,16 @@ done
 grep -c supervisor_start "$W/log" | sed 's/^/supervisor starts logged: /'
 
 echo "== wake-ups of the idle supervisors over 5 s (context switches: each a wake-up)"
-sw() { # the supervisors' context switches so far
-    local p s=0
+sw() { # the supervisors' context switches so far, and how many supervisors
+    local p s=0 n=0
     for p in $(pgrep -P "$TPID"); do
         grep -qa -- "--supervise" /proc/"$p"/cmdline 2>/dev/null || continue
         s=$((s + $(awk '/ctxt_switches/ {n += $2} END {print n + 0}' /proc/"$p"/status)))
+        n=$((n + 1))
     done
-    echo "$s"
+    echo "$s $n"
 }
-n=$(pgrep -P "$TPID" | wc -l)
-a=$(sw)
+read -r a _ < <(sw)
 sleep 5
-echo "wake-ups of $((n - 1)) idle supervisors in 5 s: $(($(sw) - a))"
+read -r b n < <(sw)
+echo "wake-ups of $n idle supervisors in 5 s: $((b - a))"

@@ -302,22 +302,19 @@ conn_send(struct http_conn *c, bool keep_alive, bool head_only)
 
     if (!keep_alive)
         c->flags |= CONN_FINAL;
+    if (fits) {
+        memcpy(c->obuf + c->olen, b.base, b.len);
+        c->olen += b.len;
+    }
     if (c->flags & CONN_WRITING) { /* a deferred answer: after the write in flight */
-        if (fits) {
-            memcpy(c->obuf + c->olen, b.base, b.len);
-            c->olen += b.len;
-        } else {
+        if (!fits) {
             c->held = b;
             c->flags |= CONN_HELD;
         }
         return; /* on_write sends it, and lingers after a final one */
     }
-    if (fits) {
-        memcpy(c->obuf + c->olen, b.base, b.len);
-        c->olen += b.len;
-        if ((c->flags & CONN_IN_BATCH) && !(c->flags & CONN_FINAL))
-            return;
-    }
+    if (fits && (c->flags & CONN_IN_BATCH) && !(c->flags & CONN_FINAL))
+        return;
     if (!conn_flush(c, fits ? NULL : &b))
         return;
     if (c->flags & CONN_FINAL)

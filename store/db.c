@@ -311,61 +311,61 @@ struct fresh_image {
 static struct fresh_image images[FRESH_IMAGES];
 static pthread_mutex_t images_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* Runs the migrations on an in-memory database and keeps its bytes, marked WAL. On failure
+ * the reason goes to err's errmsg (err may be NULL). */
 static int
-image_build(store_db *db, store_migrate_fn step, void *ctx, struct fresh_image *out)
+image_build(const struct store_schema *schema, store_migrate_fn step, void *ctx, store_db *err,
+            struct fresh_image *out)
 {
     store_db mem;
     sqlite3_int64 len = 0;
-    unsigned char *bytes = NULL;
     int rc;
 
     memset(&mem, 0, sizeof(mem));
-    mem.schema = db->schema;
-    snprintf(mem.path, sizeof(mem.path), "%s", db->path);
+    mem.schema = schema;
+    snprintf(mem.path, sizeof(mem.path), "%s", err != NULL ? err->path : schema->name);
     rc = store_db_rc(&mem, sqlite3_open_v2(":memory:", &mem.sql,
                                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL));
     if (rc == TALLY_OK)
         rc = migrate(&mem, 0, step, ctx);
     if (rc == TALLY_OK) {
-        bytes = sqlite3_serialize(mem.sql, "main", &len, 0);
-        if (bytes == NULL || len < 100)
+        /* A copy owned by this process from now on (sqlite3_malloc'd, never freed). */
+        out->bytes = sqlite3_serialize(mem.sql, "main", &len, 0);
+        if (out->bytes == NULL || len < 100) {
+            sqlite3_free(out->bytes);
+            out->bytes = NULL;
             rc = TALLY_ENOMEM;
-    }
-    if (rc == TALLY_OK) {
-        out->bytes = tally_malloc((size_t)len);
-        if (out->bytes == NULL) {
-            rc = TALLY_ENOMEM;
-        } else {
-            memcpy(out->bytes, bytes, (size_t)len);
-            out->bytes[18] = 2; /* WAL */
-            out->bytes[19] = 2;
-            out->len = (size_t)len;
-            out->schema = db->schema;
         }
     }
-    sqlite3_free(bytes);
-    if (rc != TALLY_OK && mem.errmsg[0] != '\0')
-        snprintf(db->errmsg, sizeof(db->errmsg), "%s", mem.errmsg);
+    if (rc == TALLY_OK) {
+        out->bytes[18] = 2; /* WAL */
+        out->bytes[19] = 2;
+        out->len = (size_t)len;
+        out->schema = schema;
+    }
+    if (rc != TALLY_OK && err != NULL && mem.errmsg[0] != '\0')
+        snprintf(err->errmsg, sizeof(err->errmsg), "%s", mem.errmsg);
     if (mem.sql != NULL)
         (void)sqlite3_close(mem.sql);
     return rc;
 }
 
-/* The image of db's schema, made on first use. */
+/* The image of `schema`, made on first use. */
 static int
-image_get(store_db *db, store_migrate_fn step, void *ctx, const struct fresh_image **out)
+image_get(const struct store_schema *schema, store_migrate_fn step, void *ctx, store_db *err,
+          const struct fresh_image **out)
 {
     int rc = TALLY_OK, i;
 
     pthread_mutex_lock(&images_mu);
     for (i = 0; i < FRESH_IMAGES && images[i].schema != NULL; i++) {
-        if (images[i].schema == db->schema)
+        if (images[i].schema == schema)
             break;
     }
     if (i == FRESH_IMAGES)
         rc = TALLY_ENOMEM; /* more schemas than this file knows: a bug */
     else if (images[i].schema == NULL)
-        rc = image_build(db, step, ctx, &images[i]);
+        rc = image_build(schema, step, ctx, err, &images[i]);
     *out = rc == TALLY_OK ? &images[i] : NULL;
     pthread_mutex_unlock(&images_mu);
     return rc;
@@ -374,12 +374,9 @@ image_get(store_db *db, store_migrate_fn step, void *ctx, const struct fresh_ima
 int
 store__image_warm(const struct store_schema *schema, store_migrate_fn step)
 {
-    store_db db;
     const struct fresh_image *im;
 
-    memset(&db, 0, sizeof(db));
-    db.schema = schema;
-    return image_get(&db, step, NULL, &im);
+    return image_get(schema, step, NULL, NULL, &im);
 }
 
 static int
@@ -412,7 +409,7 @@ create_fresh(store_db *db, const char *path, store_migrate_fn step, void *ctx)
 
     if ((size_t)snprintf(tmp, sizeof(tmp), "%s-new-%ld", path, (long)getpid()) >= sizeof(tmp))
         return TALLY_EINVAL;
-    rc = image_get(db, step, ctx, &im);
+    rc = image_get(db->schema, step, ctx, db, &im);
     if (rc != TALLY_OK)
         return rc;
     (void)unlink(tmp);

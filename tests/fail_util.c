@@ -14,6 +14,7 @@
 /* clang-format on */
 
 #include "fail_util.h"
+#include "test_daemon.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -231,20 +232,7 @@ fail_integrity_check(const char *dir)
 int64_t
 fail_rss_kib(pid_t pid)
 {
-    char path[64], line[256];
-    int64_t kib = -1;
-    FILE *f;
-
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    f = fopen(path, "r");
-    if (f == NULL)
-        return -1;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        if (strncmp(line, "VmRSS:", 6) == 0)
-            kib = strtoll(line + 6, NULL, 10);
-    }
-    fclose(f);
-    return kib;
+    return test_proc_status(pid, "VmRSS");
 }
 
 static int files;

@@ -207,9 +207,8 @@ sleepable(const struct front_child *fc)
            fc->store.n == 0 && fc->parked == NULL;
 }
 
-/* OPEN -> DRAINING: the child parks its kept leases in its file (with the
- * fingerprint of the limits they were granted under) and gives the others back;
- * front_child_drain_check closes the file once that is written and answered. */
+/* The child parks its kept leases in its file, with the fingerprint of the limits
+ * they were granted under, and gives the others back; how many it parked. */
 static uint32_t
 park(struct front_child *fc, struct sup_time now)
 {
@@ -222,6 +221,8 @@ park(struct front_child *fc, struct sup_time now)
     return parked;
 }
 
+/* OPEN -> DRAINING: park; front_child_drain_check closes the file once that is
+ * written and answered. */
 static void
 drain(struct front_child *fc)
 {

@@ -224,3 +224,23 @@ test_wait_supervisors(const char *data, const char *tenant, int want, int timeou
     }
     return false;
 }
+
+long long
+test_proc_status(pid_t pid, const char *field)
+{
+    char path[64], line[256];
+    size_t len = strlen(field);
+    long long v = -1;
+    FILE *f;
+
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, field, len) == 0 && line[len] == ':')
+            v = strtoll(line + len + 1, NULL, 10);
+    }
+    fclose(f);
+    return v;
+}

@@ -32,6 +32,9 @@ void test_daemon_kill9(struct test_daemon *d);
 int test_supervisor_pids(const char *data, const char *tenant, pid_t *pids, int max);
 /** Pids of the caller authorities (`--callers S`) of DATA; returns how many (at most max). */
 int test_caller_authority_pids(const char *data, pid_t *pids, int max);
+/** The number after "FIELD:" in /proc/PID/status (VmRSS in kB, voluntary_ctxt_switches,
+ *  ...); -1 when the process or the field is not there. */
+long long test_proc_status(pid_t pid, const char *field);
 /** Waits up to timeout_ms until test_supervisor_pids() returns `want`. */
 bool test_wait_supervisors(const char *data, const char *tenant, int want, int timeout_ms);
 
