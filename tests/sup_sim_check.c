@@ -526,13 +526,18 @@ struct mark_scan {
 };
 
 /* Strict: what a child admitted on a lease is covered by a durable mark (so a crash at any
- * instant resumes it at used := mark >= what was admitted). */
+ * instant resumes it at used := mark >= what was admitted), or, before its first row is
+ * durable, by the mark that row carries (a crash before leaves no row: nothing resumes it). */
 static int
 scan_marks(void *ctx, const struct sup_child_lease_info *l)
 {
     struct mark_scan *ms = ctx;
 
-    if (l->live && l->used > l->mark)
+    if (l->live && !l->row_durable && l->used > l->mark_first)
+        sim_fail(ms->w, "I2: child %d lease %llu used %lld beyond its first row's mark %lld",
+                 ms->child, (unsigned long long)l->lease_id, (long long)l->used,
+                 (long long)l->mark_first);
+    if (l->live && l->row_durable && l->used > l->mark)
         sim_fail(ms->w, "I2: child %d lease %llu used %lld beyond its durable mark %lld", ms->child,
                  (unsigned long long)l->lease_id, (long long)l->used, (long long)l->mark);
     return 0;

@@ -9,6 +9,8 @@
  *    parked and answers the next run, exact over both runs.
  *  - Exact over many closes: bursts separated by idle closes and hibernations
  *    admit exactly the limit, then refuse, and some bursts need no supervisor.
+ *  - A supervisor that starts again creates no file: its ledger's -wal and -shm
+ *    outlive it (the same inodes), so a tenant's restart costs no file creation.
  *  - A limit lowered while the child is closed is in force at its next open: the
  *    parked lease is not used (admitted never exceeds the new limit plus what was
  *    admitted before the change). The same when tallyd was killed (kill -9) with
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "serve_util.h"
 
@@ -142,6 +145,42 @@ test_stop_parks_a_hibernated_tenants_leases(void **state)
     serve_stop(&e->s);
 }
 
+/* The inode of the tenant's ledger file `suffix` (-wal, -shm); 0 if missing. */
+static ino_t
+ledger_inode(const struct env *e, const char *suffix)
+{
+    char path[256];
+    struct stat st;
+
+    snprintf(path, sizeof(path), "%s/tenants/acme/ledger.db%s", e->s.data, suffix);
+    return stat(path, &st) == 0 ? st.st_ino : 0;
+}
+
+static void
+test_supervisor_restart_creates_no_file(void **state)
+{
+    struct env *e = *state;
+    ino_t wal, shm;
+    double starts;
+
+    serve_start(&e->s, "--idle-exit-ms=300", NULL);
+    assert_int_equal(check(e), 200);
+    while (metric(e, "tally_supervisors_live") != 0)
+        serve_sleep_ms(50);
+    wal = ledger_inode(e, "-wal");
+    shm = ledger_inode(e, "-shm");
+    assert_true(wal != 0 && shm != 0); /* they outlived the supervisor */
+    /* Use the kept lease up: the next ask starts the supervisor again. */
+    starts = metric(e, STARTS);
+    while (metric(e, STARTS) == starts)
+        assert_int_equal(check(e), 200);
+    while (metric(e, "tally_supervisors_live") != 0)
+        serve_sleep_ms(50);
+    assert_true(ledger_inode(e, "-wal") == wal);
+    assert_true(ledger_inode(e, "-shm") == shm);
+    serve_stop(&e->s);
+}
+
 static void
 test_exact_across_idle_closes(void **state)
 {
@@ -218,6 +257,7 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_stop_parks_a_hibernated_tenants_leases, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_supervisor_restart_creates_no_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exact_across_idle_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limit_lowered_while_closed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limit_lowered_while_tallyd_down, setup, teardown),

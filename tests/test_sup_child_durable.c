@@ -1,10 +1,11 @@
 /*
- * The child counter's durability and degraded mode (sup_child.h): strict marks (WAIT until the
- * mark is durable, the next chunk asked for ahead of need, a lease's row deleted before it is
- * reported), resuming rows after a crash at used := mark with a deadline that neither a wall
- * clock stepping back nor a reboot can stretch, and the supervisor out of reach: open endpoints
- * admit under the degraded limit and report the debt once, closed ones answer unavailable, and a
- * request whose wait is over is decided the same way.
+ * The child counter's durability and degraded mode (sup_child.h): strict marks (a new lease
+ * admits up to its first row's mark at once, then WAITs until each next mark is durable, the next
+ * chunk asked for ahead of need, a lease's row deleted before it is reported), resuming rows after
+ * a crash at used := mark with a deadline that neither a wall clock stepping back nor a reboot can
+ * stretch, and the supervisor out of reach: open endpoints admit under the degraded limit and
+ * report the debt once, closed ones answer unavailable, and a request whose wait is over is decided
+ * the same way.
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
@@ -44,30 +45,33 @@ test_child_strict_marks(void **state)
     (void)cx_admit(&x, LINK_A, 1, 0);
     acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
     (void)cx_grant(&x, &acq, 40, 5000, 0, &id);
-    /* Nothing admitted before the first mark is durable. */
-    a = cx_admit(&x, LINK_A, 1, 0);
-    assert_int_equal(a.verdict, SUP_ADMIT_WAIT);
-    assert_int_equal(a.wait, SUP_WAIT_MARK);
+    /* Before its first row exists, a crash would leave the lease to expire as spent: it admits
+     * at once, up to the mark that row carries, without waiting for the fsync. */
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
     assert_int_equal(sup_child_next_persist(x.c, &p), TALLY_OK);
     assert_int_equal(p.op, SUP_PERSIST_PUT);
     assert_int_equal(p.rec.lease_id, id);
     assert_int_equal(p.rec.mark, 10); /* a chunk: n / 4 */
     assert_int_equal(p.rec.incarnation, 7);
     assert_int_equal(p.rec.deadline_mono_ms, p.rec.sent_mono_ms + 4899);
+    for (int i = 0; i < 9; i++)
+        assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    /* Not past it: once that row is durable, a crash resumes from mark 10. */
+    a = cx_admit(&x, LINK_A, 1, 0);
+    assert_int_equal(a.verdict, SUP_ADMIT_WAIT);
+    assert_int_equal(a.wait, SUP_WAIT_MARK);
     {
         struct sup_child_event ev;
 
         sup_child_persisted(x.c, &p, &ev);
         assert_int_equal(ev.kind, SUP_EV_LINK);
     }
-    /* Admissions up to the mark, the next chunk asked for at mark - chunk/2. */
-    for (int i = 0; i < 5; i++)
-        assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    /* From then on, admissions up to the durable mark: the next chunk was asked for at
+     * mark - chunk/2 and must be durable before the 11th. */
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT); /* 11 > mark 10 */
     assert_int_equal(sup_child_next_persist(x.c, &p), TALLY_OK);
     assert_int_equal(p.rec.mark, 20);
-    for (int i = 0; i < 5; i++)
-        assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
-    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT); /* 11 > mark 10 */
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
     sup_child_persisted(x.c, &p, NULL);
     assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
     /* Retire it: the row goes first, the report after. */

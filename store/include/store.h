@@ -22,13 +22,17 @@ typedef struct store_db store_db;
 typedef struct sqlite3_stmt sqlite3_stmt;
 
 enum store_open_flags {
-    STORE_OPEN_CREATE = 1 << 0,    /* create the file (mode 0600) if missing */
-    STORE_OPEN_SYNC_FULL = 1 << 1, /* synchronous=FULL (strict); NORMAL otherwise */
-    STORE_OPEN_PRIVATE = 1 << 2,   /* only this process writes the file (a journal, a child
-                                      file): store_private_vfs_set() may name its VFS */
-    STORE_OPEN_EXCLUSIVE = 1 << 3  /* no other process even reads it (a child file): locked
-                                      exclusively while open, its WAL index in memory (no
-                                      -shm file, one descriptor less) */
+    STORE_OPEN_CREATE = 1 << 0,     /* create the file (mode 0600) if missing */
+    STORE_OPEN_SYNC_FULL = 1 << 1,  /* synchronous=FULL (strict); NORMAL otherwise */
+    STORE_OPEN_PRIVATE = 1 << 2,    /* only this process writes the file (a journal, a child
+                                       file): store_private_vfs_set() may name its VFS */
+    STORE_OPEN_EXCLUSIVE = 1 << 3,  /* no other process even reads it (a child file): locked
+                                       exclusively while open, its WAL index in memory (no
+                                       -shm file, one descriptor less) */
+    STORE_OPEN_PERSIST_WAL = 1 << 4 /* the -wal and -shm files stay when it closes (the WAL
+                                       emptied by the last checkpoint): a file opened and
+                                       closed over and over (a ledger, at each supervisor
+                                       start) creates and deletes no file each time */
 };
 
 struct store_schema {

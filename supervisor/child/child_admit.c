@@ -63,6 +63,19 @@ mark_ahead(const sup_child *c, struct child_lease *cl, int64_t upto)
         cl->mark_want = cl->n;
 }
 
+/* How far a lease with marks may admit. Once a row of it is durable, to its durable mark: a
+ * crash resumes it from that row. Before, a crash leaves no row, and the lease expires as spent
+ * (it strands, never admits twice): so it admits up to the mark its first row carries (the
+ * wanted mark until that row is handed out) without waiting for the fsync. A new lease's first
+ * requests then pay no disk write. */
+static int64_t
+admit_upto(const struct child_lease *cl)
+{
+    if (cl->row_durable)
+        return cl->mark_durable;
+    return cl->mark_first > 0 ? cl->mark_first : cl->mark_want;
+}
+
 /* Ends the use of a live lease: its row is deleted, then it is reported. A resumed lease is
  * reported too: its use counts from its durable mark, at least what every incarnation admitted
  * on it, so the supervisor credits no token that was used. */
@@ -253,7 +266,7 @@ lease_pick(const sup_child *c, struct child_link *k, int64_t cost, int64_t now_m
             continue;
         /* A resumed lease follows its marks in either mode: its row would otherwise resume
          * it again, after a second crash, from a mark it has passed. */
-        if ((c->persist_marks || cl->foreign) && cl->used + cost > cl->mark_durable) {
+        if ((c->persist_marks || cl->foreign) && cl->used + cost > admit_upto(cl)) {
             if (*blocked == NULL || cl->deadline_mono < (*blocked)->deadline_mono)
                 *blocked = cl;
             continue;

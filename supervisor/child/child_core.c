@@ -367,6 +367,8 @@ link_persist(sup_child *c, struct child_link *k, struct sup_child_persist *out)
         if (cl->state == CL_LIVE && cl->mark_want > cl->mark_sent) {
             out->op = SUP_PERSIST_PUT;
             lease_rec(c, k, cl, &out->rec);
+            if (cl->mark_first == 0)
+                cl->mark_first = cl->mark_want;
             cl->mark_sent = cl->mark_want;
             cl->row = true;
             c->stats.writes++;
@@ -424,6 +426,7 @@ sup_child_persisted(sup_child *c, const struct sup_child_persist *p, struct sup_
     if (p->op == SUP_PERSIST_PUT && cl->state == CL_LIVE) {
         if (p->rec.mark > cl->mark_durable)
             cl->mark_durable = p->rec.mark;
+        cl->row_durable = true;
     } else if (p->op == SUP_PERSIST_DELETE && cl->state == CL_RETIRED && !cl->delete_due) {
         /* Only now may the lease be reported: it can no longer be resumed. */
         cl->row = false;
@@ -466,6 +469,7 @@ sup_child_resume(sup_child *c, const struct sup_child_lease_rec *rec, struct sup
     cl->ttl_ms = rec->ttl_ms;
     cl->foreign = true;
     cl->row = true;
+    cl->row_durable = true;
     cl->mark_durable = cl->mark_want = cl->mark_sent = rec->mark;
     cl->got_mono = now.mono_ms;
     cl->sent_mono = rec->sent_mono_ms;

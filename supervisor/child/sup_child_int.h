@@ -39,11 +39,13 @@ struct child_lease {
     int64_t n, used;
     int64_t ttl_ms, sent_mono, deadline_mono, deadline_wall, got_mono;
     int64_t mark_durable, mark_want, mark_sent; /* strict mode: reserved_upto */
-    bool pass;                                  /* a pass-through grant */
-    bool keep;     /* granted KEEP: not returned when idle, it lives to its deadline */
-    bool edge;     /* its TTL ends at a window boundary, or was cut short: no renewal by age */
-    bool foreign;  /* resumed from an earlier incarnation: never reported */
-    bool park_due; /* parked: its row (mark := used) is to be handed out */
+    int64_t mark_first; /* the mark its first row was written with; 0 until handed out */
+    bool row_durable;   /* a row of it is durable: admissions wait for mark_durable */
+    bool pass;          /* a pass-through grant */
+    bool keep;          /* granted KEEP: not returned when idle, it lives to its deadline */
+    bool edge;          /* its TTL ends at a window boundary, or was cut short: no renewal by age */
+    bool foreign;       /* resumed from an earlier incarnation: never reported */
+    bool park_due;      /* parked: its row (mark := used) is to be handed out */
     /* Retired: */
     bool report_due; /* n - used must be reported (own incarnation, used < n) */
     bool quiet;      /* used up: reported only on an ACQUIRE going out anyway (until its deadline),

@@ -363,7 +363,7 @@ open_all(struct sp *s)
     rc = store_path_tenant(s->o->data, s->o->tenant, "ledger.db", path, sizeof(path));
     if (rc == TALLY_OK)
         rc = store_journal_open(path,
-                                STORE_OPEN_CREATE | STORE_OPEN_PRIVATE |
+                                STORE_OPEN_CREATE | STORE_OPEN_PRIVATE | STORE_OPEN_PERSIST_WAL |
                                     (s->o->strict ? STORE_OPEN_SYNC_FULL : 0),
                                 &sp_journal_upgrade, &s->journal);
     if (rc != TALLY_OK)

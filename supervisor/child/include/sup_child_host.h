@@ -135,7 +135,9 @@ struct sup_child_lease_info {
     const char *link; /* borrowed, valid during the callback */
     uint64_t lease_id;
     int64_t n, used, mark, deadline_mono_ms;
+    int64_t mark_first; /* the mark its first row carries (the wanted one until handed out) */
     bool live, foreign, pass;
+    bool row_durable; /* mark is a durable row's; before, a crash leaves no row */
 };
 /** Calls cb for every lease the child holds (live or waiting to be reported). */
 int sup_child_each_lease(const sup_child *c,
