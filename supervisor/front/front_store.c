@@ -38,6 +38,7 @@ open_file(struct front_child *fc)
     if (rc == TALLY_OK)
         rc = store_child_open(path,
                               STORE_OPEN_CREATE | STORE_OPEN_PRIVATE | STORE_OPEN_EXCLUSIVE |
+                                  STORE_OPEN_PERSIST_WAL |
                                   (f->cfg.strict ? STORE_OPEN_SYNC_FULL : 0),
                               &child_upgrade, &fc->store.db);
     return rc;
