@@ -20,7 +20,7 @@
 /* A WAL is checkpointed once it holds this many pages (4 KiB each: about 800 KiB)
  * and cut back to journal_size_limit (1 MiB) afterwards, so a file in steady use keeps at
  * most about 1 MiB of WAL next to it whatever it has written. Closing the last
- * connection checkpoints and removes the WAL. */
+ * connection checkpoints and removes the WAL (empties it, with STORE_OPEN_PERSIST_WAL). */
 #define STORE_WAL_AUTOCHECKPOINT_PAGES 200
 
 /* Detail of the last failed open on this thread: the handle that held it is gone.
