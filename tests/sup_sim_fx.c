@@ -132,7 +132,6 @@ fx_acquire(struct fx *f, int child, uint64_t inc, const char *link, int64_t want
     strcpy(m.acquire.link, link);
     m.acquire.want = want;
     m.acquire.need = need;
-    m.acquire.rate_milli = f->rate_milli;
     return fx_send(f, now, &m, NULL);
 }
 

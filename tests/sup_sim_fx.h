@@ -25,9 +25,8 @@ struct fx {
     struct tenant_endpoint eps[3];
     struct sup_record *journal; /* FX_JOURNAL entries */
     size_t nj;
-    uint64_t seq[4];    /* per child */
-    bool deny_links;    /* link_allows refuses LINK_B */
-    int64_t rate_milli; /* the rate every fx_acquire reports; 0: links with no history */
+    uint64_t seq[4]; /* per child */
+    bool deny_links; /* link_allows refuses LINK_B */
 };
 
 void fx_limit(struct tenant_limits *ls, int64_t n, int64_t period_ms);

@@ -135,10 +135,8 @@ teardown(void **state)
 static void
 start(struct env *e)
 {
-    /* compactions every 16 journal rows: kills land in the middle of some; kept leases of
-     * 5 s (a link's first holds 4 tokens): leases run out and are asked for all along */
-    if (test_daemon_start(&e->s.d, e->s.data, e->wait, "--journal-compact-rows=16",
-                          "--keep-lease-ms=5000", NULL) != 0) {
+    /* compactions every 16 journal rows: kills land in the middle of some */
+    if (test_daemon_start(&e->s.d, e->s.data, e->wait, "--journal-compact-rows=16", NULL) != 0) {
         char *log = serve_log(&e->s);
         fail_msg("tallyd did not start: %s", log != NULL ? log : "(no log)");
     }

@@ -371,8 +371,7 @@ test_log_lines_for_supervisor_lifecycle(void **state)
     pid_t pids[4];
     int64_t until;
 
-    /* kept leases of 5 s: the next lease request comes soon after the kill */
-    serve_start(&e->s, "--keep-lease-ms=5000", NULL);
+    serve_start(&e->s, NULL, NULL);
     assert_int_equal(serve_log_count(&e->s, "\"event\":\"start\""), 1);
     serve_check(&e->s, e->token, "open", &r);
     assert_int_equal(r.status, 200);
@@ -455,8 +454,8 @@ test_degraded_transitions_are_one_line_each(void **state)
     pid_t pids[4];
     int i;
 
-    /* short waits so a stopped supervisor is noticed quickly, and leases that run out */
-    serve_start(&e->s, "--wait-ms=300", "--keep-lease-ms=5000");
+    /* short waits so a stopped supervisor is noticed quickly */
+    serve_start(&e->s, "--wait-ms=300", NULL);
     serve_check(&e->s, e->token, "open", &r);
     assert_true(is_normal(&r));
     serve_check(&e->s, e->token, "closed", &r);

@@ -39,7 +39,6 @@ test_ledger_small_grants_kept_while_plenty(void **state)
 
     (void)state;
     fx_open(&f);
-    f.rate_milli = 1; /* links seen before, quiet: their first ask is test_ledger_first_lease */
     fx_hello(&f, 0, 1, T0);
     /* Plenty (600 a minute, one holder): a small ask is raised to l_keep and flagged KEEP. */
     r = fx_acquire(&f, 0, 1, LINK_A, 1, 1, T0);
@@ -69,8 +68,7 @@ test_ledger_small_grants_kept_while_plenty(void **state)
     assert_int_equal(r.grant.flags, 0);
     fx_close(&f);
 
-    /* Scarce from the start (a link's own 50 a minute is under 16 * 1 * 4 = 64): as asked,
-     * even for a link with no history. */
+    /* Scarce from the start (a link's own 50 a minute is under 16 * 1 * 4 = 64): as asked. */
     fx_open(&f);
     fx_limit(&f.cfg.plan.link_limits, 50, MINUTE);
     assert_int_equal(sup_ledger_configure(f.l, &f.cfg.plan, f.eps, 3), TALLY_OK);
@@ -173,50 +171,6 @@ test_ledger_kept_lease_sized_to_rate_and_life(void **state)
     fx_close(&f);
 }
 
-/* A link with no history (no rate, no report: its first ask, or its first since a restart) asking
- * for little is taken for as busy as a quiet link may be (l_keep per T_lease) over the lease's
- * life, within the plentiful share floor(rem / (16 * P)): it decides locally from its first
- * request on, instead of asking again after l_keep. */
-static void
-test_ledger_first_lease(void **state)
-{
-    struct proto_lease_msg r;
-    struct fx f;
-
-    (void)state;
-    fx_open(&f);
-    fx_hello(&f, 0, 1, T0);
-    /* 4 per 5 s over the 40 s left of the minute: 32 (the plentiful share is 600 / 16). */
-    r = fx_acquire(&f, 0, 1, LINK_A, 1, 1, T0);
-    assert_int_equal(r.type, PROTO_LEASE_GRANT);
-    assert_int_equal(r.grant.n, 32);
-    assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE);
-    assert_int_equal(r.grant.ttl_ms, MINUTE - 20000);
-    /* A second holder, a prefetch (need 0): capped by the share, (600 - 32) / (16 * 2). */
-    r = fx_acquire(&f, 0, 1, LINK_B, 1, 0, T0 + 1);
-    assert_int_equal(r.grant.n, (600 - 32) / 32);
-    assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
-    /* A larger ask is not a quiet link's: as asked, not kept. */
-    r = fx_acquire(&f, 0, 1, LINK_C, SUP_L_KEEP_DEFAULT + 1, 1, T0 + 2);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT + 1);
-    assert_int_equal(r.grant.flags, 0);
-    /* A link with a rate is sized by it (test_ledger_kept_lease_sized_to_rate_and_life). */
-    f.rate_milli = 1;
-    r = fx_acquire(&f, 0, 1, LINK_D, 1, 1, T0 + 3);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT);
-    fx_close(&f);
-
-    /* A life of one T_lease: l_keep, as for a link seen before. */
-    fx_config(&f);
-    f.cfg.keep_ttl_ms = SUP_LEASE_TTL_MS_DEFAULT;
-    fx_start(&f);
-    fx_hello(&f, 0, 1, T0);
-    r = fx_acquire(&f, 0, 1, LINK_A, 1, 1, T0);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT);
-    assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
-    fx_close(&f);
-}
-
 /* A grant that leaves a budget short recalls the kept leases on it, once each; the holder's
  * report then credits what it did not use. */
 static void
@@ -230,7 +184,7 @@ test_ledger_recall_kept_leases_when_short(void **state)
     fx_open(&f);
     fx_hello(&f, 0, 1, T0);
     fx_hello(&f, 1, 1, T0);
-    r = acquire_at_rate(&f, 0, LINK_A, 1, T0); /* seen before: l_keep */
+    r = acquire_at_rate(&f, 0, LINK_A, 0, T0);
     assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
     kept = r.grant.lease_id;
     assert_int_equal(sup_ledger_next_recall(f.l, &rc_msg), TALLY_ENOTFOUND);
@@ -268,7 +222,7 @@ test_ledger_recall_kept_leases_when_short(void **state)
     fx_limit(&f.cfg.plan.link_limits, 100, MINUTE);
     assert_int_equal(sup_ledger_configure(f.l, &f.cfg.plan, f.eps, 3), TALLY_OK);
     fx_hello(&f, 0, 1, T0);
-    r = acquire_at_rate(&f, 0, LINK_A, 1, T0);
+    r = acquire_at_rate(&f, 0, LINK_A, 0, T0);
     assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
     kept = r.grant.lease_id;
     r = fx_acquire(&f, 0, 1, LINK_A, 90, 90, T0 + 1); /* 100 - 4 = 96 left: fits, 6 after */
@@ -284,7 +238,6 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ledger_small_grants_kept_while_plenty),
-        cmocka_unit_test(test_ledger_first_lease),
         cmocka_unit_test(test_ledger_kept_lease_sized_to_rate_and_life),
         cmocka_unit_test(test_ledger_recall_kept_leases_when_short),
     };

@@ -15,8 +15,7 @@
  *      the grant is flagged KEEP (kept to its deadline when idle; recalled if a budget runs
  *      short): for a quiet link (rate <= l_keep per T_lease) it lives life = min(keep_ttl,
  *      window ends) and holds max(need, min(max(l_keep, rate * life),
- *      min floor(rem / (keep_factor * P)), l_max, l_cap)), rate taken as l_keep per
- *      T_lease for a small ask with no rate and no report (a link's first); for another it holds
+ *      min floor(rem / (keep_factor * P)), l_max, l_cap)); for another it holds
  *      max(need, min(l_keep, l_max, l_cap)) for T_lease;
  *   5. ttl = min(T_lease, T_pass or the keep life, window end - now) over every window of the
  *      path (I3).
@@ -89,15 +88,6 @@ grant_size(const sup_ledger *l, int64_t ask, int64_t cap, int64_t need)
 
     n = n < cap ? n : cap;
     return n > need ? n : need;
-}
-
-/* The most a quiet link uses, l_keep per T_lease, in milli-tokens per second. */
-static int64_t
-quiet_rate_milli(const sup_ledger *l)
-{
-    int64_t per_token = 1000000 / l->lease_ttl_ms > 0 ? 1000000 / l->lease_ttl_ms : 1;
-
-    return l->l_keep <= INT64_MAX / per_token ? l->l_keep * per_token : INT64_MAX;
 }
 
 /* What a kept lease of `life_ms` holds: max(l_keep, ceil(rate * life)), at most `keep_cap`
@@ -180,12 +170,6 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
              * (RECALL): quiet tenants decide locally and their supervisors may sleep. A link
              * asking for more than that (a burst, slow start) gets the ordinary lease. */
             int64_t k = keep_size(l, rate_milli, life, keep_cap);
-
-            /* A link nothing is known of (no rate, no report: its first ask, or its first
-             * since a restart) asking for little is taken for as busy as a quiet link may be,
-             * l_keep per T_lease, over the whole life. Its next ask carries a rate. */
-            if (rate_milli == 0 && a->report_lease == 0 && a->want <= l->l_keep)
-                k = keep_size(l, quiet_rate_milli(l), life, keep_cap);
 
             if (k >= n) {
                 n = grant_size(l, k, cap, a->need);
