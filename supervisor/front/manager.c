@@ -190,7 +190,7 @@ proc_going(const struct sup_proc *p)
  * waiter waited BUSY_VICTIM_MS (closing its channel drops the replies).
  * Answers make room again (on_conn_frame), as do the waiters' retransmissions. */
 static void
-make_room_now(sup_manager *m)
+make_room(sup_manager *m)
 {
     uint32_t going = 0, waiting = 0, i;
     uint64_t oldest = UINT64_MAX;
@@ -221,28 +221,6 @@ make_room_now(sup_manager *m)
         proto_conn_close(lru->conn); /* EOF: the supervisor persists and exits 0 */
         going++;
     }
-}
-
-static void
-on_room_timer(uv_timer_t *h)
-{
-    make_room_now(h->data);
-}
-
-/* make_room_now at the next turn of the loop: a turn's frames (answers, waiters' frames and
- * their retransmissions) share one scan of every known tenant instead of one each (at the
- * ceiling with 10,000 tenants known, 5.6 % of tallyd's CPU before, 2.7 % after). */
-static void
-make_room(sup_manager *m)
-{
-    if (m->n_waiting == 0 || m->closing)
-        return;
-    if (!m->room_timer_live) {
-        make_room_now(m); /* no timer (its setup failed): as before */
-        return;
-    }
-    if (!uv_is_active((uv_handle_t *)&m->room_timer))
-        uv_timer_start(&m->room_timer, on_room_timer, 0, 0);
 }
 
 static int spawn(sup_manager *m, struct sup_proc *p);
@@ -469,8 +447,6 @@ sup_manager_open(uv_loop_t *loop, const struct sup_manager_config *cfg,
     m->forker.m = m;
     m->forker.ctl = -1;
     (void)sup__fork_open(m); /* without it, supervisors are started by uv_spawn */
-    m->room_timer_live = uv_timer_init(loop, &m->room_timer) == 0;
-    m->room_timer.data = m;
     *out = m;
     return TALLY_OK;
 }
@@ -555,15 +531,6 @@ sup_manager_stats(const sup_manager *m, struct sup_manager_stats *out)
     *out = m->stats;
 }
 
-static void
-on_room_timer_closed(uv_handle_t *h)
-{
-    sup_manager *m = h->data;
-
-    m->pending_handles--;
-    sup__manager_maybe_finish(m);
-}
-
 void
 sup_manager_close(sup_manager *m, void (*cb)(void *data), void *data)
 {
@@ -574,11 +541,6 @@ sup_manager_close(sup_manager *m, void (*cb)(void *data), void *data)
     m->closing = true;
     m->close_cb = cb;
     m->close_data = data;
-    if (m->room_timer_live) {
-        m->room_timer_live = false;
-        m->pending_handles++;
-        uv_close((uv_handle_t *)&m->room_timer, on_room_timer_closed);
-    }
     sup__fork_close(m);
     for (i = 0; i < m->n_procs; i++) {
         if (m->procs[i]->conn != NULL)

@@ -94,8 +94,6 @@ struct sup_manager {
     struct sup_forker forker;
     bool closing;
     int pending_handles;
-    uv_timer_t room_timer; /* make_room once per loop turn, not once per frame */
-    bool room_timer_live;
     void (*close_cb)(void *data);
     void *close_data;
 };
