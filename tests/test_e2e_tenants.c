@@ -328,17 +328,15 @@ test_shutdown_while_opening(void **state)
 
 /* ---- descriptors stay bounded ---- */
 
-/* How many of tenants PREFIX000.. have commits in their endpoint api's WAL (a checkpointed
- * WAL stays on disk, emptied to 0 bytes). */
+/* How many of tenants PREFIX000.. hold commits in endpoint api's WAL (an emptied one stays). */
 static int
 wal_count(const char *data, const char *prefix, int n)
 {
+    char path[512];
+    struct stat st;
     int k = 0;
 
     for (int i = 0; i < n; i++) {
-        char path[512];
-        struct stat st;
-
         snprintf(path, sizeof(path), "%s/tenants/%s%03d/endpoints/api.db-wal", data, prefix, i);
         k += stat(path, &st) == 0 && st.st_size > 0;
     }

@@ -73,7 +73,7 @@ admit_upto(const struct child_lease *cl)
 {
     if (cl->row_durable)
         return cl->mark_durable;
-    return cl->mark_first > 0 ? cl->mark_first : cl->mark_want;
+    return child_first_mark(cl);
 }
 
 /* Ends the use of a live lease: its row is deleted, then it is reported. A resumed lease is

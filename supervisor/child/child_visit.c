@@ -24,7 +24,7 @@ sup_child_each_lease(const sup_child *c, int (*cb)(void *ctx, const struct sup_c
             info.n = cl->n;
             info.used = cl->used;
             info.mark = cl->mark_durable;
-            info.mark_first = cl->mark_first > 0 ? cl->mark_first : cl->mark_want;
+            info.mark_first = child_first_mark(cl);
             info.row_durable = cl->row_durable;
             info.deadline_mono_ms = cl->deadline_mono;
             info.live = cl->state == CL_LIVE;

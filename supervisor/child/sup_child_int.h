@@ -57,6 +57,13 @@ struct child_lease {
     int64_t *use;        /* its exact use counter (sup_child_counters), NULL = none */
 };
 
+/* The mark a lease's first row carries: the wanted one until that row is handed out. */
+static inline int64_t
+child_first_mark(const struct child_lease *cl)
+{
+    return cl->mark_first > 0 ? cl->mark_first : cl->mark_want;
+}
+
 struct child_link {
     char id[PROTO_LEASE_LINK_BUF];
     struct child_lease l[CHILD_LEASES];
