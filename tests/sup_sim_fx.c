@@ -77,6 +77,14 @@ fx_open(struct fx *f)
 }
 
 void
+fx_open_unkept(struct fx *f)
+{
+    fx_config(f);
+    f->cfg.l_keep = -1;
+    fx_start(f);
+}
+
+void
 fx_close(struct fx *f)
 {
     sup_ledger_close(f->l);

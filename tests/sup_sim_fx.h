@@ -36,6 +36,8 @@ void fx_config(struct fx *f);
 void fx_start(struct fx *f);
 /** fx_config, then fx_start. */
 void fx_open(struct fx *f);
+/** As fx_open, with kept leases off (l_keep < 0): every grant is what was asked, for T_lease. */
+void fx_open_unkept(struct fx *f);
 void fx_close(struct fx *f);
 /** Handles `m` at `now`; the reply is checked and returned, records appended (count in *records,
  *  which may be NULL). */

@@ -29,6 +29,8 @@
 #include "serve_util.h"
 #include "tally.h"
 
+#define KEEP_SHORT "--keep-lease-ms=5000" /* the shortest kept lease tallyd allows */
+
 struct env {
     struct serve_env s;
     char token[64];
@@ -371,7 +373,9 @@ test_log_lines_for_supervisor_lifecycle(void **state)
     pid_t pids[4];
     int64_t until;
 
-    serve_start(&e->s, NULL, NULL);
+    /* Kept leases of 5 s: the lease the open endpoint holds is renewed within seconds, and that
+     * renewal is what brings the killed supervisor back. */
+    serve_start(&e->s, KEEP_SHORT, NULL);
     assert_int_equal(serve_log_count(&e->s, "\"event\":\"start\""), 1);
     serve_check(&e->s, e->token, "open", &r);
     assert_int_equal(r.status, 200);
@@ -454,8 +458,9 @@ test_degraded_transitions_are_one_line_each(void **state)
     pid_t pids[4];
     int i;
 
-    /* short waits so a stopped supervisor is noticed quickly */
-    serve_start(&e->s, "--wait-ms=300", NULL);
+    /* short waits and kept leases of 5 s, so a stopped supervisor is noticed within seconds (a
+     * kept lease of an hour would answer for it that long) */
+    serve_start(&e->s, "--wait-ms=300", KEEP_SHORT);
     serve_check(&e->s, e->token, "open", &r);
     assert_true(is_normal(&r));
     serve_check(&e->s, e->token, "closed", &r);

@@ -5,7 +5,8 @@
  * reports crediting once, expiry as spent, a new incarnation closing the old one's leases, degraded
  * debt charged and blocking, GCRA endpoints in pass-through, refused links, a wall clock stepping
  * back, reconfiguration by period. The journal side (duplicates, slots, replay, allocation) is
- * test_sup_journal.c; kept leases and RECALL: test_sup_ledger_keep.c.
+ * test_sup_journal.c; kept leases and RECALL: test_sup_ledger_keep.c (the tests of reports
+ * here run with kept leases off, so that a grant is what was asked).
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
@@ -171,7 +172,7 @@ test_ledger_swap_credits_once(void **state)
     size_t recs;
 
     (void)state;
-    fx_open(&f);
+    fx_open_unkept(&f);
     fx_hello(&f, 0, 1, T0);
     g = fx_acquire(&f, 0, 1, LINK_A, 10, 1, T0);
     assert_int_equal(g.grant.n, 10);
@@ -209,7 +210,7 @@ test_ledger_expiry_counts_as_spent(void **state)
     int64_t at;
 
     (void)state;
-    fx_open(&f);
+    fx_open_unkept(&f);
     fx_hello(&f, 0, 1, T0);
     g = fx_acquire(&f, 0, 1, LINK_A, 10, 1, T0);
     at = sup_ledger_next_expiry_ms(f.l);
@@ -242,7 +243,7 @@ test_ledger_new_incarnation_reports_old_leases(void **state)
     struct fx f;
 
     (void)state;
-    fx_open(&f);
+    fx_open_unkept(&f);
     fx_hello(&f, 0, 1, T0);
     g = fx_acquire(&f, 0, 1, LINK_A, 10, 1, T0);
     fx_hello(&f, 0, 2, T0 + 10); /* the child restarted: the lease stays outstanding */
@@ -387,7 +388,7 @@ test_ledger_clock_back_keeps_windows(void **state)
     int64_t end = tenant_window_end_ms(T0 / MINUTE, MINUTE);
 
     (void)state;
-    fx_open(&f);
+    fx_open_unkept(&f);
     fx_hello(&f, 0, 1, end + 10); /* in the next minute */
     r = fx_acquire(&f, 0, 1, LINK_A, 10, 1, end + 10);
     assert_int_equal(r.type, PROTO_LEASE_GRANT);

@@ -1,7 +1,7 @@
 /*
- * Kept leases (sup_lease.h): small grants kept while every budget is plentiful, a quiet link's
- * kept lease sized to its rate and living to its windows' end (at most keep_ttl_ms), and the
- * RECALL of kept leases once a budget runs short, each lease once.
+ * Kept leases (sup_lease.h): a grant within the per-holder share kept while every budget is
+ * plentiful, holding that whole share whatever the link's rate and living to its windows' end (at
+ * most keep_ttl_ms), and the RECALL of kept leases once a budget runs short, each lease once.
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
@@ -40,27 +40,29 @@ test_ledger_small_grants_kept_while_plenty(void **state)
     (void)state;
     fx_open(&f);
     fx_hello(&f, 0, 1, T0);
-    /* Plenty (600 a minute, one holder): a small ask is raised to l_keep and flagged KEEP. */
+    /* Plenty (600 a minute, one holder): a small ask gets the holder's share, 600 / 16 = 37,
+     * flagged KEEP. */
     r = fx_acquire(&f, 0, 1, LINK_A, 1, 1, T0);
     assert_int_equal(r.type, PROTO_LEASE_GRANT);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT);
+    assert_int_equal(r.grant.n, 37);
     assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
     /* Kept to the end of the minute (T0 is 20 s into it), well within SUP_KEEP_TTL_MS_DEFAULT. */
     assert_int_equal(r.grant.ttl_ms, MINUTE - 20000);
-    /* A prefetch too (need 0). */
+    /* A prefetch too (need 0): 2 holders, (600 - 37) / 16 / 2 = 17. */
     r = fx_acquire(&f, 0, 1, LINK_B, 2, 0, T0 + 1);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT);
+    assert_int_equal(r.grant.n, 17);
     assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
-    /* A larger ask (or need) is not small: granted as asked, not kept. */
-    r = fx_acquire(&f, 0, 1, LINK_C, SUP_L_KEEP_DEFAULT + 1, 1, T0 + 2);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT + 1);
+    /* An ask (or need) over the share, (563 - 17) / 16 / 3 = 11, is granted as asked, not
+     * kept. */
+    r = fx_acquire(&f, 0, 1, LINK_C, 40, 1, T0 + 2);
+    assert_int_equal(r.grant.n, 40);
     assert_int_equal(r.grant.flags, 0);
-    r = fx_acquire(&f, 0, 1, LINK_D, SUP_L_KEEP_DEFAULT + 2, SUP_L_KEEP_DEFAULT + 2, T0 + 3);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT + 2);
+    r = fx_acquire(&f, 0, 1, LINK_D, 12, 12, T0 + 3); /* share (546 - 40) / 16 / 4 = 7 */
+    assert_int_equal(r.grant.n, 12);
     assert_int_equal(r.grant.flags, 0);
     /* 4 holders now: plenty means at least 16 * 5 * 4 = 320 left of the minute. Take it down
      * to 330 with one large lease, then below 320. */
-    r = fx_acquire(&f, 0, 1, LINK_A, 600 - 19 - 330, 600 - 19 - 330, T0 + 4);
+    r = fx_acquire(&f, 0, 1, LINK_A, 600 - 106 - 330, 600 - 106 - 330, T0 + 4);
     assert_int_equal(r.type, PROTO_LEASE_GRANT);
     assert_int_equal(600 - fx_plan_cell(&f, MINUTE).granted, 330);
     r = fx_acquire(&f, 0, 1, LINK_B, 1, 1, T0 + 5); /* 6 holders: needs 384 */
@@ -105,7 +107,7 @@ acquire_at_rate(struct fx *f, int child, const char *link, int64_t rate_milli, i
 }
 
 static void
-test_ledger_kept_lease_sized_to_rate_and_life(void **state)
+test_ledger_kept_lease_holds_the_share_for_its_life(void **state)
 {
     struct proto_lease_msg r;
     struct fx f;
@@ -113,30 +115,28 @@ test_ledger_kept_lease_sized_to_rate_and_life(void **state)
     (void)state;
     fx_open(&f);
     fx_hello(&f, 0, 1, T0);
-    /* A link seen once every 20 s: rate * life = 0.05/s * 40 s = 2, so l_keep, to the minute's
-     * end (40 s away, under the 60 s cap). */
+    /* A link seen once every 20 s gets the whole share, 600 / 16 = 37, to the minute's end
+     * (40 s away, under the 60 s cap): the rate it was seen at does not size it. */
     r = acquire_at_rate(&f, 0, LINK_A, 50, T0);
     assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE);
-    assert_int_equal(r.grant.n, SUP_L_KEEP_DEFAULT);
+    assert_int_equal(r.grant.n, 37);
     assert_int_equal(r.grant.ttl_ms, 40000);
-    /* 0.5/s over 40 s is 20 tokens, but all holders keep at most 1/16 of what remains:
-     * (600 - 4) / 16 / 2 holders = 18. */
+    /* All holders keep at most 1/16 of what remains each: (600 - 37) / 16 / 2 holders = 17,
+     * then (563 - 17) / 16 / 3 = 11, whatever the rate. */
     r = acquire_at_rate(&f, 0, LINK_B, 500, T0);
     assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
-    assert_int_equal(r.grant.n, 18);
+    assert_int_equal(r.grant.n, 17);
     assert_int_equal(r.grant.ttl_ms, 40000);
-    /* 0.25/s: 10 tokens, under the cap. */
-    r = acquire_at_rate(&f, 0, LINK_C, 250, T0);
-    assert_int_equal(r.grant.n, 10);
-    /* A busy link whose slow start still asks for 1 (10/s, 400 over the life) keeps what the
-     * cap allows for the whole life: (600 - 4 - 18 - 10) / 16 / 4 holders = 8. */
+    r = acquire_at_rate(&f, 0, LINK_C, 0, T0);
+    assert_int_equal(r.grant.n, 11);
+    /* A busy link whose slow start still asks for 1 (10/s) too: (546 - 11) / 16 / 4 = 8. */
     r = acquire_at_rate(&f, 0, LINK_D, 10000, T0);
     assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE);
     assert_int_equal(r.grant.n, 8);
     assert_int_equal(r.grant.ttl_ms, 40000);
     fx_close(&f);
 
-    /* A shorter cap on the life: the TTL is the cap, the size follows it (0.5/s * 10 s). */
+    /* A shorter cap on the life: the TTL is the cap; the size is still the share. */
     fx_config(&f);
     f.cfg.keep_ttl_ms = 10000;
     fx_start(&f);
@@ -144,7 +144,7 @@ test_ledger_kept_lease_sized_to_rate_and_life(void **state)
     r = acquire_at_rate(&f, 0, LINK_A, 500, T0);
     assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP); /* ends before the window: no EDGE */
     assert_int_equal(r.grant.ttl_ms, 10000);
-    assert_int_equal(r.grant.n, 5);
+    assert_int_equal(r.grant.n, 37);
     fx_close(&f);
 
     /* Only an hour window and a 60 s cap: the life is the cap, not the hour's end. */
@@ -157,6 +157,7 @@ test_ledger_kept_lease_sized_to_rate_and_life(void **state)
     r = acquire_at_rate(&f, 0, LINK_A, 0, T0);
     assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP);
     assert_int_equal(r.grant.ttl_ms, 60000);
+    assert_int_equal(r.grant.n, 36000 / 16);
     fx_close(&f);
 
     /* By default a kept lease lives to the end of its windows (here the hour's). */
@@ -168,6 +169,7 @@ test_ledger_kept_lease_sized_to_rate_and_life(void **state)
     r = acquire_at_rate(&f, 0, LINK_A, 0, T0);
     assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE);
     assert_int_equal(r.grant.ttl_ms, 60 * MINUTE - T0 % (60 * MINUTE));
+    assert_int_equal(r.grant.n, 36000 / 16);
     fx_close(&f);
 }
 
@@ -179,6 +181,7 @@ test_ledger_recall_kept_leases_when_short(void **state)
     struct proto_lease_msg r, m, rc_msg;
     struct fx f;
     uint64_t kept;
+    int64_t kept_n;
 
     (void)state;
     fx_open(&f);
@@ -187,12 +190,14 @@ test_ledger_recall_kept_leases_when_short(void **state)
     r = acquire_at_rate(&f, 0, LINK_A, 0, T0);
     assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
     kept = r.grant.lease_id;
+    kept_n = r.grant.n;
+    assert_int_equal(kept_n, 37);
     assert_int_equal(sup_ledger_next_recall(f.l, &rc_msg), TALLY_ENOTFOUND);
-    /* Plenty still after a modest grant: 600 - 4 - 100 = 496 >= 16 * 2 * 4. */
+    /* Plenty still after a modest grant: 600 - 37 - 100 = 463 >= 16 * 2 * 4. */
     r = fx_acquire(&f, 1, 1, LINK_B, 100, 100, T0 + 1);
     assert_int_equal(r.type, PROTO_LEASE_GRANT);
     assert_int_equal(sup_ledger_next_recall(f.l, &rc_msg), TALLY_ENOTFOUND);
-    /* 496 - 400 = 96 < 16 * 3 * 4: the plan is short, the kept lease is recalled. */
+    /* 463 - 400 = 63 < 16 * 3 * 4: the plan is short, the kept lease is recalled. */
     r = fx_acquire(&f, 1, 1, LINK_B, 400, 400, T0 + 2);
     assert_int_equal(r.type, PROTO_LEASE_GRANT);
     assert_int_equal(sup_ledger_next_recall(f.l, &rc_msg), TALLY_OK);
@@ -207,13 +212,13 @@ test_ledger_recall_kept_leases_when_short(void **state)
     r = fx_acquire(&f, 1, 1, LINK_B, 500, 500, T0 + 3);
     assert_int_equal(r.type, PROTO_LEASE_DENY);
     assert_int_equal(sup_ledger_next_recall(f.l, &rc_msg), TALLY_ENOTFOUND);
-    /* The holder reports it: 3 of 4 credited. */
+    /* The holder reports it: 36 of 37 credited. */
     fx_origin(&f, &m, PROTO_LEASE_RETURN, 0, 1);
     m.ret.lease_id = kept;
     m.ret.used = 1;
     r = fx_send(&f, T0 + 4, &m, NULL);
     assert_int_equal(r.type, PROTO_LEASE_RETURN_ACK);
-    assert_int_equal(r.return_ack.credited, SUP_L_KEEP_DEFAULT - 1);
+    assert_int_equal(r.return_ack.credited, kept_n - 1);
     fx_close(&f);
 
     /* A refusal finds the shortage too: a link of 100 a minute, a kept lease on it, then a
@@ -225,7 +230,8 @@ test_ledger_recall_kept_leases_when_short(void **state)
     r = acquire_at_rate(&f, 0, LINK_A, 0, T0);
     assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
     kept = r.grant.lease_id;
-    r = fx_acquire(&f, 0, 1, LINK_A, 90, 90, T0 + 1); /* 100 - 4 = 96 left: fits, 6 after */
+    assert_int_equal(r.grant.n, 100 / 16);            /* the link's own share */
+    r = fx_acquire(&f, 0, 1, LINK_A, 90, 90, T0 + 1); /* 100 - 6 = 94 left: fits, 4 after */
     assert_int_equal(r.type, PROTO_LEASE_GRANT);
     assert_int_equal(sup_ledger_next_recall(f.l, &rc_msg), TALLY_OK);
     assert_int_equal(rc_msg.recall.lease_id, kept);
@@ -238,7 +244,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ledger_small_grants_kept_while_plenty),
-        cmocka_unit_test(test_ledger_kept_lease_sized_to_rate_and_life),
+        cmocka_unit_test(test_ledger_kept_lease_holds_the_share_for_its_life),
         cmocka_unit_test(test_ledger_recall_kept_leases_when_short),
     };
 

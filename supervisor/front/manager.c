@@ -113,6 +113,7 @@ sup__proc_exited(struct sup_proc *p, int64_t status, int term_signal)
         m->stats.starting--;
     if (p->conn != NULL)
         proto_conn_close(p->conn);
+    sup__proc_track(p);
     if (code == SUP_EXIT_IDLE && term_signal == 0) {
         m->stats.exits++;
         p->backoff_ms = 0;
@@ -153,7 +154,7 @@ on_conn_frame(proto_conn *c, const struct proto_frame *f, void *data)
     p->answered = true;
     if (p->start_failed)
         start_failed(p->m, p, false);
-    p->last_used_ms = uv_now(p->m->loop);
+    sup__proc_touch(p, uv_now(p->m->loop));
     /* A RECALL is pushed by the supervisor, not an answer to a frame sent. */
     if (p->in_flight > 0 && f->type != PROTO_LEASE_RECALL)
         p->in_flight--;
@@ -171,15 +172,10 @@ on_conn_close(proto_conn *c, int reason, void *data)
     (void)reason;
     if (p->conn == c)
         p->conn = NULL;
+    sup__proc_track(p);
     proto_conn_unref(c);
     /* The process notices EOF and exits; its exit_cb does the bookkeeping. */
     sup__manager_maybe_finish(p->m);
-}
-
-static bool
-proc_going(const struct sup_proc *p)
-{
-    return p->process_live && (p->conn == NULL || proto_conn_is_closing(p->conn));
 }
 
 /* Asks the least recently used supervisors to hibernate until the running ones
@@ -192,34 +188,28 @@ proc_going(const struct sup_proc *p)
 static void
 make_room(sup_manager *m)
 {
-    uint32_t going = 0, waiting = 0, i;
-    uint64_t oldest = UINT64_MAX;
     bool patient;
 
     if (m->n_waiting == 0)
-        return; /* the common case, on every frame: no scan */
-    for (i = 0; i < m->n_procs; i++) {
-        going += proc_going(m->procs[i]);
-        waiting += m->procs[i]->waiting_room;
-        if (m->procs[i]->waiting_room && m->procs[i]->waiting_since < oldest)
-            oldest = m->procs[i]->waiting_since;
-    }
-    patient = oldest != UINT64_MAX && uv_now(m->loop) - oldest < BUSY_VICTIM_MS;
-    while (m->stats.live - going + waiting > m->cfg.max_supervisors) {
-        struct sup_proc *lru = NULL;
+        return; /* the common case, on every frame */
+    patient = uv_now(m->loop) - m->wait_head->waiting_since < BUSY_VICTIM_MS;
+    while (m->stats.live - m->n_going + m->n_waiting > m->cfg.max_supervisors) {
+        struct sup_proc *lru = NULL, *p, *prev;
 
-        for (i = 0; i < m->n_procs; i++) {
-            struct sup_proc *p = m->procs[i];
-            if (p->process_live && p->answered && !proc_going(p) &&
-                (p->in_flight == 0 || !patient) &&
-                (lru == NULL || p->last_used_ms < lru->last_used_ms))
+        /* From the least recently used: the going ones (a channel that closed on its own is
+         * counted here) and those that may not be asked yet are passed over. */
+        for (p = m->live_tail; p != NULL && lru == NULL; p = prev) {
+            prev = p->live_prev;
+            if (sup__proc_going(p))
+                sup__proc_track(p);
+            else if (p->answered && (p->in_flight == 0 || !patient))
                 lru = p;
         }
         if (lru == NULL)
             return;
         sup__manager_log_hibernate(lru, m);
         proto_conn_close(lru->conn); /* EOF: the supervisor persists and exits 0 */
-        going++;
+        sup__proc_track(lru);
     }
 }
 
@@ -232,12 +222,7 @@ wait_for_room(sup_manager *m, struct sup_proc *p, const void *frame, size_t len)
 {
     const uint8_t *b = frame;
 
-    if (!p->waiting_room) {
-        m->n_waiting++;
-        p->waiting_room = true;
-        p->waiting_acquire = false;
-        p->waiting_since = uv_now(m->loop);
-    }
+    sup__wait_add(p, uv_now(m->loop));
     if (len > 5 && (b[5] == PROTO_LEASE_ACQUIRE || b[5] == PROTO_LEASE_SLOT_ACQUIRE))
         p->waiting_acquire = true;
     if (p->pending_len + len <= PENDING_MAX) {
@@ -259,22 +244,20 @@ static void
 admit_waiting(sup_manager *m)
 {
     while (!m->closing && m->stats.live < m->cfg.max_supervisors) {
-        struct sup_proc *next = NULL;
-        uint32_t i;
+        struct sup_proc *next = NULL, *p;
 
-        for (i = 0; i < m->n_procs; i++) {
-            struct sup_proc *p = m->procs[i];
-            if (!p->waiting_room || p->process_live || p->process_closing)
+        /* The oldest that asks for tokens, else the oldest. */
+        for (p = m->wait_head; p != NULL; p = p->wait_next) {
+            if (p->process_live || p->process_closing)
                 continue;
-            if (next == NULL || p->waiting_acquire > next->waiting_acquire ||
-                (p->waiting_acquire == next->waiting_acquire &&
-                 p->waiting_since < next->waiting_since))
+            if (next == NULL || (p->waiting_acquire && !next->waiting_acquire))
                 next = p;
+            if (next->waiting_acquire)
+                break;
         }
         if (next == NULL)
             return;
-        next->waiting_room = false;
-        m->n_waiting--;
+        sup__wait_remove(next);
         if (spawn(m, next) == TALLY_OK && next->pending_len > 0 &&
             proto_conn_send(next->conn, next->pending, next->pending_len) == TALLY_OK)
             next->in_flight += next->pending_frames;
@@ -384,10 +367,13 @@ started:
         p->process_live = true;
         p->answered = true; /* not starting: its exit is a crash like any other */
         m->stats.live++;
+        sup__proc_track(p);
         return TALLY_EUNAVAIL;
     }
     p->conn = conn;
     p->process_live = true;
+    sup__proc_touch(p, uv_now(m->loop));
+    sup__proc_track(p);
     p->answered = false;
     p->in_flight = 0;
     p->started_ms = uv_now(m->loop);
@@ -464,7 +450,7 @@ sup_manager_send(sup_manager *m, const char *tenant, const void *frame, size_t l
     p = sup__proc_get(m, tenant);
     if (p == NULL)
         return TALLY_ENOMEM;
-    p->last_used_ms = uv_now(m->loop);
+    sup__proc_touch(p, uv_now(m->loop));
     if (p->conn == NULL) {
         if (uv_now(m->loop) < p->not_before_ms)
             return TALLY_EUNAVAIL;
@@ -545,6 +531,7 @@ sup_manager_close(sup_manager *m, void (*cb)(void *data), void *data)
     for (i = 0; i < m->n_procs; i++) {
         if (m->procs[i]->conn != NULL)
             proto_conn_close(m->procs[i]->conn);
+        sup__proc_track(m->procs[i]);
     }
     sup__manager_maybe_finish(m);
 }

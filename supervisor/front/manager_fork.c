@@ -119,9 +119,8 @@ reap(struct sup_proc *p)
 static struct sup_proc *
 forked_by_pid(const sup_manager *m, pid_t pid)
 {
-    for (uint32_t i = 0; i < m->n_procs; i++) {
-        struct sup_proc *p = m->procs[i];
-        if (p->forked && p->process_live && p->pid == (int64_t)pid)
+    for (struct sup_proc *p = m->live_head; p != NULL; p = p->live_next) {
+        if (p->forked && p->pid == (int64_t)pid)
             return p;
     }
     return NULL;

@@ -59,6 +59,11 @@ struct sup_proc {
     uint8_t *pending;       /* frames to send once spawned (waiting_room) */
     size_t pending_len;
     uint32_t pending_frames;
+    /* m->live: the process_live ones, most recently used first (make_room's victims come from
+     * the tail); m->waiters: the waiting_room ones, oldest first. */
+    struct sup_proc *live_prev, *live_next, *wait_prev, *wait_next;
+    bool in_live;
+    bool going_counted; /* counted in m->n_going */
 };
 
 /* The fork server as tallyd sees it (manager_fork.c). */
@@ -91,6 +96,8 @@ struct sup_manager {
     struct tenant_index proc_index; /* procs by tenant: one lookup per frame, not a scan */
     struct sup_manager_stats stats;
     uint32_t n_waiting; /* procs with waiting_room: make_room has nothing to do at 0 */
+    uint32_t n_going;   /* live procs whose channel is closed or closing (sup__proc_going) */
+    struct sup_proc *live_head, *live_tail, *wait_head, *wait_tail;
     struct sup_forker forker;
     bool closing;
     int pending_handles;
@@ -102,6 +109,16 @@ struct sup_manager {
  * without memory). */
 struct sup_proc *sup__proc_find(const sup_manager *m, const char *tenant);
 struct sup_proc *sup__proc_get(sup_manager *m, const char *tenant);
+
+/* manager_procs.c: the lists and counts the ceiling is kept with, so that a frame costs no scan
+ * of every tenant. sup__proc_track files p after a change of process_live or of its channel
+ * (in m->live while live, counted in n_going while going); sup__proc_touch marks it used now;
+ * sup__wait_add / sup__wait_remove follow waiting_room (n_waiting included). */
+bool sup__proc_going(const struct sup_proc *p);
+void sup__proc_track(struct sup_proc *p);
+void sup__proc_touch(struct sup_proc *p, uint64_t now_ms);
+void sup__wait_add(struct sup_proc *p, uint64_t now_ms);
+void sup__wait_remove(struct sup_proc *p);
 
 /* manager.c: a supervisor went away (status, or the signal that ended it); frees
  * the manager when it is closing and nothing is left. */

@@ -11,12 +11,10 @@
  *      when a window of the path ends within T_lease / 10 (grant exactly `need`, short TTL; a
  *      prefetch with need 0 is refused with the PASS flag);
  *      otherwise n = max(need, min(want, l_max, l_cap)) with l_cap = min floor(rem / (2 * P));
- *      keep: when every bound has rem >= keep_factor * P * l_keep (plenty) and n <= l_keep,
- *      the grant is flagged KEEP (kept to its deadline when idle; recalled if a budget runs
- *      short): for a quiet link (rate <= l_keep per T_lease) it lives life = min(keep_ttl,
- *      window ends) and holds max(need, min(max(l_keep, rate * life),
- *      min floor(rem / (keep_factor * P)), l_max, l_cap)); for another it holds
- *      max(need, min(l_keep, l_max, l_cap)) for T_lease;
+ *      keep: when every bound has rem >= keep_factor * P * l_keep (plenty) and
+ *      n <= share = min floor(rem / (keep_factor * P)), the grant is flagged KEEP (kept to its
+ *      deadline when idle; recalled if a budget runs short): it holds max(need, min(share,
+ *      l_max, l_cap)) and lives life = min(keep_ttl, window ends);
  *   5. ttl = min(T_lease, T_pass or the keep life, window end - now) over every window of the
  *      path (I3).
  * Steps 2 and 4 go into one ACQUIRE record, applied at once; nothing here writes state.
@@ -54,23 +52,6 @@ report_plan(const sup_ledger *l, int pi, int64_t eval_ms, const struct proto_lea
     out->credit = lease->n - (a->report_used < lease->n ? a->report_used : lease->n);
 }
 
-/* The link's rate for sizing a kept lease: the child's estimate (a short EWMA, which forgets a
- * link used every few seconds between two uses), or what the reported lease saw over its whole
- * life when that is more: used / (now - granted), in milli-tokens per second. */
-static int64_t
-observed_rate(const struct report_plan *rp, const struct proto_lease_acquire *a, int64_t eval_ms)
-{
-    int64_t rate = a->rate_milli, used, age;
-
-    if (rp->lease == NULL || eval_ms <= rp->lease->granted_ms)
-        return rate;
-    used = a->report_used < rp->lease->n ? a->report_used : rp->lease->n;
-    age = eval_ms - rp->lease->granted_ms;
-    if (used <= INT64_MAX / 1000000 && used * 1000000 / age > rate)
-        rate = used * 1000000 / age;
-    return rate;
-}
-
 static void
 deny_from(struct sup_record *rec, const struct tenant_decision *d)
 {
@@ -90,26 +71,11 @@ grant_size(const sup_ledger *l, int64_t ask, int64_t cap, int64_t need)
     return n > need ? n : need;
 }
 
-/* What a kept lease of `life_ms` holds: max(l_keep, ceil(rate * life)), at most `keep_cap`
- * (1/keep_factor of what remains per holder). */
-static int64_t
-keep_size(const sup_ledger *l, int64_t rate_milli, int64_t life_ms, int64_t keep_cap)
-{
-    int64_t by_rate = l->l_max;
-
-    /* rate_milli is 1/1000 token per second: tokens = rate_milli * life_ms / 10^6. */
-    if (rate_milli == 0 || life_ms <= (INT64_MAX - 999999) / rate_milli)
-        by_rate = (rate_milli * life_ms + 999999) / 1000000;
-    if (by_rate < l->l_keep)
-        by_rate = l->l_keep;
-    return by_rate < keep_cap ? by_rate : keep_cap;
-}
-
 /* Steps 4 and 5 for an admitted path: fills the grant (or the pass-through refusal) of rec. */
 static void
 size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint32_t count,
            const struct tenant_decision *d, int64_t eval_ms, const struct proto_lease_acquire *a,
-           int64_t cost, int64_t rate_milli, struct sup_record *rec)
+           int64_t cost, struct sup_record *rec)
 {
     int64_t cap = l->l_max, ttl_cap = INT64_MAX, holders = 1, n, ttl;
     int64_t keep_cap = PROTO_LEASE_N_MAX; /* grant_size caps it at l_max */
@@ -161,18 +127,18 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
         n = grant_size(l, a->want, cap, a->need);
         ttl = l->lease_ttl_ms;
         if (plenty) {
-            /* While every budget of the path is plentiful, a grant that the link's own rate
-             * over a long life covers is kept instead: it lives up to keep_ttl_ms (cut at the
-             * end of every window of the path), holds max(l_keep, rate * life), never more than
-             * 1/keep_factor of what remains per holder, and its holder keeps it when the link
-             * goes quiet and renews it before it runs out. After warm-up a link then asks its
-             * supervisor about once per life, at a window end, or when a budget runs short
-             * (RECALL): quiet tenants decide locally and their supervisors may sleep. A link
-             * asking for more than that (a burst, slow start) gets the ordinary lease. */
-            int64_t k = keep_size(l, rate_milli, life, keep_cap);
-
-            if (k >= n) {
-                n = grant_size(l, k, cap, a->need);
+            /* While every budget of the path is plentiful, a grant within the per-holder share
+             * (1/keep_factor of what remains per holder) is kept instead: it holds that whole
+             * share and lives up to keep_ttl_ms (cut at the end of every window of the path);
+             * its holder keeps it when the link goes quiet and renews it before it runs out.
+             * The share does not depend on the rate the link was seen at: a link first seen
+             * while its tenant's traffic is still arriving (a cold start, a slow client) would
+             * otherwise ask again as soon as that traffic picks up. A link then asks its
+             * supervisor once per share of traffic, at a window end, or when a budget runs
+             * short (RECALL): quiet tenants decide locally and their supervisors may sleep. A
+             * link asking for more than the share (a burst) gets the ordinary lease. */
+            if (keep_cap >= n) {
+                n = grant_size(l, keep_cap, cap, a->need);
                 ttl = life;
                 rec->flags |= SUP_RECF_KEEP;
             }
@@ -249,8 +215,7 @@ sup__decide_acquire(sup_ledger *l, int pi, int64_t now_ms, const struct proto_le
     } else if (!d.admitted) {
         deny_from(rec, &d);
     } else {
-        size_grant(l, &p, kinds, tp.count, &d, eval_ms, a, cost, observed_rate(&rp, a, eval_ms),
-                   rec);
+        size_grant(l, &p, kinds, tp.count, &d, eval_ms, a, cost, rec);
     }
     if ((rec->flags & SUP_RECF_GRANTED) || rp.flags != 0 || a->debt > 0)
         return true;

@@ -50,10 +50,9 @@ typedef struct sup_ledger sup_ledger;
 /* Kept leases: while every bound of a path has at least SUP_KEEP_FACTOR * P * l_keep left, a
  * grant is flagged KEEP: its holder keeps it to its deadline when idle instead of returning it
  * after 1 s, so a quiet link's next request is local. It lives up to the keep life (cut at the
- * end of every window of its path) and holds about what its link uses in that time:
- * max(l_keep, rate * life, the child's ask), at most rem / (SUP_KEEP_FACTOR * P) on every
- * bound. When a budget runs short the supervisor pushes a RECALL for the kept leases on it
- * (docs/LEASE-PROTOCOL.md §2, §6). */
+ * end of every window of its path) and holds the holder's share, min rem / (SUP_KEEP_FACTOR * P)
+ * over every bound, when the child's ask is within it. When a budget runs short the supervisor
+ * pushes a RECALL for the kept leases on it (docs/LEASE-PROTOCOL.md §2, §6). */
 #define SUP_L_KEEP_DEFAULT      4
 #define SUP_KEEP_FACTOR         16
 #define SUP_KEEP_TTL_MS_DEFAULT 3600000
