@@ -11,7 +11,8 @@
 #   tallyd --data DIR --http 127.0.0.1:0 (nothing else: strict durability),
 #   pinned to CPU 0, the load on CPU 1:
 #     cold pass (COLD_SECS, measured), SETTLE seconds of the same load
-#     unmeasured, measured pass (SECS);
+#     unmeasured (its rate printed every SETTLE_STEP seconds), measured pass
+#     (SECS);
 #   redis-server (no persistence) on CPU 0: WARM_REDIS seconds unmeasured, then
 #     the measured pass with the same seed as tally's: the same token stream.
 # Each pass prints decisions/s (admitted + refused), p50/p99/p99.9, answers
@@ -22,7 +23,7 @@
 #
 # Writes OUT/multitenant.tsv, draws IMG/multitenant.png.
 # Environment: BENCH_BUILD, BENCH_OUT, BENCH_IMG, SRV_CPU (0), CLI_CPU (1),
-# CONNS (4), DEPTH (4), SEED (1), COLD_SECS, SETTLE, SECS, WARM_REDIS,
+# CONNS (4), DEPTH (4), SEED (1), COLD_SECS, SETTLE, SETTLE_STEP (15), SECS, WARM_REDIS,
 # TIMEOUT_MS (10000), CASES ("T:K:L:S ..." tenants on disk, tenants drawn,
 # links per tenant, Zipf exponent).
 #   full:  CASES="1000:1000:2:0.8 1000:1000:2:1.1 10000:10000:2:0.8
@@ -42,6 +43,7 @@ CONNS=${CONNS:-4}
 DEPTH=${DEPTH:-4}
 SEED=${SEED:-1}
 TIMEOUT_MS=${TIMEOUT_MS:-10000}
+SETTLE_STEP=${SETTLE_STEP:-15}
 MAXREQ=50000000
 if [ $QUICK = 1 ]; then
     CASES=${CASES:-200:200:2:1.1}
@@ -181,7 +183,15 @@ for c in $CASES; do
     HTTP=$(sed -nE 's/.*"event":"start".*"http":"([^"]+)".*/\1/p' "$W/tallyd.log" | head -1)
     args=(--socket "$D/tally.sock" --tokens "$W/tok")
     tally_row cold "$(load "$COLD_SECS" "$SEED" "${args[@]}")"
-    load "$SETTLE" $((SEED + 1)) "${args[@]}" >/dev/null
+    # The settle, in steps of SETTLE_STEP seconds (a seed each) whose rates are printed: how
+    # long this many tenants take to warm up shows there.
+    t=0 i=0
+    while [ "$t" -lt "$SETTLE" ]; do
+        step=$((SETTLE - t < SETTLE_STEP ? SETTLE - t : SETTLE_STEP))
+        line=$(load "$step" $((SEED + 10 + i)) "${args[@]}")
+        t=$((t + step)) i=$((i + 1))
+        printf '  tally settle %4s s %9s dec/s\n' "$t" "$(field "$line" decisions_per_s)"
+    done
     tally_row warm "$(load "$SECS" $((SEED + 2)) "${args[@]}")"
     stop "$TPID"
     TPID=""
