@@ -382,10 +382,8 @@ front_child_opened(struct front_child *fc, int rc)
     struct sup_front_req *batch;
 
     if (fc->closed) { /* shut down meanwhile: nothing waits any more */
-        if (fc->store.db == NULL) {
+        if (fc->store.db == NULL)
             f->n_files--; /* the open failed: nothing to close */
-            front_files_kick(f);
-        }
         front_child_release(fc);
         return;
     }
@@ -393,7 +391,6 @@ front_child_opened(struct front_child *fc, int rc)
         rc = start_child(fc);
     if (rc != TALLY_OK) {
         f->n_files--;
-        front_files_kick(f);
         f->stats.child_open_failures++;
         front_log_open_failed(f, fc->tenant, fc->endpoint, rc, fc->store.errmsg);
         answer_parked(fc, 1000, tally_strerror(rc));
@@ -451,7 +448,6 @@ front_child_file_closed(struct front_child *fc, bool had_file)
     f->n_leaving -= fc->leaving;
     fc->leaving = false;
     f->stats.child_closes++;
-    front_files_kick(f);
     if (fc->closed) {
         front_child_release(fc);
         return;
@@ -470,9 +466,8 @@ front_child_file_slept(struct front_child *fc)
     sup_front *f = fc->f;
 
     f->n_files--;
-    front_files_kick(f);
     if (fc->closed) { /* shut down meanwhile: its last writes, then freed */
-        if ((fc->child == NULL || !front_store_flush(fc)) && !fc->file_wait)
+        if (fc->child == NULL || !front_store_flush(fc))
             front_child_release(fc);
         return;
     }
@@ -486,7 +481,6 @@ front_child_file_woke(struct front_child *fc)
 
     if (fc->store.db == NULL) {
         f->n_files--; /* the open failed: the batch is tried again later */
-        front_files_kick(f);
         return;
     }
     if (fc->state == FRONT_CHILD_OPEN && !fc->closed) {
@@ -558,8 +552,8 @@ on_child_timer_closed(uv_handle_t *h)
     fc->closed = true;
     /* An open or a close in flight ends in front_child_opened or _file_closed. The
      * last rows (RETURNed leases deleted) are written before the file closes. */
-    if (!fc->store.busy && (fc->child == NULL || !front_store_flush(fc)) && !fc->file_wait)
-        front_child_release(fc); /* (one waiting for a file is released by its last write) */
+    if (!fc->store.busy && (fc->child == NULL || !front_store_flush(fc)))
+        front_child_release(fc);
 }
 
 void

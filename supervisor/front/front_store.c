@@ -337,61 +337,6 @@ batch_done(uv_work_t *w, int status)
     front_child_pump(fc);
 }
 
-static void
-fw_unlink(sup_front *f, struct front_child *fc)
-{
-    if (!fc->file_wait)
-        return;
-    if (fc->fw_prev != NULL)
-        fc->fw_prev->fw_next = fc->fw_next;
-    else
-        f->fw_head = fc->fw_next;
-    if (fc->fw_next != NULL)
-        fc->fw_next->fw_prev = fc->fw_prev;
-    else
-        f->fw_tail = fc->fw_prev;
-    fc->fw_prev = fc->fw_next = NULL;
-    fc->file_wait = false;
-}
-
-/* True when fc, asleep, may not open its file now (max_open_children are open): it waits in
- * line for one to close. */
-static bool
-files_wait(struct front_child *fc)
-{
-    sup_front *f = fc->f;
-
-    if (f->n_files < f->cfg.max_open_children)
-        return false;
-    if (!fc->file_wait) {
-        fc->fw_next = NULL;
-        fc->fw_prev = f->fw_tail;
-        if (f->fw_tail != NULL)
-            f->fw_tail->fw_next = fc;
-        else
-            f->fw_head = fc;
-        f->fw_tail = fc;
-        fc->file_wait = true;
-    }
-    return true;
-}
-
-void
-front_files_kick(sup_front *f)
-{
-    while (f->fw_head != NULL && f->n_files < f->cfg.max_open_children) {
-        struct front_child *fc = f->fw_head;
-
-        fw_unlink(f, fc);
-        if (fc->child == NULL)
-            continue; /* closed meanwhile: its rows stay as they are on disk */
-        if (!fc->closed)
-            front_child_pump(fc);
-        else if (!fc->store.busy && (fc->child == NULL || !front_store_flush(fc)) && !fc->file_wait)
-            front_child_release(fc); /* shutting down: its last rows are written */
-    }
-}
-
 bool
 front_store_flush(struct front_child *fc)
 {
@@ -412,8 +357,6 @@ front_store_flush(struct front_child *fc)
         s->n++;
     if (s->n == 0)
         return false;
-    if (s->db == NULL && files_wait(fc))
-        return false; /* asleep at the cap: front_files_kick writes it when a file closes */
     s->work.data = fc;
     s->rc = TALLY_OK;
     /* Read before the job is queued: from then on the thread pool owns db. */
@@ -435,13 +378,12 @@ front_store_wake_ms(const struct front_child *fc)
 {
     const struct front_store *s = &fc->store;
 
-    return !s->busy && s->n > 0 && !fc->file_wait ? s->retry_mono_ms : INT64_MAX;
+    return !s->busy && s->n > 0 ? s->retry_mono_ms : INT64_MAX;
 }
 
 void
 front_store_close(struct front_child *fc)
 {
-    fw_unlink(fc->f, fc);
     store_db_close(fc->store.db);
     fc->store.db = NULL;
     tally_free(fc->store.batch);

@@ -97,11 +97,7 @@ struct front_child {
     struct front_child *lru_prev, *lru_next; /* OPEN children, most recently used first */
     struct front_child *file_prev, *file_next; /* OPEN children with their file open, too */
     bool in_files;                             /* in that second list */
-    /* Asleep with writes to make while max_open_children files are open: it waits in
-     * f->fw_head..fw_tail, oldest first, for a file to close (front_files_kick). */
-    struct front_child *fw_prev, *fw_next;
-    bool file_wait;
-    bool leaving; /* its file counts in f->n_leaving */
+    bool leaving;                              /* its file counts in f->n_leaving */
     struct front_store store;
     uv_timer_t timer;
     bool timer_live;
@@ -134,7 +130,6 @@ struct sup_front {
     struct front_fast fast;          /* the turn's clock, the token memo */
     struct front_child *lru_head, *lru_tail;
     struct front_child *file_head, *file_tail; /* OPEN children with an open file, by use */
-    struct front_child *fw_head, *fw_tail;     /* asleep children waiting to open theirs */
     uint32_t n_files;                          /* child files open or being opened */
     uint32_t n_leaving;                        /* of those, children draining or closing */
     uv_timer_t idle_timer;                     /* closes idle children */
@@ -226,10 +221,6 @@ void front_store_sleep_start(struct front_child *fc);
 bool front_store_flush(struct front_child *fc);
 /** When a failed batch is due again (monotonic ms); INT64_MAX when none waits. */
 int64_t front_store_wake_ms(const struct front_child *fc);
-/** A file closed (or an open failed): children waiting for a file slot write, oldest first,
- *  while fewer than max_open_children files are open. The cap holds for every write of an
- *  asleep child, a window end renewing every lease or a shutdown parking them included. */
-void front_files_kick(sup_front *f);
 /** Closes the file here and now (shutdown only) and frees the rows read at open. */
 void front_store_close(struct front_child *fc);
 /** Opens DATA/lease-use.map for this boot (at start, before the loop runs), logging what it
