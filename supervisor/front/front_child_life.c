@@ -480,7 +480,8 @@ front_child_file_woke(struct front_child *fc)
     sup_front *f = fc->f;
 
     if (fc->store.db == NULL) {
-        f->n_files--; /* the open failed: the batch is tried again later */
+        f->n_files--; /* the open failed (the batch is tried again later), or the file was
+                       * closed again after the write: it was queued at the cap */
         return;
     }
     if (fc->state == FRONT_CHILD_OPEN && !fc->closed) {

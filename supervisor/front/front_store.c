@@ -256,6 +256,11 @@ write_batch(uv_work_t *w)
     s->rc = s->db == NULL ? open_file(fc) : TALLY_OK;
     if (s->rc == TALLY_OK)
         s->rc = store_child_write(s->db, s->n, encode_write, s);
+    if (s->close_after && s->db != NULL) {
+        int rc = s->rc;
+        close_file(fc, true); /* as a sleep: the WAL kept, nothing synced */
+        s->rc = rc;
+    }
 }
 
 static void
@@ -361,6 +366,11 @@ front_store_flush(struct front_child *fc)
     s->rc = TALLY_OK;
     /* Read before the job is queued: from then on the thread pool owns db. */
     s->reopening = s->db == NULL;
+    /* At the cap of open files an asleep child's write opens, writes and closes in one job:
+     * a burst of them (every kept lease renewed at a window end, a stop parking them all)
+     * holds no more files than the pool has threads, instead of one per child until the
+     * sleeps queued behind the burst run. */
+    s->close_after = s->reopening && fc->f->n_files >= fc->f->cfg.max_open_children;
     /* uv_queue_work fails only for a missing callback. */
     rc = uv_queue_work(fc->f->loop, &s->work, write_batch, batch_done);
     if (NEVER(rc != 0)) {

@@ -54,6 +54,9 @@ struct front_store {
     int64_t limits_fp_now; /* the open: today's fingerprint, stored by the open */
     bool limits_fp_found, limits_fp_put;
     bool reopening; /* the batch in flight opens the file first (it was asleep) */
+    /* ... and closes it again after the write (the cap of open files was reached when it was
+     * queued): the child stays asleep, its file open only for the job's time. */
+    bool close_after;
     struct front_resume resume;
     char errmsg[512];      /* why the open failed */
     int64_t backoff_ms;    /* before the next attempt of a failed batch */
