@@ -24,6 +24,6 @@ target_link_libraries(test_sup_child_keep PRIVATE tally_child_internal)
 tally_add_test(test_sup_child_durable test_sup_child_durable.c sup_sim_cx.c LABELS unit)
 target_link_libraries(test_sup_child_durable PRIVATE tally_child_internal)
 
-tally_add_test(test_sup_sim test_sup_sim.c sup_sim.c sup_sim_child.c sup_sim_check.c
-               sup_sim_end.c sup_sim_strand.c LABELS slow)
+tally_add_test(test_sup_sim test_sup_sim.c sup_sim.c sup_sim_config.c sup_sim_child.c
+               sup_sim_check.c sup_sim_end.c sup_sim_strand.c LABELS slow)
 target_link_libraries(test_sup_sim PRIVATE tally_ledger_internal tally_child_internal)

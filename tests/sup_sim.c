@@ -83,109 +83,6 @@ sim_ep_index(const struct sim_world *w, const char *name)
     return -1;
 }
 
-/* ---- configuration ---- */
-
-static void
-limits_set(struct tenant_limits *ls, int64_t n1, int64_t p1, int64_t n2, int64_t p2)
-{
-    memset(ls, 0, sizeof(*ls));
-    if (n1 > 0)
-        ls->v[ls->count++] = (struct tenant_limit){n1, p1};
-    if (n2 > 0)
-        ls->v[ls->count++] = (struct tenant_limit){n2, p2};
-}
-
-static void
-configure(struct sim_world *w)
-{
-    bool roomy = w->p.steady;
-
-    memset(&w->plan, 0, sizeof(w->plan));
-    strcpy(w->plan.name, "pro");
-    if (roomy) {
-        limits_set(&w->plan.limits, 1000000, 60000, 0, 0);
-    } else {
-        limits_set(&w->plan.limits, sim_range(w, 25, 60), 1000, sim_range(w, 90, 220), 5000);
-        /* Now and then only a longer window, so that kept leases may live past T_lease. */
-        if (sim_range(w, 0, 2) == 0)
-            limits_set(&w->plan.limits, sim_range(w, 90, 220), sim_range(w, 0, 1) ? 5000 : 20000, 0,
-                       0);
-        if (sim_range(w, 0, 1))
-            limits_set(&w->plan.link_limits, sim_range(w, 12, 30), 1000, 0, 0);
-    }
-    /* A third of the schedules lower the plan's first limit once, as a reload would. */
-    w->lower_at = -1;
-    if (!roomy && sim_range(w, 0, 2) == 0) {
-        w->lower_at = sim_range(w, 100, w->p.duration_ms - 100);
-        w->lower_pct = (int)sim_range(w, 20, 80);
-    }
-    w->plan.concurrency = 2;
-    for (int i = 0; i < w->p.children; i++) {
-        struct tenant_endpoint *e = &w->eps[i];
-
-        memset(e, 0, sizeof(*e));
-        snprintf(e->name, sizeof(e->name), "ep%d", i);
-        e->cost = 1;
-        e->algorithm = TENANT_ALG_WINDOW;
-        e->on_unavailable = i % 2 == 0 ? TENANT_UNAVAIL_OPEN : TENANT_UNAVAIL_CLOSED;
-        limits_set(&e->degraded_limits, 4, 1000, 0, 0);
-        if (!roomy) {
-            if (sim_range(w, 0, 2) > 0)
-                limits_set(&e->limits, sim_range(w, 8, 20), 1000, 0, 0);
-            if (sim_range(w, 0, 2) == 0)
-                limits_set(&e->tenant_limits, sim_range(w, 15, 40), 1000, 0, 0);
-            if (i == 3 && sim_range(w, 0, 1)) {
-                e->algorithm = TENANT_ALG_GCRA;
-                limits_set(&e->limits, sim_range(w, 5, 15), 1000, 0, 0);
-                memset(&e->tenant_limits, 0, sizeof(e->tenant_limits));
-            }
-        }
-        if (i == SIM_EXPENSIVE) {
-            e->expensive = true;
-            e->on_unavailable = TENANT_UNAVAIL_CLOSED;
-        }
-    }
-    /* Busy streams (two thirds of the time) at an average cost of 2 ask for demand_pct of the
-     * plan's first limit in all. */
-    if (w->p.steady)
-        w->p10k = w->p.load_pct * 100;
-    else
-        w->p10k = w->p.demand_pct * w->plan.limits.v[0].n * 10000 / 100 * 3 / 2 / 2 /
-                  (w->plan.limits.v[0].period_ms * w->p.children * w->p.links);
-    if (w->p10k < 1)
-        w->p10k = 1;
-    for (int i = 0; i < w->p.links; i++)
-        snprintf(w->links[i], sizeof(w->links[i]), "lnk_%016llx",
-                 (unsigned long long)(0xa11ce00ULL + (uint64_t)i * 0x1111));
-
-    memset(&w->lcfg, 0, sizeof(w->lcfg));
-    strcpy(w->lcfg.tenant, "acme");
-    w->lcfg.plan = w->plan;
-    w->lcfg.endpoints = w->eps;
-    w->lcfg.endpoint_count = (size_t)w->p.children;
-    w->lcfg.max_links = 3; /* fewer than the links: idle links get evicted */
-    if (w->p.links <= 3 || roomy)
-        w->lcfg.max_links = 8;
-    w->lcfg.max_leases = 256;
-    w->lcfg.keep_ttl_ms = w->p.keep_ttl_ms;
-    w->r->keep_ttl_ms = w->p.keep_ttl_ms > 0 ? w->p.keep_ttl_ms : SUP_KEEP_TTL_MS_DEFAULT;
-    if (w->p.realistic)
-        return; /* the defaults */
-    /* Kept leases: none, or small grants raised to 1, 2 or 4 tokens while 1, 4 or 16 times
-     * that for every holder remains (1 keeps leases far closer to exhaustion than the default). */
-    w->lcfg.l_keep = (int64_t[]){-1, 1, 2, 4}[sim_range(w, 0, 3)];
-    w->lcfg.keep_factor = (int64_t[]){1, 4, 16}[sim_range(w, 0, 2)];
-    /* The life of a kept lease: T_lease (300 ms here, 5 s by default), 12 times that (60 s by
-     * default), or up to the end of its windows (1 s and 5 s here). */
-    w->lcfg.keep_ttl_ms = (int64_t[]){300, 3600, PROTO_LEASE_MS_MAX}[sim_range(w, 0, 2)];
-    w->r->keep_ttl_ms = w->lcfg.keep_ttl_ms;
-    w->lcfg.lease_ttl_ms = 300;
-    w->lcfg.margin_ms = 100;
-    w->lcfg.pass_ttl_ms = 100;
-    w->lcfg.slot_ttl_ms = 1500;
-    w->lcfg.heartbeat_ms = 100;
-}
-
 static void sup_start(struct sim_world *w);
 
 /* The big buffers of a world outlive a schedule (no allocator churn between runs). */
@@ -210,13 +107,7 @@ setup(struct sim_world *w, const struct sim_params *p, struct sim_result *r)
     w->p = *p;
     w->r = r;
     w->rng = p->seed;
-    w->wall_off = 1700000000000LL + sim_range(w, 0, 999999);
-    /* The steady run measures lease sizing: it starts with the plan's 60 s window, so no window
-     * end (where every lease ends and the last T_lease / 10 passes through) falls inside it. */
-    if (p->steady)
-        w->wall_off -= w->wall_off % 60000;
-    w->wall_hw = sim_wall(w);
-    configure(w);
+    sim_configure(w);
     w->net = reuse(keep.net, SIM_NET_MAX, sizeof(*w->net), false);
     w->counts = reuse(keep.counts, SIM_MAP_CAP, sizeof(*w->counts), true);
     w->windows = reuse(keep.windows, SIM_MAP_CAP, sizeof(*w->windows), true);

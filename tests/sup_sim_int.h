@@ -162,6 +162,8 @@ void sim_child_idle_close(struct sim_world *w, int i);
 void sim_child_event(struct sim_world *w, int i, const struct sup_child_event *ev);
 void sim_child_step(struct sim_world *w, int i);
 
+/* sup_sim_config.c: the world's clock and configuration, drawn from its seed. */
+void sim_configure(struct sim_world *w);
 uint64_t sim_rand(struct sim_world *w);
 int64_t sim_range(struct sim_world *w, int64_t lo, int64_t hi);
 struct sup_time sim_child_time(const struct sim_world *w, int i);

@@ -78,7 +78,7 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
            int64_t cost, struct sup_record *rec)
 {
     int64_t cap = l->l_max, ttl_cap = INT64_MAX, holders = 1, n, ttl;
-    int64_t keep_cap = PROTO_LEASE_N_MAX; /* grant_size caps it at l_max */
+    int64_t share = PROTO_LEASE_N_MAX; /* a holder's share of what remains; grant_size caps it */
     bool pass = false, plenty = l->l_keep > 0;
 
     for (uint32_t i = 0; i < count; i++) {
@@ -99,8 +99,8 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
                 pass = true;
             if (rem / l->keep_factor < P * l->l_keep)
                 plenty = false;
-            if (rem / l->keep_factor / P < keep_cap)
-                keep_cap = rem / l->keep_factor / P; /* all holders keep <= 1/16 of rem */
+            if (rem / l->keep_factor / P < share)
+                share = rem / l->keep_factor / P; /* all holders keep <= 1/16 of rem */
             if (rem / (2 * P) < cap)
                 cap = rem / (2 * P);
             if (v->v[j].reset_ms - eval_ms < ttl_cap)
@@ -123,10 +123,9 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
         ttl = l->pass_ttl_ms;
         rec->flags |= SUP_RECF_PASS;
     } else {
-        int64_t life = l->keep_ttl_ms < ttl_cap ? l->keep_ttl_ms : ttl_cap;
         n = grant_size(l, a->want, cap, a->need);
         ttl = l->lease_ttl_ms;
-        if (plenty) {
+        if (plenty && share >= n) {
             /* While every budget of the path is plentiful, a grant within the per-holder share
              * (1/keep_factor of what remains per holder) is kept instead: it holds that whole
              * share and lives up to keep_ttl_ms (cut at the end of every window of the path);
@@ -137,11 +136,9 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
              * supervisor once per share of traffic, at a window end, or when a budget runs
              * short (RECALL): quiet tenants decide locally and their supervisors may sleep. A
              * link asking for more than the share (a burst) gets the ordinary lease. */
-            if (keep_cap >= n) {
-                n = grant_size(l, keep_cap, cap, a->need);
-                ttl = life;
-                rec->flags |= SUP_RECF_KEEP;
-            }
+            n = grant_size(l, share, cap, a->need);
+            ttl = l->keep_ttl_ms < ttl_cap ? l->keep_ttl_ms : ttl_cap;
+            rec->flags |= SUP_RECF_KEEP;
         }
     }
     /* No lease spans a window boundary (I3); the boundary is after eval_ms, so ttl >= 1. A
