@@ -17,8 +17,15 @@ proto_frame_reader_init(struct proto_frame_reader *r, uint8_t *buf, size_t cap)
 {
     r->buf = buf;
     r->cap = cap;
+    r->max = cap;
     r->len = 0;
     r->consumed = 0;
+}
+
+void
+proto_frame_reader_grow_to(struct proto_frame_reader *r, size_t max)
+{
+    r->max = max > r->cap ? max : r->cap;
 }
 
 /* Drops the frames already handed out, so their bytes are free again. */
@@ -32,6 +39,30 @@ compact(struct proto_frame_reader *r)
     wipe_fn(r->buf + r->len - r->consumed, 0, r->consumed);
     r->len -= r->consumed;
     r->consumed = 0;
+}
+
+size_t
+proto_frame_reader_need(const struct proto_frame_reader *r)
+{
+    const uint8_t *p = r->buf + r->consumed;
+
+    if (r->len - r->consumed < 4)
+        return 0;
+    return 4 + (size_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+}
+
+void
+proto_frame_reader_move(struct proto_frame_reader *r, uint8_t *buf, size_t cap)
+{
+    compact(r);
+    if (!ALWAYS(r->len <= cap))
+        return;
+    memcpy(buf, r->buf, r->len);
+    wipe_fn(r->buf, 0, r->len);
+    r->buf = buf;
+    r->cap = cap;
+    if (r->max < cap)
+        r->max = cap;
 }
 
 size_t
@@ -76,7 +107,7 @@ proto_frame_next(struct proto_frame_reader *r, struct proto_frame *f)
     if (avail < 4)
         return TALLY_ENOTFOUND;
     len = be32(p);
-    if (len < PROTO_FRAME_HEADER - 4 || len > PROTO_FRAME_MAX - 4 || 4 + (size_t)len > r->cap)
+    if (len < PROTO_FRAME_HEADER - 4 || len > PROTO_FRAME_MAX - 4 || 4 + (size_t)len > r->max)
         return TALLY_EPROTO; /* out of bounds, or larger than this reader takes */
     if (avail >= 5 && p[4] != PROTO_VERSION)
         return TALLY_EPROTO;

@@ -106,7 +106,9 @@ grant_ok(const struct proto_lease_grant *g)
     return tenant_name_valid(g->endpoint) && tenant_link_id_valid(g->link) && id_ok(g->lease_id) &&
            in_range(g->n, 1, PROTO_LEASE_N_MAX) && in_range(g->ttl_ms, 1, PROTO_LEASE_MS_MAX) &&
            (g->flags & ~(uint32_t)(PROTO_LEASE_GRANT_PASS | PROTO_LEASE_GRANT_KEEP |
-                                   PROTO_LEASE_GRANT_EDGE)) == 0 &&
+                                   PROTO_LEASE_GRANT_EDGE | PROTO_LEASE_GRANT_LAST)) == 0 &&
+           /* the last lease of its windows ends at one */
+           (!(g->flags & PROTO_LEASE_GRANT_LAST) || (g->flags & PROTO_LEASE_GRANT_EDGE)) &&
            /* a pass-through grant is never kept */
            !((g->flags & PROTO_LEASE_GRANT_PASS) && (g->flags & PROTO_LEASE_GRANT_KEEP)) &&
            g->holders <= PROTO_LEASE_COUNT_MAX && g->epoch <= PROTO_LEASE_ID_MAX;

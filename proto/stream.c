@@ -1,8 +1,10 @@
 /*
  * Framed connections over libuv streams (proto_stream.h), and accepting one
  * into a connection; the listeners are listener.c.
- * Reads land in a fixed 64 KiB frame buffer, so a peer can never make us
- * allocate by talking; writes try uv_try_write first and otherwise go through
+ * Reads land in a frame buffer that starts at 4 KiB and doubles, up to the
+ * largest frame taken (64 KiB), when a frame or a burst needs more: a peer
+ * makes us allocate at most that by talking, and the many quiet channels to
+ * supervisors stay small; writes try uv_try_write first and otherwise go through
  * two buffers (one in flight, one filling), capped so a peer that stops
  * reading is cut instead of growing our memory. The handle lives inside the
  * connection; the memory goes when the handle is closed and the last
@@ -43,8 +45,12 @@ struct proto_conn {
     uint8_t *flight; /* handed to uv_write */
     size_t flight_len;
     size_t flight_cap;
-    uint8_t rbuf[]; /* max_frame bytes */
+    uint8_t *rbuf;       /* reader.cap bytes, growing up to reader.max */
+    size_t rbuf_offered; /* the space the last on_alloc gave */
+    bool rbuf_filled;    /* the last read filled it: more is likely waiting */
 };
+
+#define RBUF_FIRST 4096 /* a connection's first read buffer */
 
 static void conn_free(proto_conn *c);
 
@@ -55,15 +61,20 @@ conn_new(const struct proto_conn_cbs *cbs, void *data, size_t max_frame)
 
     if (max_frame < PROTO_FRAME_HEADER || max_frame > PROTO_FRAME_MAX)
         max_frame = PROTO_FRAME_MAX;
-    c = tally_calloc(1, sizeof(*c) + max_frame);
-
+    c = tally_calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
+    c->rbuf = tally_malloc(max_frame < RBUF_FIRST ? max_frame : RBUF_FIRST);
+    if (c->rbuf == NULL) {
+        tally_free(c);
+        return NULL;
+    }
     c->cbs = *cbs;
     c->data = data;
     c->refs = 2; /* the caller's, and the open handle's */
     c->h.handle.data = c;
-    proto_frame_reader_init(&c->reader, c->rbuf, max_frame);
+    proto_frame_reader_init(&c->reader, c->rbuf, max_frame < RBUF_FIRST ? max_frame : RBUF_FIRST);
+    proto_frame_reader_grow_to(&c->reader, max_frame);
     return c;
 }
 
@@ -73,6 +84,7 @@ conn_free(proto_conn *c)
     tally_free(c->out);
     tally_free(c->flight);
     sodium_memzero(c->rbuf, c->reader.cap); /* frames held tokens */
+    tally_free(c->rbuf);
     tally_free(c);
 }
 
@@ -152,14 +164,42 @@ proto_conn_close_after_flush(proto_conn *c)
         c->close_after_flush = true;
 }
 
+/* Doubles the read buffer (up to the largest frame taken) when the frame arriving does not fit
+ * or the last read filled it; a failed allocation keeps the old one (a frame that cannot fit
+ * then ends the connection as UV_ENOBUFS). */
+static void
+rbuf_grow(proto_conn *c, bool filled)
+{
+    struct proto_frame_reader *r = &c->reader;
+    size_t need = proto_frame_reader_need(r), cap = r->cap;
+    uint8_t *nb;
+
+    if (cap >= r->max || (need <= cap && !filled))
+        return;
+    while (cap < need || cap == r->cap)
+        cap *= 2;
+    if (cap > r->max)
+        cap = r->max;
+    nb = tally_malloc(cap);
+    if (nb == NULL)
+        return;
+    proto_frame_reader_move(r, nb, cap);
+    tally_free(c->rbuf);
+    c->rbuf = nb;
+}
+
 static void
 on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 {
     proto_conn *c = h->data;
     uint8_t *p = NULL;
-    size_t n = proto_frame_reader_space(&c->reader, &p);
+    size_t n;
 
     (void)hint;
+    rbuf_grow(c, c->rbuf_filled);
+    c->rbuf_filled = false;
+    n = proto_frame_reader_space(&c->reader, &p);
+    c->rbuf_offered = n;
     *buf = uv_buf_init((char *)p, (unsigned)n); /* 0 bytes -> UV_ENOBUFS in on_read */
 }
 
@@ -177,6 +217,7 @@ on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         conn_close_reason(c, nread == UV_EOF ? TALLY_OK : TALLY_EIO);
         return;
     }
+    c->rbuf_filled = (size_t)nread == c->rbuf_offered;
     proto_frame_reader_commit(&c->reader, (size_t)nread);
     proto_conn_ref(c); /* on_frame may close and drop the owner's reference */
     /* The answers to the frames of one read leave in one write: a pipelining

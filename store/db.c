@@ -525,6 +525,19 @@ out:
 }
 
 void
+store_sqlite_lean(void)
+{
+    static bool done;
+
+    if (done)
+        return;
+    done = true;
+    /* Refused (SQLITE_MISUSE, harmless) once SQLite is initialised. */
+    (void)sqlite3_config(SQLITE_CONFIG_PAGECACHE, NULL, 0, 0);
+    (void)sqlite3_initialize();
+}
+
+void
 store_private_vfs_set(const char *name)
 {
     private_vfs = name;

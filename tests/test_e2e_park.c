@@ -9,6 +9,9 @@
  *    parked and answers the next run, exact over both runs.
  *  - Exact over many closes: bursts separated by idle closes and hibernations
  *    admit exactly the limit, then refuse, and some bursts need no supervisor.
+ *  - A window end starts no supervisor for a quiet tenant whose windows all end
+ *    there: its kept lease, cut at that end, is worth nothing after it and is not
+ *    reported.
  *  - A supervisor that starts again creates no file: its ledger's -wal and -shm
  *    outlive it (the same inodes), so a tenant's restart costs no file creation.
  *  - A limit lowered while the child is closed is in force at its next open: the
@@ -30,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "serve_util.h"
 
@@ -249,6 +253,50 @@ test_limit_lowered_while_tallyd_down(void **state)
     serve_stop(&e->s);
 }
 
+/* Wall-clock milliseconds: windows are aligned on it. */
+static int64_t
+wall_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A window end starts no quiet tenant's supervisor: the plan's and the endpoint's windows end
+ * together (10 s), so the kept lease, cut at that end, is worth nothing after it and its child
+ * does not report it. The next request, in the new window, starts the supervisor once. */
+static void
+test_window_end_starts_no_supervisor(void **state)
+{
+    struct env *e = *state;
+    int64_t until, end;
+    double starts;
+
+    serve_tally_ok(&e->s, NULL, 0, "plan", "set", "pro", "--limit", "100000/10s", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "quiet", "--limit", "2000/10s", NULL);
+    serve_start(&e->s, "--idle-exit-ms=300", NULL);
+    while (wall_ms() % 10000 > 2000) /* early in a window: its end is 8 s away or more */
+        serve_sleep_ms(20);
+    end = wall_ms() / 10000 * 10000 + 10000;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(check(e), 200);
+    until = serve_now_ms() + 5000;
+    while (metric(e, "tally_supervisors_live") != 0) { /* hibernated, the child still open */
+        assert_true(serve_now_ms() < until);
+        serve_sleep_ms(50);
+    }
+    assert_true(wall_ms() < end - 1000);
+    assert_true(metric(e, "tally_child_counters_open") == 1);
+    starts = metric(e, STARTS);
+    while (wall_ms() < end + 1500)
+        serve_sleep_ms(50);
+    assert_true(metric(e, STARTS) == starts);
+    assert_int_equal(check(e), 200);
+    assert_true(metric(e, STARTS) == starts + 1);
+    serve_stop(&e->s);
+}
+
 int
 main(void)
 {
@@ -259,6 +307,7 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_supervisor_restart_creates_no_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exact_across_idle_closes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_window_end_starts_no_supervisor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limit_lowered_while_closed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limit_lowered_while_tallyd_down, setup, teardown),
     };

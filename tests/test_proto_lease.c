@@ -119,12 +119,13 @@ test_lease_round_trip_every_type(void **state)
         size_t len;
 
         assert_int_equal(lease_sample(PROTO_LEASE_GRANT, &m), 0);
-        m.grant.flags = PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE;
+        m.grant.flags = PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE | PROTO_LEASE_GRANT_LAST;
         encode_ok(&m, buf, &len);
         assert_int_equal(decode_guarded(PROTO_LEASE_GRANT, 0, buf + PROTO_FRAME_HEADER,
                                         len - PROTO_FRAME_HEADER, &back),
                          TALLY_OK);
-        assert_int_equal(back.grant.flags, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE);
+        assert_int_equal(back.grant.flags,
+                         PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE | PROTO_LEASE_GRANT_LAST);
     }
     {
         /* A RECALL names its lease in the body and in the origin's seq, and comes back whole. */
@@ -244,7 +245,12 @@ spoil_grant_ttl(struct proto_lease_msg *m)
 static void
 spoil_grant_flags(struct proto_lease_msg *m)
 {
-    m->grant.flags = 8;
+    m->grant.flags = 16;
+}
+static void
+spoil_grant_last_alone(struct proto_lease_msg *m)
+{
+    m->grant.flags = PROTO_LEASE_GRANT_LAST; /* LAST means nothing without EDGE */
 }
 static void
 spoil_grant_pass_keep(struct proto_lease_msg *m)
@@ -322,6 +328,7 @@ static const struct bad_case bad_cases[] = {
     {"grant ttl 0", PROTO_LEASE_GRANT, spoil_grant_ttl},
     {"grant unknown flag", PROTO_LEASE_GRANT, spoil_grant_flags},
     {"grant both pass and keep", PROTO_LEASE_GRANT, spoil_grant_pass_keep},
+    {"grant last without edge", PROTO_LEASE_GRANT, spoil_grant_last_alone},
     {"deny unknown scope", PROTO_LEASE_DENY, spoil_deny_scope},
     {"deny never without flag", PROTO_LEASE_DENY, spoil_deny_never},
     {"return negative used", PROTO_LEASE_RETURN, spoil_return_used},

@@ -1,8 +1,8 @@
 /*
  * How a child counter's leases go back (sup_child.h, sup_child_host.h): an idle lease after 1 s,
- * a kept one at its deadline, one recalled by the supervisor (RECALL) at once, every one on a
- * configuration change (sup_child_recall), and a long kept lease renewed in the background once
- * it is old.
+ * a kept one at its deadline (not at all when every window of its path ends then), one recalled by
+ * the supervisor (RECALL) at once, every one on a configuration change (sup_child_recall), and a
+ * long kept lease renewed in the background once it is old.
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
@@ -119,6 +119,31 @@ test_child_kept_lease_lives_to_deadline(void **state)
     ret = next_return(&x);
     assert_int_equal(ret.ret.lease_id, id);
     assert_int_equal(ret.ret.used, 2);
+    cx_close(&x);
+}
+
+/* A kept lease whose deadline ends every window of its path (LAST) is not reported then: what
+ * is left of it is worth nothing in the next windows, and a RETURN would start a quiet
+ * tenant's supervisor for nothing. The link's next request asks for a new lease, with no
+ * report riding on it. */
+static void
+test_child_last_lease_not_reported_at_deadline(void **state)
+{
+    struct proto_lease_msg acq;
+    struct cx x;
+
+    (void)state;
+    (void)one_lease_used_once(
+        &x, 4, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE | PROTO_LEASE_GRANT_LAST);
+    cx_at(&x, 5000 - 100 - 1);
+    sup_child_tick(x.c, x.now);
+    expect_no_return(&x);
+    cx_at(&x, 8000);
+    sup_child_tick(x.c, x.now);
+    expect_no_return(&x);
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    assert_int_equal(acq.acquire.report_lease, 0);
     cx_close(&x);
 }
 
@@ -276,6 +301,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_child_idle_lease_returned),
         cmocka_unit_test(test_child_kept_lease_lives_to_deadline),
+        cmocka_unit_test(test_child_last_lease_not_reported_at_deadline),
         cmocka_unit_test(test_child_recall_retires_kept_lease),
         cmocka_unit_test(test_child_long_lease_renewed_on_use_when_old),
         cmocka_unit_test(test_child_config_recall_drops_leases_and_late_grants),

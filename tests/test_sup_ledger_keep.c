@@ -167,9 +167,34 @@ test_ledger_kept_lease_holds_the_share_for_its_life(void **state)
     fx_start(&f);
     fx_hello(&f, 0, 1, T0);
     r = acquire_at_rate(&f, 0, LINK_A, 0, T0);
-    assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE);
+    /* Its only window ends there too: LAST, what is left then is not reported. */
+    assert_int_equal(r.grant.flags,
+                     PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE | PROTO_LEASE_GRANT_LAST);
     assert_int_equal(r.grant.ttl_ms, 60 * MINUTE - T0 % (60 * MINUTE));
     assert_int_equal(r.grant.n, 36000 / 16);
+    fx_close(&f);
+
+    /* A minute and an hour (the default plan): the lease ends with the minute (EDGE), but what
+     * is left of it then would still count in the hour: no LAST. */
+    fx_config(&f);
+    fx_start(&f);
+    fx_hello(&f, 0, 1, T0);
+    r = acquire_at_rate(&f, 0, LINK_A, 0, T0);
+    assert_int_equal(r.grant.flags, PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE);
+    assert_int_equal(r.grant.ttl_ms, MINUTE - T0 % MINUTE);
+    fx_close(&f);
+
+    /* The same minute for the plan and the endpoint: LAST again. */
+    fx_config(&f);
+    memset(&f.cfg.plan.limits, 0, sizeof(f.cfg.plan.limits));
+    fx_limit(&f.cfg.plan.limits, 6000, MINUTE);
+    fx_limit(&f.eps[0].limits, 3000, MINUTE);
+    fx_start(&f);
+    fx_hello(&f, 0, 1, T0);
+    r = acquire_at_rate(&f, 0, LINK_A, 0, T0);
+    assert_int_equal(r.grant.flags,
+                     PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE | PROTO_LEASE_GRANT_LAST);
+    assert_int_equal(r.grant.ttl_ms, MINUTE - T0 % MINUTE);
     fx_close(&f);
 }
 

@@ -45,7 +45,8 @@ struct proto_frame {
 /* Accumulates stream bytes into whole frames. Caller-owned; so is the buffer. */
 struct proto_frame_reader {
     uint8_t *buf;
-    size_t cap;
+    size_t cap;      /* the buffer's size */
+    size_t max;      /* the largest frame taken: cap, or more for a buffer that grows */
     size_t len;      /* bytes held */
     size_t consumed; /* bytes of frames already handed out, dropped at the next feed */
 };
@@ -53,6 +54,15 @@ struct proto_frame_reader {
 /** Sets up a reader over `buf` (borrowed, `cap` bytes): frames longer than cap are
  *  protocol errors, so cap is also the largest frame this stream accepts. */
 void proto_frame_reader_init(struct proto_frame_reader *r, uint8_t *buf, size_t cap);
+/** Sets the largest frame taken to `max` (at least cap): a frame longer than the buffer
+ *  but within max waits, incomplete, until proto_frame_reader_move gives it room. */
+void proto_frame_reader_grow_to(struct proto_frame_reader *r, size_t max);
+/** The bytes the frame now arriving needs whole (header included), once its length is in;
+ *  0 when nothing of it is held or its length is not read yet. */
+size_t proto_frame_reader_need(const struct proto_frame_reader *r);
+/** Moves what is held to `buf` (borrowed, `cap` bytes, at least what is held) and wipes
+ *  it from the old buffer, which the caller then frees. */
+void proto_frame_reader_move(struct proto_frame_reader *r, uint8_t *buf, size_t cap);
 /** Space to read into: *out points into the buffer, returns its size (0 when full,
  *  which cannot happen while frames are taken out as they complete). */
 size_t proto_frame_reader_space(struct proto_frame_reader *r, uint8_t **out /* OUT */);

@@ -85,6 +85,8 @@ enum proto_lease_grant_flags {
     PROTO_LEASE_GRANT_PASS = 1 << 0, /* pass-through: near exhaustion, do not prefetch */
     PROTO_LEASE_GRANT_KEEP = 1 << 1, /* plentiful and small: keep it to its deadline when idle */
     PROTO_LEASE_GRANT_EDGE = 1 << 2, /* the TTL ends at a window boundary: no renewal by age */
+    PROTO_LEASE_GRANT_LAST = 1 << 3, /* with EDGE: every window of its path ends at its deadline,
+                                        so what is left then is worth nothing: not reported */
 };
 /* DENY flags. */
 enum proto_lease_deny_flags {

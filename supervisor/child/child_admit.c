@@ -110,8 +110,14 @@ sup__child_link_roll(sup_child *c, struct child_link *k, int64_t now_mono)
     for (int j = 0; j < CHILD_LEASES; j++) {
         struct child_lease *cl = &k->l[j];
 
-        if (cl->state == CL_LIVE && now_mono >= cl->deadline_mono)
+        if (cl->state == CL_LIVE && now_mono >= cl->deadline_mono) {
+            bool last = cl->last;
+
             sup__child_retire(c, k, cl);
+            /* Every window of its path ends with it: nothing left to credit, no RETURN. */
+            if (last)
+                cl->report_due = false;
+        }
         /* Past its deadline a used-up lease is about to expire on its own. */
         if (cl->state == CL_RETIRED && cl->quiet && cl->report_seq == 0 &&
             now_mono >= cl->deadline_mono)
@@ -470,6 +476,7 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
     /* A lease shorter than T_lease was cut by a window end too (older supervisors say so only
      * that way). */
     cl->edge = (g->flags & PROTO_LEASE_GRANT_EDGE) != 0 || g->ttl_ms < c->lease_ttl_ms;
+    cl->last = (g->flags & PROTO_LEASE_GRANT_LAST) != 0;
     cl->got_mono = now_mono;
     /* Gray & Cheriton: measured from when the request was first sent, shortened by the drift
      * bound, so it ends before the supervisor's grant time + ttl on any clock within epsilon. */

@@ -126,7 +126,7 @@ heap_push(sup_child *c, int64_t at, uint32_t index)
     uint32_t i;
 
     if (c->heap_len == c->heap_cap) {
-        uint32_t cap = c->heap_cap > 0 ? c->heap_cap * 2 : 64;
+        uint32_t cap = c->heap_cap > 0 ? c->heap_cap * 2 : 8;
         struct child_timer *h = tally_realloc(c->heap, cap * sizeof(*h));
 
         if (h == NULL)

@@ -44,6 +44,7 @@ struct child_lease {
     bool pass;          /* a pass-through grant */
     bool keep;          /* granted KEEP: not returned when idle, it lives to its deadline */
     bool edge;          /* its TTL ends at a window boundary, or was cut short: no renewal by age */
+    bool last;          /* every window of its path ends at its deadline: not reported then */
     bool foreign;       /* resumed from an earlier incarnation: never reported */
     bool park_due;      /* parked: its row (mark := used) is to be handed out */
     /* Retired: */

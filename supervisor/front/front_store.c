@@ -334,6 +334,10 @@ batch_done(uv_work_t *w, int status)
     }
     s->n = 0;
     s->busy = false;
+    if (s->db == NULL) { /* written by an asleep child, closed again: it carries no batch */
+        tally_free(s->batch);
+        s->batch = NULL;
+    }
     if (fc->closed) {
         if (!front_store_flush(fc))
             front_child_release(fc);

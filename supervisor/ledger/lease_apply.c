@@ -81,6 +81,8 @@ sup__record_reply(const sup_ledger *l, const struct sup_record *rec, struct prot
                 reply->grant.flags |= PROTO_LEASE_GRANT_KEEP;
             if (rec->flags & SUP_RECF_EDGE)
                 reply->grant.flags |= PROTO_LEASE_GRANT_EDGE;
+            if (rec->flags & SUP_RECF_LAST)
+                reply->grant.flags |= PROTO_LEASE_GRANT_LAST;
             reply->grant.holders = rec->holders;
             reply->grant.epoch = rec->epoch;
         } else {

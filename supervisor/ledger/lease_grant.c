@@ -77,7 +77,7 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
            const struct tenant_decision *d, int64_t eval_ms, const struct proto_lease_acquire *a,
            int64_t cost, struct sup_record *rec)
 {
-    int64_t cap = l->l_max, ttl_cap = INT64_MAX, holders = 1, n, ttl;
+    int64_t cap = l->l_max, ttl_cap = INT64_MAX, ttl_last = 0, holders = 1, n, ttl;
     int64_t share = PROTO_LEASE_N_MAX; /* a holder's share of what remains; grant_size caps it */
     bool pass = false, plenty = l->l_keep > 0;
 
@@ -105,6 +105,8 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
                 cap = rem / (2 * P);
             if (v->v[j].reset_ms - eval_ms < ttl_cap)
                 ttl_cap = v->v[j].reset_ms - eval_ms;
+            if (v->v[j].reset_ms - eval_ms > ttl_last)
+                ttl_last = v->v[j].reset_ms - eval_ms;
         }
     }
     rec->holders = (uint32_t)(holders < PROTO_LEASE_COUNT_MAX ? holders : PROTO_LEASE_COUNT_MAX);
@@ -146,6 +148,11 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
     if (ttl >= ttl_cap) {
         ttl = ttl_cap;
         rec->flags |= SUP_RECF_EDGE;
+        /* Every window of the path ends there too: what is left of the lease then is worth
+         * nothing (the next windows start whole), so its holder does not report it, and a
+         * quiet tenant's supervisor is not started at each window end to hear it. */
+        if (ttl_last == ttl_cap)
+            rec->flags |= SUP_RECF_LAST;
     }
     rec->flags |= SUP_RECF_GRANTED;
     rec->lease_id = l->next_lease_id + 1;

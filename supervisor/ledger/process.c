@@ -436,11 +436,7 @@ sup_process_prepare(void)
     if (done)
         return;
     done = true;
-    /* No bulk page cache allocated ahead per connection (20 pages each by default):
-     * a supervisor's files need a few pages. Before SQLite's first use; refused
-     * (harmless) if something initialised it already. */
-    (void)sqlite3_config(SQLITE_CONFIG_PAGECACHE, NULL, 0, 0);
-    (void)sqlite3_initialize();
+    store_sqlite_lean();        /* a supervisor's files need a few pages each */
     (void)store_journal_warm(); /* failed, each new ledger makes it again */
 }
 

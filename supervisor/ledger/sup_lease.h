@@ -125,6 +125,7 @@ enum sup_record_flags {
     SUP_RECF_CACHED = 1 << 4,        /* snapshot: a copy of a record kept only for its reply */
     SUP_RECF_KEEP = 1 << 5,          /* ACQUIRE: a small grant while plentiful, kept when idle */
     SUP_RECF_EDGE = 1 << 6,          /* ACQUIRE: the grant's TTL ends at a window boundary */
+    SUP_RECF_LAST = 1 << 7,          /* ACQUIRE: ... and so does every window of its path */
 };
 
 struct sup_record {
