@@ -10,9 +10,10 @@
 # uniformly; C connections x D in flight, closed loop. Per case:
 #   tallyd --data DIR --http 127.0.0.1:0 (nothing else: strict durability),
 #   pinned to CPU 0, the load on CPU 1:
-#     cold pass (COLD_SECS, measured), SETTLE seconds of the same load
-#     unmeasured (its rate printed every SETTLE_STEP seconds), measured pass
-#     (SECS);
+#     cold pass (COLD_SECS, measured), the same load unmeasured for SETTLE
+#     seconds and then on until two SETTLE_STEP-second steps in a row agree
+#     within 20 % (the warm-up has turned; at most SETTLE_MAX seconds; each
+#     step's rate printed), measured pass (SECS);
 #   redis-server (no persistence) on CPU 0: WARM_REDIS seconds unmeasured, then
 #     the measured pass with the same seed as tally's: the same token stream.
 # Each pass prints decisions/s (admitted + refused), p50/p99/p99.9, answers
@@ -23,11 +24,11 @@
 #
 # Writes OUT/multitenant.tsv, draws IMG/multitenant.png.
 # Environment: BENCH_BUILD, BENCH_OUT, BENCH_IMG, SRV_CPU (0), CLI_CPU (1),
-# CONNS (4), DEPTH (4), SEED (1), COLD_SECS, SETTLE, SETTLE_STEP (15), SECS, WARM_REDIS,
+# CONNS (4), DEPTH (4), SEED (1), COLD_SECS, SETTLE, SETTLE_STEP (15), SETTLE_MAX, SECS, WARM_REDIS,
 # TIMEOUT_MS (10000), CASES ("T:K:L:S ..." tenants on disk, tenants drawn,
 # links per tenant, Zipf exponent).
 #   full:  CASES="1000:1000:2:0.8 1000:1000:2:1.1 10000:10000:2:0.8
-#          10000:10000:2:1.1 100000:10000:2:1.1", cold 15 s, settle 60 s, 15 s
+#          10000:10000:2:1.1 100000:10000:2:1.1", cold 15 s, settle 60 to 300 s, 15 s
 #   quick: CASES="200:200:2:1.1", cold 2 s, settle 2 s, 3 s
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,10 +49,13 @@ MAXREQ=50000000
 if [ $QUICK = 1 ]; then
     CASES=${CASES:-200:200:2:1.1}
     COLD_SECS=${COLD_SECS:-2} SETTLE=${SETTLE:-2} SECS=${SECS:-3} WARM_REDIS=${WARM_REDIS:-1}
+    SETTLE_MAX=${SETTLE_MAX:-$SETTLE}
 else
     CASES=${CASES:-1000:1000:2:0.8 1000:1000:2:1.1 10000:10000:2:0.8 10000:10000:2:1.1 100000:10000:2:1.1}
     COLD_SECS=${COLD_SECS:-15} SETTLE=${SETTLE:-60} SECS=${SECS:-15} WARM_REDIS=${WARM_REDIS:-5}
+    SETTLE_MAX=${SETTLE_MAX:-300}
 fi
+[ "$SETTLE_MAX" -lt "$SETTLE" ] && SETTLE_MAX=$SETTLE
 TALLY="$B/cli/tally"
 W=$(mktemp -d /tmp/tally-tenants.XXXXXX)
 TPID="" RPID=""
@@ -92,6 +96,11 @@ cmake --build "$B" -j2 --target tallyd tally_cli tally-bench tally-bench-links >
 
 field() { # LINE NAME: the value of NAME=value in LINE
     sed -nE "s/.*(^| )$2=([^ ]+).*/\\2/p" <<<"$1"
+}
+
+steady() { # RATE1 RATE2: both positive and within 20 % of the larger
+    awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { m = a > b ? a : b
+        exit !(a > 0 && b > 0 && (a > b ? a - b : b - a) <= 0.2 * m) }'
 }
 
 pss_kb() { # PID: Pss of PID and its children, kB
@@ -184,14 +193,17 @@ for c in $CASES; do
     args=(--socket "$D/tally.sock" --tokens "$W/tok")
     tally_row cold "$(load "$COLD_SECS" "$SEED" "${args[@]}")"
     # The settle, in steps of SETTLE_STEP seconds (a seed each) whose rates are printed: how
-    # long this many tenants take to warm up shows there.
-    t=0 i=0
-    while [ "$t" -lt "$SETTLE" ]; do
-        step=$((SETTLE - t < SETTLE_STEP ? SETTLE - t : SETTLE_STEP))
+    # long this many tenants take to warm up shows there. At least SETTLE seconds, then on
+    # until two steps in a row agree within 20 % (the warm-up has turned), at most SETTLE_MAX.
+    t=0 i=0 prev=0 rate=0
+    while [ "$t" -lt "$SETTLE" ] || { [ "$t" -lt "$SETTLE_MAX" ] && ! steady "$prev" "$rate"; }; do
+        step=$((SETTLE - t < SETTLE_STEP && SETTLE - t > 0 ? SETTLE - t : SETTLE_STEP))
         line=$(load "$step" $((SEED + 10 + i)) "${args[@]}")
         t=$((t + step)) i=$((i + 1))
-        printf '  tally settle %4s s %9s dec/s\n' "$t" "$(field "$line" decisions_per_s)"
+        prev=$rate rate=$(field "$line" decisions_per_s)
+        printf '  tally settle %4s s %9s dec/s\n' "$t" "$rate"
     done
+    printf '  tally settled after %s s of load past the cold pass\n' "$t" 
     tally_row warm "$(load "$SECS" $((SEED + 2)) "${args[@]}")"
     stop "$TPID"
     TPID=""
