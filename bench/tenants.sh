@@ -11,9 +11,10 @@
 #   tallyd --data DIR --http 127.0.0.1:0 (nothing else: strict durability),
 #   pinned to CPU 0, the load on CPU 1:
 #     cold pass (COLD_SECS, measured), the same load unmeasured for SETTLE
-#     seconds and then on until two SETTLE_STEP-second steps in a row agree
-#     within 20 % (the warm-up has turned; at most SETTLE_MAX seconds; each
-#     step's rate printed), measured pass (SECS);
+#     seconds and then on until the warm-up has turned: two SETTLE_STEP-second
+#     steps in a row agree within 20 % and under 1 % of the last one's requests
+#     waited for a lease (at most SETTLE_MAX seconds; each step's rate
+#     printed), measured pass (SECS);
 #   redis-server (no persistence) on CPU 0: WARM_REDIS seconds unmeasured, then
 #     the measured pass with the same seed as tally's: the same token stream.
 # Each pass prints decisions/s (admitted + refused), p50/p99/p99.9, answers
@@ -96,6 +97,11 @@ cmake --build "$B" -j2 --target tallyd tally_cli tally-bench tally-bench-links >
 
 field() { # LINE NAME: the value of NAME=value in LINE
     sed -nE "s/.*(^| )$2=([^ ]+).*/\\2/p" <<<"$1"
+}
+
+waits_decisions() { # "WAITS DECISIONS" so far, from tallyd's /metrics
+    curl -s --max-time 5 "http://$HTTP/metrics" | awk '$1 == "tally_waits_total" { w = $2 }
+        $1 ~ /^tally_decisions_total/ { d += $2 } END { printf "%d %d\n", w, d }' || echo "0 0"
 }
 
 steady() { # RATE1 RATE2: both positive and within 20 % of the larger
@@ -195,13 +201,19 @@ for c in $CASES; do
     # The settle, in steps of SETTLE_STEP seconds (a seed each) whose rates are printed: how
     # long this many tenants take to warm up shows there. At least SETTLE seconds, then on
     # until two steps in a row agree within 20 % (the warm-up has turned), at most SETTLE_MAX.
-    t=0 i=0 prev=0 rate=0
-    while [ "$t" -lt "$SETTLE" ] || { [ "$t" -lt "$SETTLE_MAX" ] && ! steady "$prev" "$rate"; }; do
+    t=0 i=0 prev=0 rate=0 calm=0 wd0=$(waits_decisions)
+    while [ "$t" -lt "$SETTLE" ] ||
+        { [ "$t" -lt "$SETTLE_MAX" ] && ! { [ "$calm" = 1 ] && steady "$prev" "$rate"; }; }; do
         step=$((SETTLE - t < SETTLE_STEP && SETTLE - t > 0 ? SETTLE - t : SETTLE_STEP))
         line=$(load "$step" $((SEED + 10 + i)) "${args[@]}")
         t=$((t + step)) i=$((i + 1))
         prev=$rate rate=$(field "$line" decisions_per_s)
-        printf '  tally settle %4s s %9s dec/s\n' "$t" "$rate"
+        wd1=$(waits_decisions)
+        # Calm: under 1 % of the step's requests waited for a lease (none for a supervisor).
+        calm=$(echo "$wd0 $wd1" | awk '{ dd = $4 - $2; print (dd > 0 && ($3 - $1) * 100 < dd) }')
+        wd0=$wd1
+        printf '  tally settle %4s s %9s dec/s  %s\n' "$t" "$rate" \
+            "$([ "$calm" = 1 ] && echo "calm" || echo "requests waiting for leases")"
     done
     printf '  tally settled after %s s of load past the cold pass\n' "$t" 
     tally_row warm "$(load "$SECS" $((SEED + 2)) "${args[@]}")"
