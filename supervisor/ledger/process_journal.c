@@ -116,6 +116,23 @@ send_recalls(struct sp *s)
     }
 }
 
+/* A commit this slow holds every waiting request of the tenant past any --wait-ms: said once
+ * per slow commit, so that answers given up at their deadline can be traced to the disk. */
+#define COMMIT_SLOW_MS 250
+
+static void
+log_slow_commit(struct sp *s, uint64_t t0_ns, uint32_t records)
+{
+    int64_t ms = (int64_t)((uv_hrtime() - t0_ns) / 1000000);
+    struct tally_log l;
+
+    if (ms >= COMMIT_SLOW_MS && sp_log_begin(s, &l, TALLY_LOG_WARN, "journal_commit_slow")) {
+        tally_log_int(&l, "ms", ms);
+        tally_log_int(&l, "records", records);
+        tally_log_end(&l);
+    }
+}
+
 /* Commits the turn's records, then writes its replies. */
 void
 sp_flush(struct sp *s)
@@ -125,7 +142,10 @@ sp_flush(struct sp *s)
     if (s->failed)
         return; /* exiting 74: no second try, no second line, no reply */
     if (s->batch.count > 0) {
+        uint64_t t0 = uv_hrtime();
+
         rc = store_journal_append(s->journal, s->batch.count, encode_at, s->recs);
+        log_slow_commit(s, t0, (uint32_t)s->batch.count);
         if (rc != TALLY_OK) {
             sp_log_error(s, TALLY_LOG_ERROR, "journal_commit_failed", rc,
                          store_db_errmsg(s->journal));
