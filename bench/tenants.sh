@@ -200,7 +200,7 @@ for c in $CASES; do
     tally_row cold "$(load "$COLD_SECS" "$SEED" "${args[@]}")"
     # The settle, in steps of SETTLE_STEP seconds (a seed each) whose rates are printed: how
     # long this many tenants take to warm up shows there. At least SETTLE seconds, then on
-    # until two steps in a row agree within 20 % (the warm-up has turned), at most SETTLE_MAX.
+    # until the warm-up has turned (calm and steady), at most SETTLE_MAX.
     t=0 i=0 prev=0 rate=0 calm=0 wd0=$(waits_decisions)
     while [ "$t" -lt "$SETTLE" ] ||
         { [ "$t" -lt "$SETTLE_MAX" ] && ! { [ "$calm" = 1 ] && steady "$prev" "$rate"; }; }; do
@@ -215,7 +215,7 @@ for c in $CASES; do
         printf '  tally settle %4s s %9s dec/s  %s\n' "$t" "$rate" \
             "$([ "$calm" = 1 ] && echo "calm" || echo "requests waiting for leases")"
     done
-    printf '  tally settled after %s s of load past the cold pass\n' "$t" 
+    printf '  tally settled after %s s of load past the cold pass\n' "$t"
     tally_row warm "$(load "$SECS" $((SEED + 2)) "${args[@]}")"
     stop "$TPID"
     TPID=""

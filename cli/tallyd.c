@@ -74,7 +74,6 @@ tallyd_main(int argc, char **argv)
     sigaction(SIGPIPE, &sa, NULL);
     if (sodium_init() < 0)
         return tallyd_fail(TALLYD_EXIT_FAIL, "cannot initialise libsodium");
-    store_sqlite_lean(); /* every process here holds many small files */
     /* Secrets: files private whatever the caller's umask; no core file and no
      * ptrace by others (TALLY_DUMPABLE=1 keeps them, for debugging). */
     umask(077);

@@ -41,6 +41,12 @@ compact(struct proto_frame_reader *r)
     r->consumed = 0;
 }
 
+static uint32_t
+be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
 size_t
 proto_frame_reader_need(const struct proto_frame_reader *r)
 {
@@ -48,7 +54,7 @@ proto_frame_reader_need(const struct proto_frame_reader *r)
 
     if (r->len - r->consumed < 4)
         return 0;
-    return 4 + (size_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+    return 4 + (size_t)be32(p);
 }
 
 void
@@ -89,12 +95,6 @@ proto_frame_reader_feed(struct proto_frame_reader *r, const void *data, size_t n
     memcpy(r->buf + r->len, data, n);
     r->len += n;
     return TALLY_OK;
-}
-
-static uint32_t
-be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
 int

@@ -45,9 +45,7 @@ struct proto_conn {
     uint8_t *flight; /* handed to uv_write */
     size_t flight_len;
     size_t flight_cap;
-    uint8_t *rbuf;       /* reader.cap bytes, growing up to reader.max */
-    size_t rbuf_offered; /* the space the last on_alloc gave */
-    bool rbuf_filled;    /* the last read filled it: more is likely waiting */
+    bool rbuf_filled; /* the last read filled the read buffer (reader.buf): more may wait */
 };
 
 #define RBUF_FIRST 4096 /* a connection's first read buffer */
@@ -58,22 +56,23 @@ static proto_conn *
 conn_new(const struct proto_conn_cbs *cbs, void *data, size_t max_frame)
 {
     proto_conn *c;
+    uint8_t *rbuf;
+    size_t first;
 
     if (max_frame < PROTO_FRAME_HEADER || max_frame > PROTO_FRAME_MAX)
         max_frame = PROTO_FRAME_MAX;
-    c = tally_calloc(1, sizeof(*c));
-    if (c == NULL)
-        return NULL;
-    c->rbuf = tally_malloc(max_frame < RBUF_FIRST ? max_frame : RBUF_FIRST);
-    if (c->rbuf == NULL) {
-        tally_free(c);
+    first = max_frame < RBUF_FIRST ? max_frame : RBUF_FIRST;
+    rbuf = tally_malloc(first);
+    c = rbuf != NULL ? tally_calloc(1, sizeof(*c)) : NULL;
+    if (c == NULL) {
+        tally_free(rbuf);
         return NULL;
     }
     c->cbs = *cbs;
     c->data = data;
     c->refs = 2; /* the caller's, and the open handle's */
     c->h.handle.data = c;
-    proto_frame_reader_init(&c->reader, c->rbuf, max_frame < RBUF_FIRST ? max_frame : RBUF_FIRST);
+    proto_frame_reader_init(&c->reader, rbuf, first);
     proto_frame_reader_grow_to(&c->reader, max_frame);
     return c;
 }
@@ -83,8 +82,8 @@ conn_free(proto_conn *c)
 {
     tally_free(c->out);
     tally_free(c->flight);
-    sodium_memzero(c->rbuf, c->reader.cap); /* frames held tokens */
-    tally_free(c->rbuf);
+    sodium_memzero(c->reader.buf, c->reader.cap); /* frames held tokens */
+    tally_free(c->reader.buf);
     tally_free(c);
 }
 
@@ -168,13 +167,13 @@ proto_conn_close_after_flush(proto_conn *c)
  * or the last read filled it; a failed allocation keeps the old one (a frame that cannot fit
  * then ends the connection as UV_ENOBUFS). */
 static void
-rbuf_grow(proto_conn *c, bool filled)
+rbuf_grow(proto_conn *c)
 {
     struct proto_frame_reader *r = &c->reader;
     size_t need = proto_frame_reader_need(r), cap = r->cap;
-    uint8_t *nb;
+    uint8_t *old = r->buf, *nb;
 
-    if (cap >= r->max || (need <= cap && !filled))
+    if (cap >= r->max || (need <= cap && !c->rbuf_filled))
         return;
     while (cap < need || cap == r->cap)
         cap *= 2;
@@ -184,8 +183,7 @@ rbuf_grow(proto_conn *c, bool filled)
     if (nb == NULL)
         return;
     proto_frame_reader_move(r, nb, cap);
-    tally_free(c->rbuf);
-    c->rbuf = nb;
+    tally_free(old);
 }
 
 static void
@@ -196,10 +194,8 @@ on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
     size_t n;
 
     (void)hint;
-    rbuf_grow(c, c->rbuf_filled);
-    c->rbuf_filled = false;
+    rbuf_grow(c);
     n = proto_frame_reader_space(&c->reader, &p);
-    c->rbuf_offered = n;
     *buf = uv_buf_init((char *)p, (unsigned)n); /* 0 bytes -> UV_ENOBUFS in on_read */
 }
 
@@ -217,8 +213,9 @@ on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         conn_close_reason(c, nread == UV_EOF ? TALLY_OK : TALLY_EIO);
         return;
     }
-    c->rbuf_filled = (size_t)nread == c->rbuf_offered;
     proto_frame_reader_commit(&c->reader, (size_t)nread);
+    /* on_alloc offered all the room there was: a read that took it all filled the buffer */
+    c->rbuf_filled = c->reader.len == c->reader.cap;
     proto_conn_ref(c); /* on_frame may close and drop the owner's reference */
     /* The answers to the frames of one read leave in one write: a pipelining
      * client gets them together, and the loop pays one syscall, not one each. */

@@ -311,6 +311,19 @@ struct fresh_image {
 static struct fresh_image images[FRESH_IMAGES];
 static pthread_mutex_t images_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* Every process here holds many small files open: no page cache is allocated ahead per
+ * connection (SQLite's default takes 20 pages, about 70 kB, at a file's first read; ours need
+ * a few). Set once, before the process's first open (every open goes through this file). */
+static pthread_once_t sqlite_once = PTHREAD_ONCE_INIT;
+
+static void
+sqlite_setup(void)
+{
+    /* Refused (SQLITE_MISUSE, harmless) if something initialised SQLite already. */
+    (void)sqlite3_config(SQLITE_CONFIG_PAGECACHE, NULL, 0, 0);
+    (void)sqlite3_initialize();
+}
+
 /* Runs the migrations on an in-memory database and keeps its bytes, marked WAL. On failure
  * the reason goes to err's errmsg (err may be NULL). */
 static int
@@ -321,6 +334,7 @@ image_build(const struct store_schema *schema, store_migrate_fn step, void *ctx,
     sqlite3_int64 len = 0;
     int rc;
 
+    (void)pthread_once(&sqlite_once, sqlite_setup);
     memset(&mem, 0, sizeof(mem));
     mem.schema = schema;
     snprintf(mem.path, sizeof(mem.path), "%s", err != NULL ? err->path : schema->name);
@@ -473,6 +487,7 @@ store_db_open_ctx(const char *path, const struct store_schema *schema, unsigned 
     int rc = TALLY_ENOMEM;
 
     *out = NULL;
+    (void)pthread_once(&sqlite_once, sqlite_setup);
     db = tally_calloc(1, sizeof(*db));
     if (db == NULL)
         goto out;
@@ -522,19 +537,6 @@ out:
         snprintf(open_errmsg, sizeof(open_errmsg), "%s", db->errmsg);
     store_db_close(db);
     return rc;
-}
-
-void
-store_sqlite_lean(void)
-{
-    static bool done;
-
-    if (done)
-        return;
-    done = true;
-    /* Refused (SQLITE_MISUSE, harmless) once SQLite is initialised. */
-    (void)sqlite3_config(SQLITE_CONFIG_PAGECACHE, NULL, 0, 0);
-    (void)sqlite3_initialize();
 }
 
 void

@@ -67,6 +67,8 @@ char *serve_log(const struct serve_env *e);
 int serve_log_count(const struct serve_env *e, const char *needle);
 /** Monotonic milliseconds. */
 int64_t serve_now_ms(void);
+/** Wall-clock milliseconds (windows are aligned on them). */
+int64_t serve_wall_ms(void);
 void serve_sleep_ms(int ms);
 
 #endif /* SERVE_UTIL_H */

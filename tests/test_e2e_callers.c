@@ -25,7 +25,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "serve_util.h"
@@ -67,15 +66,6 @@ check(const struct serve_env *e, const char *endpoint, struct serve_http *out, .
     return out->status;
 }
 
-static int64_t
-wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Pids of the caller authorities of this data dir. */
 static int
 authority_pids(const struct serve_env *e, pid_t *pids, int max)
@@ -94,7 +84,7 @@ test_callers_signin_per_address(void **state)
     serve_start(e, NULL, NULL);
     for (int i = 0; i < 5; i++)
         assert_int_equal(check(e, "login", &r, "ip:203.0.113.7", NULL), 200);
-    now = wall_ms();
+    now = serve_wall_ms();
     assert_int_equal(check(e, "login", &r, "ip:203.0.113.7", NULL), 429);
     assert_non_null(strstr(r.body, "\"scope\":\"caller\""));
     assert_true(serve_http_header(&r, "Retry-After", v, sizeof(v)));

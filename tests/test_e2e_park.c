@@ -33,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "serve_util.h"
 
@@ -253,16 +252,6 @@ test_limit_lowered_while_tallyd_down(void **state)
     serve_stop(&e->s);
 }
 
-/* Wall-clock milliseconds: windows are aligned on it. */
-static int64_t
-wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A window end starts no quiet tenant's supervisor: the plan's and the endpoint's windows end
  * together (10 s), so the kept lease, cut at that end, is worth nothing after it and its child
  * does not report it. The next request, in the new window, starts the supervisor once. */
@@ -276,9 +265,9 @@ test_window_end_starts_no_supervisor(void **state)
     serve_tally_ok(&e->s, NULL, 0, "plan", "set", "pro", "--limit", "100000/10s", NULL);
     serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "quiet", "--limit", "2000/10s", NULL);
     serve_start(&e->s, "--idle-exit-ms=300", NULL);
-    while (wall_ms() % 10000 > 2000) /* early in a window: its end is 8 s away or more */
+    while (serve_wall_ms() % 10000 > 2000) /* early in a window: its end is 8 s away or more */
         serve_sleep_ms(20);
-    end = wall_ms() / 10000 * 10000 + 10000;
+    end = serve_wall_ms() / 10000 * 10000 + 10000;
     for (int i = 0; i < 3; i++)
         assert_int_equal(check(e), 200);
     until = serve_now_ms() + 5000;
@@ -286,10 +275,10 @@ test_window_end_starts_no_supervisor(void **state)
         assert_true(serve_now_ms() < until);
         serve_sleep_ms(50);
     }
-    assert_true(wall_ms() < end - 1000);
+    assert_true(serve_wall_ms() < end - 1000);
     assert_true(metric(e, "tally_child_counters_open") == 1);
     starts = metric(e, STARTS);
-    while (wall_ms() < end + 1500)
+    while (serve_wall_ms() < end + 1500)
         serve_sleep_ms(50);
     assert_true(metric(e, STARTS) == starts);
     assert_int_equal(check(e), 200);

@@ -138,6 +138,22 @@ static uint8_t wire[8 * PROTO_FRAME_MAX];
 static const size_t sizes[] = {
     0, 1, 100, 4000, 4085, 4096, 5000, 20000, PROTO_PAYLOAD_MAX - 1, PROTO_PAYLOAD_MAX, 3, 9000};
 
+/* The connection is open and handed out every frame of `sizes`, ids from `first_id` on, in
+ * order and intact. */
+static void
+expect_sizes(const struct fixture *fx, uint32_t first_id)
+{
+    size_t n = sizeof(sizes) / sizeof(sizes[0]);
+
+    assert_false(fx->seen.closed);
+    assert_int_equal(fx->seen.n, n);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(fx->seen.id[i], first_id + i);
+        assert_int_equal(fx->seen.len[i], sizes[i]);
+        assert_true(fx->seen.intact[i]);
+    }
+}
+
 static void
 test_frames_of_every_size_whole_and_in_order(void **state)
 {
@@ -152,13 +168,7 @@ test_frames_of_every_size_whole_and_in_order(void **state)
         peer_write(&fx, wire, len);
         run_until(&fx, i + 1);
     }
-    assert_false(fx.seen.closed);
-    assert_int_equal(fx.seen.n, n);
-    for (size_t i = 0; i < n; i++) {
-        assert_int_equal(fx.seen.id[i], i + 1);
-        assert_int_equal(fx.seen.len[i], sizes[i]);
-        assert_true(fx.seen.intact[i]);
-    }
+    expect_sizes(&fx, 1);
     close_pair(&fx);
 }
 
@@ -179,13 +189,7 @@ test_glued_and_trickled_frames(void **state)
             uv_run(&fx.loop, UV_RUN_NOWAIT);
     }
     run_until(&fx, n);
-    assert_false(fx.seen.closed);
-    assert_int_equal(fx.seen.n, n);
-    for (size_t i = 0; i < n; i++) {
-        assert_int_equal(fx.seen.id[i], i + 100);
-        assert_int_equal(fx.seen.len[i], sizes[i]);
-        assert_true(fx.seen.intact[i]);
-    }
+    expect_sizes(&fx, 100);
     close_pair(&fx);
 }
 

@@ -68,11 +68,6 @@ void store_db_close(store_db *db);
  *  back. For a file closed for a while and opened again soon: no copy into the
  *  file, no fsync, no WAL removed and created again with its directory synced. */
 void store_db_close_keep_wal(store_db *db);
-/** Sets SQLite up for a process holding many small files open: no page cache allocated
- *  ahead per connection (SQLite's default takes 20 pages, about 70 kB, at each file's first
- *  read; ours need a few). Call once, before the process's first open; later calls and a
- *  SQLite already in use are harmless no-ops. */
-void store_sqlite_lean(void);
 /** Names the SQLite VFS (registered by the caller, e.g. a shim over the default one) for the
  *  files opened from now on with STORE_OPEN_PRIVATE, which no other process opens and so may
  *  see writes that other processes would not; NULL (the default) is SQLite's default VFS.

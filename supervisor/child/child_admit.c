@@ -111,12 +111,9 @@ sup__child_link_roll(sup_child *c, struct child_link *k, int64_t now_mono)
         struct child_lease *cl = &k->l[j];
 
         if (cl->state == CL_LIVE && now_mono >= cl->deadline_mono) {
-            bool last = cl->last;
-
             sup__child_retire(c, k, cl);
             /* Every window of its path ends with it: nothing left to credit, no RETURN. */
-            if (last)
-                cl->report_due = false;
+            cl->report_due = cl->report_due && !cl->last;
         }
         /* Past its deadline a used-up lease is about to expire on its own. */
         if (cl->state == CL_RETIRED && cl->quiet && cl->report_seq == 0 &&

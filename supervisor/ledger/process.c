@@ -436,7 +436,6 @@ sup_process_prepare(void)
     if (done)
         return;
     done = true;
-    store_sqlite_lean();        /* a supervisor's files need a few pages each */
     (void)store_journal_warm(); /* failed, each new ledger makes it again */
 }
 
