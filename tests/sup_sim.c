@@ -235,7 +235,8 @@ sup_start(struct sim_world *w)
     w->nb = out.count;
     for (size_t i = 0; i < w->nb; i++)
         w->batch_t[i] = w->t;
-    persist_batch(w);
+    /* As tallyd's supervisor does: the EPOCH record goes with the first turn's batch,
+     * durable before any reply, and lost with it by a crash before that commit. */
 }
 
 static void

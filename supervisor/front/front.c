@@ -487,7 +487,7 @@ on_manager_closed(void *data)
         front_free(f);
 }
 
-/* The reload timer's, the idle sweep's and the clock handles'. */
+/* The reload timer's, the idle sweep's, the prestart handle's and the clock handles'. */
 static void
 on_reload_timer_closed(uv_handle_t *h)
 {
@@ -507,6 +507,8 @@ on_callers_closed(sup_front *f)
 static void
 on_children_closed(sup_front *f)
 {
+    /* No child file is being opened any more: nothing posts a start. */
+    front_prestart_close(f, on_reload_timer_closed);
     /* RETURNs are queued on the channels: closing them lets each supervisor read
      * them, commit and exit. */
     sup_manager_close(f->mgr, on_manager_closed, f);
@@ -520,7 +522,8 @@ sup_front_close(sup_front *f, void (*cb)(void *data), void *data)
     f->closing = true;
     f->close_cb = cb;
     f->close_data = data;
-    f->pending = 6; /* the manager, two timers, the caller authorities, two clock handles */
+    f->pending = 7; /* the manager, two timers, the prestart handle, the caller authorities,
+                     * two clock handles */
     front_fast_close(&f->fast, on_reload_timer_closed);
     front_callers_close(f->callers, on_callers_closed);
     uv_close((uv_handle_t *)&f->reload_timer, on_reload_timer_closed);

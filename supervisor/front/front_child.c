@@ -253,6 +253,7 @@ front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
             return;
         }
         r->give_up_ms = 0; /* a new wait, for another process's answer */
+        r->wait_for = SUP_FRONT_WAIT_SLOT;
         park(fc, r, SUP_FRONT_SLOT, now.mono_ms + fc->f->cfg.wait_ms);
         return;
     case SUP_ADMIT_REFUSED:
@@ -264,6 +265,7 @@ front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
         if (!(flags & SUP_ADMIT_GIVE_UP) && cold(fc) &&
             a.give_up_ms < now.mono_ms + fc->f->cfg.cold_start_ms)
             a.give_up_ms = now.mono_ms + fc->f->cfg.cold_start_ms;
+        r->wait_for = a.wait == SUP_WAIT_MARK ? SUP_FRONT_WAIT_MARK : SUP_FRONT_WAIT_GRANT;
         park(fc, r, SUP_FRONT_LEASE, a.give_up_ms);
         return;
     case SUP_ADMIT_UNAVAILABLE:
@@ -478,6 +480,9 @@ on_timer(uv_timer_t *t)
         next = r->next;
         if (r->give_up_ms > now.mono_ms)
             continue;
+        fc->f->stats.wait_timeouts[r->stage == SUP_FRONT_OPENING ? SUP_FRONT_WAIT_FILE
+                                   : r->stage == SUP_FRONT_LEASE ? r->wait_for
+                                                                 : SUP_FRONT_WAIT_SLOT]++;
         if (r->stage == SUP_FRONT_OPENING) {
             /* The file took longer than a cold start may: as if it could not open. */
             front_child_unpark(fc, r);

@@ -13,9 +13,11 @@
  */
 #include "sup_front_int.h"
 
+#include <errno.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "store_child.h"
 #include "store_paths.h"
@@ -31,10 +33,15 @@ open_file(struct front_child *fc)
 {
     sup_front *f = fc->f;
     char path[STORE_PATH_MAX];
+    struct stat sb;
     int rc = store_tenant_dirs(f->data, fc->tenant);
 
     if (rc == TALLY_OK)
         rc = store_path_endpoint_db(f->data, fc->tenant, fc->endpoint, path, sizeof(path));
+    /* A first request: its lease will need the supervisor, which starts while the file
+     * is created (both take a few fsyncs) instead of after it. */
+    if (rc == TALLY_OK && stat(path, &sb) != 0 && errno == ENOENT)
+        front_prestart_post(f, fc->tenant);
     if (rc == TALLY_OK)
         rc = store_child_open(path,
                               STORE_OPEN_CREATE | STORE_OPEN_PRIVATE | STORE_OPEN_EXCLUSIVE |

@@ -466,6 +466,20 @@ sup_manager_send(sup_manager *m, const char *tenant, const void *frame, size_t l
     return rc == TALLY_OK ? TALLY_OK : TALLY_EUNAVAIL;
 }
 
+void
+sup_manager_prestart(sup_manager *m, const char *tenant)
+{
+    struct sup_proc *p;
+
+    if (m->closing || !tenant_name_valid(tenant) || m->stats.live >= m->cfg.max_supervisors)
+        return;
+    p = sup__proc_get(m, tenant);
+    if (p == NULL || p->conn != NULL || p->waiting_room || uv_now(m->loop) < p->not_before_ms)
+        return;
+    sup__proc_touch(p, uv_now(m->loop));
+    (void)spawn(m, p); /* a failure is logged; the first frame tries again */
+}
+
 bool
 sup_manager_is_up(const sup_manager *m, const char *tenant)
 {

@@ -74,6 +74,7 @@ decisions(struct proto_http_response *resp, const struct sup_front_stats *fs)
     static const char *const scopes[] = {"none",     "plan",        "link",  "endpoint",
                                          "endpoint", "concurrency", "caller"};
     static const char *const modes[] = {"normal", "degraded", "unavailable"};
+    static const char *const wait_for[SUP_FRONT_WAIT_KINDS] = {"file", "grant", "mark", "slot"};
     const uint64_t by_result[6] = {fs->admitted,    fs->refused,     fs->unauthorized,
                                    fs->bad_request, fs->unavailable, fs->internal};
     size_t i;
@@ -109,6 +110,12 @@ decisions(struct proto_http_response *resp, const struct sup_front_stats *fs)
                                "tally_endpoints_mode{mode=\"unavailable\"} %u\n",
                                fs->endpoints_degraded, fs->endpoints_unavailable);
     counter(resp, "tally_waits_total", "Requests that waited for a lease or a slot.", fs->waits);
+    family(resp, "tally_wait_timeouts_total", "counter",
+           "Waits that ran out (--wait-ms, or the cold start's deadline), by what they waited "
+           "for; each is then decided by its endpoint's --on-unavailable.");
+    for (i = 0; i < SUP_FRONT_WAIT_KINDS; i++)
+        proto_http_response_printf(resp, "tally_wait_timeouts_total{for=\"%s\"} %llu\n",
+                                   wait_for[i], (unsigned long long)fs->wait_timeouts[i]);
     histogram(resp, "tally_decision_seconds", "Time from a check's arrival to its answer.",
               &fs->decision);
 }

@@ -16,6 +16,7 @@
 #ifndef SUP_FRONT_INT_H
 #define SUP_FRONT_INT_H
 
+#include <pthread.h>
 #include <time.h>
 
 #include "proto_lease.h"
@@ -30,6 +31,9 @@
 #include "sup_manager.h"
 
 #define FRONT_STORE_BATCH 64
+/* Supervisor starts asked for by the thread pool per loop turn; more are left to the
+ * first frame. */
+#define FRONT_PRESTART_MAX 32
 
 /* The rows read with the file, resumed into the new state machine on the loop. */
 struct front_resume {
@@ -136,6 +140,12 @@ struct sup_front {
     uint32_t n_files;                          /* child files open or being opened */
     uint32_t n_leaving;                        /* of those, children draining or closing */
     uv_timer_t idle_timer;                     /* closes idle children */
+    /* Tenants whose first child file is being created on the thread pool: their
+     * supervisors start meanwhile (front_child_life.c). */
+    uv_async_t prestart;
+    pthread_mutex_t prestart_mu;
+    uint32_t n_prestart;
+    char prestart_q[FRONT_PRESTART_MAX][TENANT_NAME_MAX];
     uv_timer_t reload_timer;
     struct sup_front_stats stats;
     struct front_obs obs;
@@ -182,6 +192,11 @@ void front_log_open_failed(sup_front *f, const char *tenant, const char *endpoin
                            const char *detail);
 /** A DRAINING child whose last RETURN or write is done closes its file. */
 void front_child_drain_check(struct front_child *fc);
+/** Thread pool: a child file of `tenant` is being created (its first request): asks the
+ *  loop to start the tenant's supervisor now rather than after the file. Best effort. */
+void front_prestart_post(sup_front *f, const char *tenant);
+/** Closes the handle behind front_prestart_post, once no open can run (after the children). */
+void front_prestart_close(sup_front *f, uv_close_cb cb);
 /** Starts the idle sweep (front_child_life.c); its timer is closed by front_children_close. */
 void front_children_init(sup_front *f);
 /** Runs r (link, cost set) on its child: answers it or parks it. */

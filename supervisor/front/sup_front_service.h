@@ -81,6 +81,15 @@ enum sup_front_stage {
     SUP_FRONT_SLOT_ANSWERED, /* the slot's answer came: unparking must not cancel it */
 };
 
+/* What a parked request waits for (tally_wait_timeouts_total{for=...}). */
+enum sup_front_wait_for {
+    SUP_FRONT_WAIT_FILE = 0, /* its child counter's file, being opened */
+    SUP_FRONT_WAIT_GRANT,    /* a grant from the supervisor */
+    SUP_FRONT_WAIT_MARK,     /* a durable mark: the child's own write (strict) */
+    SUP_FRONT_WAIT_SLOT,     /* a concurrency slot */
+    SUP_FRONT_WAIT_KINDS
+};
+
 typedef void (*sup_front_done_fn)(struct sup_front_req *r, const struct proto_check_reply *reply);
 
 /* One request in flight: embed it in the connection; the fields below the line
@@ -97,6 +106,7 @@ struct sup_front_req {
     uint64_t lease_id;
     uint64_t slot_op;
     enum sup_front_stage stage;
+    uint8_t wait_for; /* enum sup_front_wait_for: what a parked request waits for */
     bool degraded;
     bool outage;                   /* 503 by the endpoint's policy: the authority did not answer */
     bool shadow;                   /* the endpoint is in shadow mode: a refusal is admitted */
@@ -125,7 +135,8 @@ struct sup_front_stats {
     uint64_t degraded;
     uint64_t refused_by_scope[7]; /* by enum tenant_scope */
     uint64_t waits;
-    uint64_t lease_messages;      /* lease frames sent to supervisors */
+    uint64_t wait_timeouts[SUP_FRONT_WAIT_KINDS]; /* waits that ran out, by what they were for */
+    uint64_t lease_messages;                      /* lease frames sent to supervisors */
     uint64_t lease_send_failures; /* lease frames not sent (supervisor down, in backoff): the
                                      child's retransmit timers send them again */
     uint64_t pump_deferrals;      /* pumps cut short by their round limit, resumed next turn */

@@ -59,6 +59,10 @@ TALLY_MUST_CHECK int sup_manager_open(uv_loop_t *loop, const struct sup_manager_
  *  bounded, for an exit to make room), TALLY_EUNAVAIL while the tenant is in
  *  restart backoff or the spawn failed, TALLY_ENAME for an invalid tenant. */
 int sup_manager_send(sup_manager *m, const char *tenant, const void *frame, size_t len);
+/** Starts `tenant`'s supervisor ahead of its first frame when there is room and it is
+ *  neither running nor in restart backoff; otherwise does nothing (the first frame
+ *  starts or waits for it as usual). A new child's file is created meanwhile. */
+void sup_manager_prestart(sup_manager *m, const char *tenant);
 /** True iff `tenant`'s supervisor is running. */
 bool sup_manager_is_up(const sup_manager *m, const char *tenant);
 /** True iff `tenant`'s supervisor was spawned and has not answered yet (cold

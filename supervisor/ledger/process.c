@@ -381,12 +381,12 @@ open_all(struct sp *s)
         rc = sp_replay(s);
     if (rc == TALLY_OK)
         sp_maybe_compact(s);
+    /* The EPOCH record waits in the batch for the first turn's commit: it is durable before
+     * any answer leaves (every answer waits for its turn's commit), and a first request
+     * costs one commit, not two. A supervisor that dies before that commit answered
+     * nothing under its epoch, so the next one may take the same number. */
     if (rc == TALLY_OK)
         rc = sup_ledger_start(s->ledger, sp_wall_ms(), &s->batch);
-    if (rc == TALLY_OK) {
-        sp_flush(s); /* the EPOCH record is durable before the first grant */
-        rc = s->stopping ? TALLY_ESTORE : TALLY_OK;
-    }
     if (rc == TALLY_OK)
         shrink(s);
     return rc;

@@ -7,7 +7,9 @@
  *
  * Driving it (one tenant, one thread, e.g. the supervisor's libuv loop):
  *   start:   sup_ledger_open(); for every stored record in order: sup_ledger_replay();
- *            then sup_ledger_start(now) and persist the EPOCH record it appends.
+ *            then sup_ledger_start(now); the EPOCH record it appends is persisted with the
+ *            first batch, before any reply (a crash before that commit answered nothing
+ *            under the new epoch, so the next start may take the same number).
  *   message: sup_ledger_handle(now, msg, &reply, &records); keep the reply with the batch.
  *   timer:   at sup_ledger_next_expiry_ms(): sup_ledger_expire(now, &records).
  *   batch:   at the end of a loop turn (uv_check), persist the batch's records in one
