@@ -86,6 +86,60 @@ test_child_strict_marks(void **state)
     cx_close(&x);
 }
 
+/* One request of a steady stream on LINK_A and one turn of its host. While the disk works,
+ * every ACQUIRE is granted n tokens for T_lease and every row is written at once; while it
+ * stalls, neither the supervisor's commit nor the child's writes finish, so nothing is
+ * answered or written. Returns whether the request had to wait. */
+static int
+steady_turn(struct cx *x, int64_t n, bool disk_ok)
+{
+    struct proto_lease_msg m;
+    struct sup_admit a = cx_admit(x, LINK_A, 1, 0);
+
+    while (disk_ok && sup_child_next_message(x->c, x->now, &m) == TALLY_OK) {
+        if (m.type == PROTO_LEASE_ACQUIRE)
+            (void)cx_grant(x, &m, n, 5000, 0, NULL);
+    }
+    if (disk_ok)
+        (void)cx_persist_all(x, NULL);
+    return a.verdict == SUP_ADMIT_WAIT;
+}
+
+static void
+test_child_leads_cover_a_disk_stall(void **state)
+{
+    const int64_t n = 2000; /* two seconds of the stream: mark chunks of 500 */
+    int waits = 0, stalled = 0;
+    struct cx x;
+
+    (void)state;
+    cx_open(&x, true, TENANT_UNAVAIL_CLOSED);
+    (void)cx_admit(&x, LINK_A, 1, 0); /* the first request: HELLO, then its ACQUIRE */
+    cx_welcome(&x);
+    (void)steady_turn(&x, n, true); /* its grant comes */
+    /* 1,000 requests a second with a working disk for 3 s: the rate is known. */
+    for (int64_t t = 1; t < 3000; t++) {
+        cx_at(&x, t);
+        waits += steady_turn(&x, n, true);
+    }
+    assert_int_equal(waits, 0);
+    /* Then the disk holds every write, the supervisor's and the child's, for 800 ms. The
+     * next mark and the next lease were asked for a second of the stream ahead (not half a
+     * chunk, 250 requests, and a quarter lease): no request waits meanwhile. */
+    for (int64_t t = 3000; t < 3800; t++) {
+        cx_at(&x, t);
+        stalled += steady_turn(&x, n, false);
+    }
+    assert_int_equal(stalled, 0);
+    /* A stall longer than the leads does hold requests: the bound is what the leads give. */
+    for (int64_t t = 3800; t < 5000; t++) {
+        cx_at(&x, t);
+        stalled += steady_turn(&x, n, false);
+    }
+    assert_true(stalled > 0);
+    cx_close(&x);
+}
+
 static void
 test_child_resume_after_crash(void **state)
 {
@@ -219,6 +273,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_child_strict_marks),
+        cmocka_unit_test(test_child_leads_cover_a_disk_stall),
         cmocka_unit_test(test_child_resume_after_crash),
         cmocka_unit_test(test_child_degraded_open_then_debt),
         cmocka_unit_test(test_child_degraded_closed_and_give_up),

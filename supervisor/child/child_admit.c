@@ -63,6 +63,17 @@ mark_ahead(const sup_child *c, struct child_lease *cl, int64_t upto)
         cl->mark_want = cl->n;
 }
 
+/* How far ahead of use a mark is asked for: half a chunk, or what the link uses in
+ * mark_lead_ms if that is more, so a write held that long by a disk stall holds no request
+ * of a steady stream. */
+static int64_t
+mark_lead(const sup_child *c, const struct child_link *k, int64_t chunk)
+{
+    int64_t by_rate = (k->rate_milli * c->mark_lead_ms + 999999) / 1000000;
+
+    return by_rate > chunk / 2 ? by_rate : chunk / 2;
+}
+
 /* How far a lease with marks may admit. Once a row of it is durable, to its durable mark: a
  * crash resumes it from that row. Before, a crash leaves no row, and the lease expires as spent
  * (it strands, never admits twice): so it admits up to the mark its first row carries (the
@@ -217,9 +228,12 @@ after_charge(sup_child *c, struct child_link *k, struct child_lease *cl, int64_t
 {
     int64_t chunk = chunk_of(c, cl->n), n = cl->n;
 
-    if ((c->persist_marks || cl->foreign) && cl->mark_want < n &&
-        cl->used >= cl->mark_want - chunk / 2)
-        mark_ahead(c, cl, cl->mark_want + 1);
+    if ((c->persist_marks || cl->foreign) && cl->mark_want < n) {
+        int64_t lead = mark_lead(c, k, chunk);
+
+        if (cl->used >= cl->mark_want - lead)
+            mark_ahead(c, cl, cl->used + lead + 1);
+    }
     if (cl->used == n) {
         /* Slow start: a lease used up within T_renew was too small. */
         if (!cl->foreign && now_mono - cl->got_mono < c->renew_ms) {
@@ -481,7 +495,9 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
     cl->deadline_mono = r->first_mono + g->ttl_ms - margin;
     cl->deadline_wall = r->first_wall + g->ttl_ms - margin;
     if (c->persist_marks && cl->n > c->mark_chunk_min && !recalled) {
-        mark_ahead(c, cl, 1);          /* the first chunk, written before the first admission */
+        /* The first chunk (or the link's mark lead), carried by the row written before the
+         * first admission. */
+        mark_ahead(c, cl, 1 + mark_lead(c, k, 0));
         sup__child_use_bind(c, k, cl); /* counting from 0, before its row can exist */
     } else {
         /* No row: a small lease (a quiet link's) is not worth an fsync before its first use.

@@ -99,6 +99,7 @@ sup_child_open(const struct sup_child_config *cfg, sup_child **out)
     c->lead_ms = or_default(cfg->lead_ms, SUP_CHILD_LEAD_MS_DEFAULT);
     c->epsilon_ppm = or_default(cfg->epsilon_ppm, SUP_CHILD_EPSILON_PPM_DEFAULT);
     c->mark_chunk_min = or_default(cfg->mark_chunk_min, SUP_CHILD_MARK_CHUNK_MIN_DEFAULT);
+    c->mark_lead_ms = or_default(cfg->mark_lead_ms, SUP_CHILD_MARK_LEAD_MS_DEFAULT);
     c->l_min = or_default(cfg->l_min, 1);
     c->l_max = or_default(cfg->l_max, (int64_t)1 << 20);
     c->max_links = cfg->max_links > 0 ? cfg->max_links : LINKS_DEFAULT;

@@ -117,7 +117,7 @@ struct sup_child {
     bool persist_marks;
     struct sup_child_counters counters; /* bind NULL = none */
     int64_t wait_ms, idle_ms, heartbeat_ms, retransmit_ms, unreachable_ms, renew_ms, lead_ms;
-    int64_t epsilon_ppm, mark_chunk_min, l_min, l_max;
+    int64_t epsilon_ppm, mark_chunk_min, mark_lead_ms, l_min, l_max;
 
     struct child_link **links;
     uint32_t max_links, link_count;
