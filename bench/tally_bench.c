@@ -20,10 +20,12 @@
  * --links-per-tenant L tokens per tenant, tenant by tenant (as
  * tally-bench-links writes it), and each request draws a tenant from a Zipf(S)
  * law over ranks (rank 1 the most popular; --draw-tenants K ranks, default every
- * tenant of the file; the tenants behind the ranks are a seeded shuffle, so
- * rank is not file order), then one of its L links uniformly. The draw is a
- * seeded PRNG (--seed N) consumed in sending order whatever the target, so
- * tallyd and redis-server get the same token stream for the same seed.
+ * tenant of the file; the tenants behind the ranks are a shuffle seeded by
+ * --rank-seed N, default 1, so rank is not file order and runs with other
+ * --seed values draw the same tenants, equally popular), then one of its L
+ * links uniformly. The draw is a seeded PRNG (--seed N) consumed in sending
+ * order whatever the target, so tallyd and redis-server get the same token
+ * stream for the same seed.
  * With --seconds S, --timeout-ms MS bounds the run: it stops waiting MS after
  * sending stopped, or after MS without any answer; the requests still in flight
  * then count as timed out (other=N includes them, timeouts=N alone).
@@ -94,11 +96,12 @@ draw_below(uint64_t *x, long n)
 
 /* Zipf(s) over `ranks` of the file's tenants, each with `links` tokens. */
 static int
-draw_init_zipf(struct draw *d, double s, long links, long ranks, long ntokens, uint64_t seed)
+draw_init_zipf(struct draw *d, double s, long links, long ranks, long ntokens, uint64_t seed,
+               uint64_t rank_seed)
 {
     long tenants = ntokens / links, r;
     double sum = 0;
-    uint64_t shuffle = seed ^ 0x5a17c0de5a17c0deULL;
+    uint64_t shuffle = rank_seed ^ 0x5a17c0de5a17c0deULL;
 
     if (links < 1 || ntokens % links != 0 || ranks > tenants || s <= 0)
         return -1;
@@ -314,7 +317,7 @@ main(int argc, char **argv)
     struct draw dr = {0};
     double zipf = 0;
     long links_per_tenant = 1, draw_tenants = 0, timeout_ms = 10000, timeouts = 0;
-    uint64_t seed = 1;
+    uint64_t seed = 1, rank_seed = 1;
     int64_t last_answer, stop_at = 0;
     struct bconn *c;
     int64_t *lat;
@@ -361,6 +364,8 @@ main(int argc, char **argv)
             draw_tenants = strtol(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--seed") == 0)
             seed = strtoull(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--rank-seed") == 0)
+            rank_seed = strtoull(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--timeout-ms") == 0)
             timeout_ms = strtol(argv[i + 1], NULL, 10);
         else
@@ -378,7 +383,7 @@ main(int argc, char **argv)
                         "--tokens FILE [--endpoint NAME] [--connections C<=1000] "
                         "[--pipeline D<=64] [--requests N] [--seconds S [--timeline FILE] "
                         "[--timeout-ms MS]] [--zipf S [--links-per-tenant L] "
-                        "[--draw-tenants K] [--seed N]]\n");
+                        "[--draw-tenants K] [--seed N] [--rank-seed N]]\n");
         return 64;
     }
     tokens = load_tokens(tokens_path, &ntokens);
@@ -386,7 +391,8 @@ main(int argc, char **argv)
         fprintf(stderr, "tally-bench: no tokens in %s\n", tokens_path);
         return 66;
     }
-    if (zipf > 0 && draw_init_zipf(&dr, zipf, links_per_tenant, draw_tenants, ntokens, seed) != 0) {
+    if (zipf > 0 &&
+        draw_init_zipf(&dr, zipf, links_per_tenant, draw_tenants, ntokens, seed, rank_seed) != 0) {
         fprintf(stderr,
                 "tally-bench: %d tokens are not whole tenants of %ld links, or fewer "
                 "than %ld tenants\n",

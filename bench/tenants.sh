@@ -6,8 +6,10 @@
 # Data: T tenants x L links on plan `pro` (1,000,000/1h), endpoint `search`
 # (100,000/1h per link), made by `tally` and `tally-bench-links`. Requests:
 # tally-bench --zipf S: a tenant drawn from Zipf(S) over K tenants (rank 1 the
-# most popular, ranks a seeded shuffle of the tenants), then one of its links
-# uniformly; C connections x D in flight, closed loop. Per case:
+# most popular, ranks a shuffle of the tenants that is the same for every pass:
+# a pass's seed changes the stream, not which tenants are drawn or how popular),
+# then one of its links uniformly; C connections x D in flight, closed loop.
+# Per case:
 #   tallyd --data DIR --http 127.0.0.1:0 (nothing else: strict durability),
 #   pinned to CPU 0, the load on CPU 1:
 #     cold pass (COLD_SECS, measured), the same load unmeasured for SETTLE
