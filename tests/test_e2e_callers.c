@@ -355,9 +355,22 @@ test_callers_fail_closed_while_stopped(void **state)
     }
     for (int i = 0; i < n; i++)
         assert_int_equal(kill(pids[i], SIGCONT), 0);
-    serve_sleep_ms(100);
-    /* healed, and the 503s charged nothing: exactly 2 more */
-    assert_int_equal(check(e, "otp", &r, "account:dana@example.com", NULL), 200);
+    /* Healed, and the 503s charged nothing: exactly 2 more. The authorities decide the three
+     * requests queued while they were stopped, and the front cancels those verdicts as they
+     * arrive; until the cancels are in, a check is refused (which charges nothing), so the
+     * first admission may take a moment on a busy machine. */
+    {
+        int status = 0;
+
+        for (int tries = 0; tries < 60 && status != 200; tries++) {
+            status = check(e, "otp", &r, "account:dana@example.com", NULL);
+            if (status != 200) {
+                assert_int_equal(status, 429);
+                serve_sleep_ms(50);
+            }
+        }
+        assert_int_equal(status, 200);
+    }
     assert_int_equal(check(e, "otp", &r, "account:dana@example.com", NULL), 200);
     assert_int_equal(check(e, "otp", &r, "account:dana@example.com", NULL), 429);
     assert_true(serve_log_count(e, "dana") == 0);
