@@ -256,6 +256,7 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
     f->reload_timer.data = f;
     uv_timer_start(&f->reload_timer, on_reload_timer, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
     front_children_init(f);
+    front_prestart_init(f);
     *out = f;
     f = NULL; /* ownership moved to the caller */
 out:

@@ -215,6 +215,7 @@ front_child_submit(struct front_child *fc, struct sup_front_req *r)
     }
     /* The file is being opened (or closed, then opened again) on the thread pool:
      * the request waits for it as for a supervisor's cold start. */
+    r->wait_for = SUP_FRONT_WAIT_FILE;
     park(fc, r, SUP_FRONT_OPENING, front_now().mono_ms + fc->f->cfg.cold_start_ms);
     if (!fc->pump_soon) /* else the pump due now arms the timer for its deadline */
         arm(fc);
@@ -480,9 +481,7 @@ on_timer(uv_timer_t *t)
         next = r->next;
         if (r->give_up_ms > now.mono_ms)
             continue;
-        fc->f->stats.wait_timeouts[r->stage == SUP_FRONT_OPENING ? SUP_FRONT_WAIT_FILE
-                                   : r->stage == SUP_FRONT_LEASE ? r->wait_for
-                                                                 : SUP_FRONT_WAIT_SLOT]++;
+        fc->f->stats.wait_timeouts[r->wait_for]++;
         if (r->stage == SUP_FRONT_OPENING) {
             /* The file took longer than a cold start may: as if it could not open. */
             front_child_unpark(fc, r);

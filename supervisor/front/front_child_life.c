@@ -520,44 +520,8 @@ on_idle_timer(uv_timer_t *t)
 }
 
 void
-front_prestart_post(sup_front *f, const char *tenant)
-{
-    pthread_mutex_lock(&f->prestart_mu);
-    if (f->n_prestart < FRONT_PRESTART_MAX)
-        snprintf(f->prestart_q[f->n_prestart++], TENANT_NAME_MAX, "%s", tenant);
-    pthread_mutex_unlock(&f->prestart_mu);
-    (void)uv_async_send(&f->prestart);
-}
-
-static void
-on_prestart(uv_async_t *h)
-{
-    sup_front *f = h->data;
-    char q[FRONT_PRESTART_MAX][TENANT_NAME_MAX];
-    uint32_t i, n;
-
-    pthread_mutex_lock(&f->prestart_mu);
-    n = f->n_prestart;
-    memcpy(q, f->prestart_q, n * sizeof(q[0]));
-    f->n_prestart = 0;
-    pthread_mutex_unlock(&f->prestart_mu);
-    for (i = 0; i < n && !f->closing; i++)
-        sup_manager_prestart(f->mgr, q[i]);
-}
-
-void
-front_prestart_close(sup_front *f, uv_close_cb cb)
-{
-    uv_close((uv_handle_t *)&f->prestart, cb);
-    pthread_mutex_destroy(&f->prestart_mu);
-}
-
-void
 front_children_init(sup_front *f)
 {
-    pthread_mutex_init(&f->prestart_mu, NULL);
-    uv_async_init(f->loop, &f->prestart, on_prestart);
-    f->prestart.data = f;
     uv_timer_init(f->loop, &f->idle_timer);
     f->idle_timer.data = f;
     uv_timer_start(&f->idle_timer, on_idle_timer, sweep_every_ms(f), sweep_every_ms(f));

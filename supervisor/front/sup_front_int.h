@@ -141,11 +141,11 @@ struct sup_front {
     uint32_t n_leaving;                        /* of those, children draining or closing */
     uv_timer_t idle_timer;                     /* closes idle children */
     /* Tenants whose first child file is being created on the thread pool: their
-     * supervisors start meanwhile (front_child_life.c). */
+     * supervisors start meanwhile (front_prestart.c). */
     uv_async_t prestart;
     pthread_mutex_t prestart_mu;
     uint32_t n_prestart;
-    char prestart_q[FRONT_PRESTART_MAX][TENANT_NAME_MAX];
+    char prestart_q[FRONT_PRESTART_MAX][TENANT_NAME_MAX + 1];
     uv_timer_t reload_timer;
     struct sup_front_stats stats;
     struct front_obs obs;
@@ -195,6 +195,8 @@ void front_child_drain_check(struct front_child *fc);
 /** Thread pool: a child file of `tenant` is being created (its first request): asks the
  *  loop to start the tenant's supervisor now rather than after the file. Best effort. */
 void front_prestart_post(sup_front *f, const char *tenant);
+/** Sets up what front_prestart_post uses (front_prestart.c). */
+void front_prestart_init(sup_front *f);
 /** Closes the handle behind front_prestart_post, once no open can run (after the children). */
 void front_prestart_close(sup_front *f, uv_close_cb cb);
 /** Starts the idle sweep (front_child_life.c); its timer is closed by front_children_close. */
