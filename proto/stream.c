@@ -36,7 +36,7 @@ struct proto_conn {
     bool closing;
     bool writing;
     bool close_after_flush;
-    bool corked; /* in on_read: replies gather in out, one write after the batch */
+    unsigned corked; /* on_read, proto_conn_cork: frames gather in out, one write at the end */
     int reason;
     struct proto_frame_reader reader;
     uint8_t *out; /* filling while a write is in flight */
@@ -219,7 +219,7 @@ on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     proto_conn_ref(c); /* on_frame may close and drop the owner's reference */
     /* The answers to the frames of one read leave in one write: a pipelining
      * client gets them together, and the loop pays one syscall, not one each. */
-    c->corked = true;
+    c->corked++;
     while (!c->closing && (rc = proto_frame_next(&c->reader, &f)) == TALLY_OK) {
         if (c->cbs.on_frame != NULL)
             c->cbs.on_frame(c, &f, c->data);
@@ -385,7 +385,8 @@ uncork(proto_conn *c)
     uv_buf_t b;
     int n;
 
-    c->corked = false;
+    if (c->corked > 0 && --c->corked > 0)
+        return;
     if (c->closing || c->writing || c->out_len == 0)
         return;
     b = uv_buf_init((char *)c->out, (unsigned)c->out_len);
@@ -409,6 +410,18 @@ uncork(proto_conn *c)
     }
     c->out_len = 0;
     (void)write_flight(c);
+}
+
+void
+proto_conn_cork(proto_conn *c)
+{
+    c->corked++;
+}
+
+void
+proto_conn_uncork(proto_conn *c)
+{
+    uncork(c);
 }
 
 int

@@ -410,15 +410,17 @@ write_all(int fd, const unsigned char *p, size_t len)
 
 /* A new file is its schema's image (above) written under a temporary name with mode 0600
  * (the caller's umask never decides who can read counters; WAL and SHM files inherit the
- * mode), made durable with one fdatasync of the file and one of its directory, and linked
- * into place (never over a file another process made meanwhile): the file appears whole, in
- * WAL mode at its newest version, for 2 fsyncs and no SQL. */
+ * mode), made durable with one fdatasync, and linked into place (never over a file another
+ * process made meanwhile): the file appears whole, in WAL mode at its newest version, for one
+ * fsync and no SQL. Its directory is not synced here: the file is in WAL mode, so its first
+ * commit writes a new WAL, and SQLite syncs the directory of a WAL it creates at that WAL's
+ * first sync (under synchronous FULL and NORMAL alike), before the commit returns. Nothing
+ * in the file counts before a commit, so a crash that loses the new entry loses nothing. */
 static int
 create_fresh(store_db *db, const char *path, store_migrate_fn step, void *ctx)
 {
-    char tmp[STORE_PATH_MAX + 32], dir[STORE_PATH_MAX];
+    char tmp[STORE_PATH_MAX + 32];
     const struct fresh_image *im = NULL;
-    const char *slash;
     int fd = -1, rc;
 
     if ((size_t)snprintf(tmp, sizeof(tmp), "%s-new-%ld", path, (long)getpid()) >= sizeof(tmp))
@@ -438,16 +440,6 @@ create_fresh(store_db *db, const char *path, store_migrate_fn step, void *ctx)
     if (rc == TALLY_OK && link(tmp, path) != 0 && errno != EEXIST)
         rc = TALLY_EIO;
     (void)unlink(tmp);
-    slash = strrchr(path, '/');
-    if (rc == TALLY_OK && slash != NULL && (size_t)(slash - path) < sizeof(dir)) {
-        memcpy(dir, path, (size_t)(slash - path));
-        dir[slash - path] = '\0';
-        if ((fd = open(slash == path ? "/" : dir, O_RDONLY | O_CLOEXEC)) >= 0) {
-            if (fsync(fd) != 0)
-                rc = TALLY_EIO;
-            close(fd);
-        }
-    }
     if (rc != TALLY_OK && db->errmsg[0] == '\0')
         snprintf(db->errmsg, sizeof(db->errmsg), "%s: cannot create: %s", path, strerror(errno));
     return rc;

@@ -3,7 +3,8 @@
  * starts small and grows, so frames of every size up to the largest taken come
  * out whole and in order, whether they arrive in one write, glued to others or
  * a few bytes at a time; a frame longer than the largest taken ends the
- * connection as a protocol error.
+ * connection as a protocol error; frames sent while corked leave together at
+ * the last uncork.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -218,6 +219,48 @@ test_frame_over_the_largest_is_a_protocol_error(void **state)
     assert_int_equal(uv_loop_close(&fx.loop), 0);
 }
 
+/* Frames sent while corked (twice: the calls nest) reach the peer only at the last uncork,
+ * all in one write, whole and in order. */
+static void
+test_corked_frames_leave_together(void **state)
+{
+    struct fixture fx;
+    uint8_t got[4096];
+    size_t want = 0;
+    ssize_t n;
+
+    (void)state;
+    open_pair(&fx);
+    proto_conn_cork(fx.conn);
+    proto_conn_cork(fx.conn);
+    for (uint32_t id = 1; id <= 3; id++) {
+        size_t len = make_frame(wire, id, 10 * id);
+
+        assert_int_equal(proto_conn_send(fx.conn, wire, len), TALLY_OK);
+        want += len;
+    }
+    uv_run(&fx.loop, UV_RUN_NOWAIT);
+    assert_true(recv(fx.peer, got, sizeof(got), MSG_DONTWAIT) < 0);
+    assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+    proto_conn_uncork(fx.conn);
+    uv_run(&fx.loop, UV_RUN_NOWAIT);
+    assert_true(recv(fx.peer, got, sizeof(got), MSG_DONTWAIT) < 0); /* still held */
+    proto_conn_uncork(fx.conn);
+    n = recv(fx.peer, got, sizeof(got), MSG_DONTWAIT);
+    assert_int_equal(n, (ssize_t)want);
+    for (uint32_t id = 1, off = 0; id <= 3; id++) {
+        size_t len = make_frame(wire, id, 10 * id);
+
+        assert_memory_equal(got + off, wire, len);
+        off += (uint32_t)len;
+    }
+    /* Uncorked: the next frame goes at once. */
+    assert_int_equal(proto_conn_send(fx.conn, wire, make_frame(wire, 4, 5)), TALLY_OK);
+    assert_int_equal(recv(fx.peer, got, sizeof(got), MSG_DONTWAIT),
+                     (ssize_t)(PROTO_FRAME_HEADER + 5));
+    close_pair(&fx);
+}
+
 int
 main(void)
 {
@@ -225,6 +268,7 @@ main(void)
         cmocka_unit_test(test_frames_of_every_size_whole_and_in_order),
         cmocka_unit_test(test_glued_and_trickled_frames),
         cmocka_unit_test(test_frame_over_the_largest_is_a_protocol_error),
+        cmocka_unit_test(test_corked_frames_leave_together),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,6 +50,11 @@ TALLY_MUST_CHECK int proto_conn_start(proto_conn *c);
 /** Queues one whole frame (copied). TALLY_OK, TALLY_EIO when closed, TALLY_ETOOBIG
  *  when the peer is not reading (the connection is then closed). */
 int proto_conn_send(proto_conn *c, const void *frame, size_t len);
+/** Holds sent frames until the matching proto_conn_uncork(), which writes them at once: a
+ *  peer that reads them in one read takes them in one turn. Calls nest (a read's own
+ *  batching is one level). */
+void proto_conn_cork(proto_conn *c);
+void proto_conn_uncork(proto_conn *c);
 /** Starts closing (idempotent). Pending output is dropped. */
 void proto_conn_close(proto_conn *c);
 /** Closes once the queued output has been written (a final answer, then close). */

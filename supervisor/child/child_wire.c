@@ -3,10 +3,13 @@
  * replies it takes in, and its timers. Every request gets the next seq of this incarnation and
  * is kept, byte for byte, until its reply arrives, retransmitted after 20 ms, 40 ms, ... up to
  * 1 s (the supervisor answers a retransmission from its dedupe window). The seqs in flight span
- * less than the supervisor's window, so a retransmission is never stale. Nothing but HELLO goes
- * out until WELCOME. A report of a lease (in an ACQUIRE, or a RETURN) goes out only after the
- * lease stopped being used and, in strict mode, after its row is durably deleted; degraded debt
- * rides on the next ACQUIRE or HEARTBEAT and counts as charged once its reply arrives.
+ * less than the supervisor's window, so a retransmission is never stale. Until WELCOME, the
+ * HELLO and first sends that follow it on the wire are all that goes out: the supervisor takes
+ * them in order, usually in one turn, so a first request costs it one commit, not two; their
+ * retransmissions wait for WELCOME. A report of a lease (in an ACQUIRE, or a RETURN) goes out only
+ * after the lease stopped being used and, in strict mode, after its row is durably deleted;
+ * degraded debt rides on the next ACQUIRE or HEARTBEAT and counts as charged once its reply
+ * arrives.
  */
 #include "sup_child_int.h"
 
@@ -207,40 +210,21 @@ build_heartbeat(sup_child *c, struct sup_time now, struct proto_lease_msg *out)
     return true;
 }
 
-int
-sup_child_next_message(sup_child *c, struct sup_time now, struct proto_lease_msg *out)
+/* True iff this registration's HELLO went out at least once: first sends may follow it. */
+static bool
+hello_sent(const sup_child *c)
 {
-    struct child_req *due = NULL;
-
-    if (!c->welcomed) {
-        struct child_req *h = sup__child_req_find(c, c->hello_seq);
-
-        if (h == NULL && !wants_channel(c))
-            return TALLY_ENOTFOUND;
-        if (h == NULL) {
-            h = sup__child_req_new(c, PROTO_LEASE_HELLO, -1, now.mono_ms);
-            if (h == NULL)
-                return TALLY_ENOTFOUND;
-            snprintf(h->msg.hello.tenant, sizeof(h->msg.hello.tenant), "%s", c->tenant);
-            c->hello_seq = h->seq;
-        }
-        if (h->next_mono > now.mono_ms)
-            return TALLY_ENOTFOUND;
-        req_send(c, h, now, out);
-        return TALLY_OK;
+    for (uint32_t i = 0; c->hello_seq != 0 && i < c->req_cap; i++) {
+        if (c->req[i].seq == c->hello_seq)
+            return c->req[i].first_mono >= 0;
     }
-    /* Due first sends and retransmissions, oldest first. */
-    for (uint32_t i = 0; i < c->req_cap; i++) {
-        struct child_req *r = &c->req[i];
+    return false;
+}
 
-        if (r->seq != 0 && r->next_mono <= now.mono_ms && (due == NULL || r->seq < due->seq))
-            due = r;
-    }
-    if (due != NULL) {
-        req_send(c, due, now, out);
-        return TALLY_OK;
-    }
-    /* Then the links with work, dropping those that have none left. */
+/* The next message a link has: a RETURN or an ACQUIRE, built now (a first send). */
+static int
+link_message(sup_child *c, struct sup_time now, struct proto_lease_msg *out)
+{
     for (uint32_t pos = 0; pos < c->msgq.len;) {
         uint32_t i = c->msgq.item[pos];
         struct child_link *k = c->links[i];
@@ -259,6 +243,48 @@ sup_child_next_message(sup_child *c, struct sup_time now, struct proto_lease_msg
             return TALLY_OK;
         break; /* work, but no request entry free: nothing else can go out either */
     }
+    return TALLY_ENOTFOUND;
+}
+
+int
+sup_child_next_message(sup_child *c, struct sup_time now, struct proto_lease_msg *out)
+{
+    struct child_req *due = NULL;
+
+    if (!c->welcomed) {
+        struct child_req *h = sup__child_req_find(c, c->hello_seq);
+
+        if (h == NULL && !wants_channel(c))
+            return TALLY_ENOTFOUND;
+        if (h == NULL) {
+            h = sup__child_req_new(c, PROTO_LEASE_HELLO, -1, now.mono_ms);
+            if (h == NULL)
+                return TALLY_ENOTFOUND;
+            snprintf(h->msg.hello.tenant, sizeof(h->msg.hello.tenant), "%s", c->tenant);
+            c->hello_seq = h->seq;
+        }
+        if (h->next_mono <= now.mono_ms) {
+            req_send(c, h, now, out);
+            return TALLY_OK;
+        }
+        /* Behind a HELLO that went out, first sends only: retransmissions, and the
+         * heartbeat, wait for WELCOME. */
+        return h->first_mono >= 0 ? link_message(c, now, out) : TALLY_ENOTFOUND;
+    }
+    /* Due first sends and retransmissions, oldest first. */
+    for (uint32_t i = 0; i < c->req_cap; i++) {
+        struct child_req *r = &c->req[i];
+
+        if (r->seq != 0 && r->next_mono <= now.mono_ms && (due == NULL || r->seq < due->seq))
+            due = r;
+    }
+    if (due != NULL) {
+        req_send(c, due, now, out);
+        return TALLY_OK;
+    }
+    /* Then the links with work, dropping those that have none left. */
+    if (link_message(c, now, out) == TALLY_OK)
+        return TALLY_OK;
     if (c->hb_seq == 0 && now.mono_ms >= c->hb_next_mono && hb_wanted(c) &&
         build_heartbeat(c, now, out))
         return TALLY_OK;
@@ -434,18 +460,22 @@ sup_child_on_message(sup_child *c, struct sup_time now, const struct proto_lease
     if (k != NULL)
         snprintf(ev->link, sizeof(ev->link), "%s", k->id);
     switch (m->type) {
-    case PROTO_LEASE_WELCOME:
+    case PROTO_LEASE_WELCOME: {
+        int64_t hello_first = r->first_mono;
+
         c->welcomed = true;
         c->children = m->welcome.children;
         c->lease_ttl_ms = m->welcome.lease_ttl_ms;
         req_complete(c, r, now.mono_ms);
-        /* Whatever waited for the registration goes out now. */
+        /* Whatever waited for the registration goes out now; what followed the HELLO on the
+         * wire was taken after it, and keeps its retransmission timer. */
         for (uint32_t i = 0; i < c->req_cap; i++) {
-            if (c->req[i].seq != 0)
+            if (c->req[i].seq != 0 && c->req[i].first_mono < hello_first)
                 c->req[i].next_mono = now.mono_ms;
         }
         c->hb_next_mono = now.mono_ms;
         break;
+    }
     case PROTO_LEASE_ERROR:
         on_error(c, r, &m->error, now, ev);
         break;
@@ -497,7 +527,7 @@ static bool
 work_due(const sup_child *c)
 {
     /* Messages only when one can go out (a full window would make this a busy loop). */
-    bool send = c->welcomed && sup__child_req_room(c);
+    bool send = (c->welcomed || hello_sent(c)) && sup__child_req_room(c);
 
     for (uint32_t pos = 0; send && pos < c->msgq.len; pos++) {
         const struct child_link *k = c->links[c->msgq.item[pos]];

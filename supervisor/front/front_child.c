@@ -423,6 +423,8 @@ front_child_pump(struct front_child *fc)
          * report on its way) whether or not the send worked, and may free work for
          * the next round: it counts as progress either way. */
         bool took = false;
+        proto_conn *cork = sup_manager_cork(f->mgr, fc->tenant);
+
         while (sup_child_next_message(fc->child, now, &m) == TALLY_OK) {
             size_t len = 0;
             int src;
@@ -440,6 +442,7 @@ front_child_pump(struct front_child *fc)
             f->stats.lease_messages++;
             front_obs_lease_sent(f, fc, m.origin.seq);
         }
+        sup_manager_uncork(cork);
         more = front_store_flush(fc) || took;
     }
     if (!fc->timer_live)

@@ -466,6 +466,27 @@ sup_manager_send(sup_manager *m, const char *tenant, const void *frame, size_t l
     return rc == TALLY_OK ? TALLY_OK : TALLY_EUNAVAIL;
 }
 
+proto_conn *
+sup_manager_cork(sup_manager *m, const char *tenant)
+{
+    struct sup_proc *p = tenant_name_valid(tenant) ? sup__proc_find(m, tenant) : NULL;
+
+    if (p == NULL || p->conn == NULL || proto_conn_is_closing(p->conn))
+        return NULL;
+    proto_conn_ref(p->conn);
+    proto_conn_cork(p->conn);
+    return p->conn;
+}
+
+void
+sup_manager_uncork(proto_conn *c)
+{
+    if (c == NULL)
+        return;
+    proto_conn_uncork(c);
+    proto_conn_unref(c);
+}
+
 void
 sup_manager_prestart(sup_manager *m, const char *tenant)
 {

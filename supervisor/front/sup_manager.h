@@ -19,6 +19,7 @@
 #include <uv.h>
 
 #include "proto_frame.h"
+#include "proto_stream.h"
 #include "sup_front_service.h" /* struct sup_manager_stats */
 
 typedef struct sup_manager sup_manager;
@@ -59,6 +60,11 @@ TALLY_MUST_CHECK int sup_manager_open(uv_loop_t *loop, const struct sup_manager_
  *  bounded, for an exit to make room), TALLY_EUNAVAIL while the tenant is in
  *  restart backoff or the spawn failed, TALLY_ENAME for an invalid tenant. */
 int sup_manager_send(sup_manager *m, const char *tenant, const void *frame, size_t len);
+/* Holds what is sent to tenant's running supervisor until sup_manager_uncork(), so the frames
+ * leave in one write (a HELLO and the ACQUIRE behind it are taken in one turn). NULL when no
+ * channel is open; sup_manager_uncork(NULL) does nothing. */
+proto_conn *sup_manager_cork(sup_manager *m, const char *tenant);
+void sup_manager_uncork(proto_conn *c);
 /** Starts `tenant`'s supervisor ahead of its first frame when there is room and it is
  *  neither running nor in restart backoff; otherwise does nothing (the first frame
  *  starts or waits for it as usual). A new child's file is created meanwhile. */
