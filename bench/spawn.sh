@@ -58,6 +58,11 @@ ready() { # FROM TO: start to first answer of supervisors t$FROM..t$TO, from tal
 }
 ready 1 "$SEQ" | pct "sequential supervisor start to first answer"
 ready_ts 1 "$SEQ" | pct "sequential supervisor start to ready (log times, 1 ms steps)"
+# CPU time of each live supervisor so far (/proc/PID/schedstat, ns): its start, its first turn.
+for p in $(pgrep -P "$TPID"); do
+    grep -qa -- "--supervise" /proc/"$p"/cmdline 2>/dev/null || continue
+    cut -d' ' -f1 /proc/"$p"/schedstat
+done | awk '{s += $1; n++} END {if (n) printf "CPU per supervisor (start and first answer): mean %.0f us (n=%d)\n", s / n / 1000, n}'
 
 echo "== first decision of $CONC fresh tenants at once"
 t0=$(date +%s%N)
@@ -88,16 +93,16 @@ done
 grep -c supervisor_start "$W/log" | sed 's/^/supervisor starts logged: /'
 
 echo "== wake-ups of the idle supervisors over 5 s (context switches: each a wake-up)"
-sw() { # the supervisors' context switches so far, and how many supervisors
-    local p s=0 n=0
+sw() { # each live supervisor's pid and context switches so far
+    local p
     for p in $(pgrep -P "$TPID"); do
         grep -qa -- "--supervise" /proc/"$p"/cmdline 2>/dev/null || continue
-        s=$((s + $(awk '/ctxt_switches/ {n += $2} END {print n + 0}' /proc/"$p"/status)))
-        n=$((n + 1))
+        echo "$p $(awk '/ctxt_switches/ {n += $2} END {print n + 0}' /proc/"$p"/status)"
     done
-    echo "$s $n"
 }
-read -r a _ < <(sw)
+sw >"$W/sw0"
 sleep 5
-read -r b n < <(sw)
-echo "wake-ups of $n idle supervisors in 5 s: $((b - a))"
+sw >"$W/sw1"
+# Only the supervisors live at both looks (one that exited meanwhile took its count along).
+awk 'NR == FNR {a[$1] = $2; next} ($1 in a) {d += $2 - a[$1]; n++}
+     END {printf "wake-ups of %d idle supervisors in 5 s: %d\n", n, d}' "$W/sw0" "$W/sw1"
