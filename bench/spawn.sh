@@ -88,7 +88,9 @@ done | sort -n | awk '{v[NR]=$1; s+=$1} END {
 printf 'tallyd: %s kB\n' "$(awk '/^Pss:/ {print $2}' /proc/$TPID/smaps_rollup)"
 for p in $(pgrep -P "$TPID"); do
     grep -qa -- "--supervise" /proc/"$p"/cmdline 2>/dev/null && continue
-    printf 'fork server: %s kB\n' "$(awk '/^Pss:/ {print $2}' /proc/"$p"/smaps_rollup)"
+    what="fork server"
+    grep -qa -- "--spare-supervisor" /proc/"$p"/cmdline 2>/dev/null && what="spare (forked ahead of a tenant)"
+    printf '%s: %s kB\n' "$what" "$(awk '/^Pss:/ {print $2}' /proc/"$p"/smaps_rollup)"
 done
 grep -c supervisor_start "$W/log" | sed 's/^/supervisor starts logged: /'
 

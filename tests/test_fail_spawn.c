@@ -6,7 +6,8 @@
  * in its command line and the tenant's lock; and killing the fork server with
  * SIGKILL is survived: tallyd keeps answering, new tenants' supervisors start
  * (through uv_spawn, then through a new fork server) and running ones are
- * still reaped and restarted by tallyd.
+ * still reaped and restarted by tallyd; the fork server's spares serve new
+ * tenants, and a spare killed before it had one is reaped.
  */
 /* clang-format off */
 #include <stdarg.h>
@@ -122,18 +123,18 @@ most_starting(const struct env *e)
     return most;
 }
 
-/* tallyd's child running the fork server, 0 when none. */
-static pid_t
-fork_server_pid(const struct env *e)
+/* Up to max of tallyd's children whose command line holds `what`; how many. */
+static int
+children_with(const struct env *e, const char *what, pid_t *out, int max)
 {
     char path[64], line[4096];
-    pid_t found = 0;
+    int found = 0;
     DIR *d = opendir("/proc");
     struct dirent *ent;
 
     /* readdir() is thread-safe on distinct DIR streams (glibc); one per call here. */
     /* cppcheck-suppress readdirCalled */
-    while (d != NULL && found == 0 && (ent = readdir(d)) != NULL) {
+    while (d != NULL && found < max && (ent = readdir(d)) != NULL) {
         pid_t pid = (pid_t)atoi(ent->d_name);
         FILE *f;
         size_t n;
@@ -148,12 +149,91 @@ fork_server_pid(const struct env *e)
         for (size_t i = 0; i < n; i++)
             line[i] = line[i] == '\0' ? ' ' : line[i];
         line[n] = '\0';
-        if (strstr(line, "--fork-server ") != NULL)
-            found = pid;
+        if (strstr(line, what) != NULL)
+            out[found++] = pid;
     }
     if (d != NULL)
         closedir(d);
     return found;
+}
+
+/* tallyd's child running the fork server, 0 when none. */
+static pid_t
+fork_server_pid(const struct env *e)
+{
+    pid_t pid = 0;
+
+    return children_with(e, "--fork-server ", &pid, 1) == 1 ? pid : 0;
+}
+
+/* The state letter of pid (Z: exited, not reaped), 0 once it is gone. */
+static char
+proc_state(pid_t pid)
+{
+    char path[64], buf[512], *p;
+    FILE *f;
+    size_t n;
+
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' ? p[2] : 0;
+}
+
+/* Waits (up to 10 s) until tallyd has `want` spares; their pids in out. */
+static void
+wait_spares(const struct env *e, int want, pid_t *out)
+{
+    int64_t t0 = serve_now_ms();
+
+    int n;
+
+    while ((n = children_with(e, "--spare-supervisor", out, 4)) != want) {
+        if (serve_now_ms() - t0 > 10000)
+            fail_msg("%d spares, not %d, after 10 s", n, want);
+        serve_sleep_ms(20);
+    }
+}
+
+/* The fork server keeps two spares, forked ahead of any tenant: a new tenant's supervisor is
+ * one of them. A spare killed before it had a tenant is reaped by tallyd (no zombie, a
+ * spare_exit in the metrics), the next new tenant is served all the same, and the spares are
+ * forked again once no start is asked for. */
+static void
+test_spawn_spares(void **state)
+{
+    struct env *e = *state;
+    pid_t spares[4], sup[4], again[4];
+    int64_t t0;
+
+    serve_start(&e->s, NULL, NULL);
+    wait_spares(e, 2, spares);
+    assert_int_equal(k9_ppid(spares[0]), e->s.d.pid);
+    assert_int_equal(k9_ppid(spares[1]), e->s.d.pid);
+    admitted(e, 0);
+    assert_int_equal(test_supervisor_pids(e->s.data, "t0", sup, 4), 1);
+    assert_true(sup[0] == spares[0] || sup[0] == spares[1]);
+    /* The other spare, killed before it has a tenant. */
+    assert_int_equal(kill(sup[0] == spares[0] ? spares[1] : spares[0], SIGKILL), 0);
+    for (t0 = serve_now_ms();
+         serve_metric_now(&e->s, "tally_supervisor_events_total{event=\"spare_exit\"}") < 1;) {
+        if (serve_now_ms() - t0 > 10000)
+            fail_msg("the killed spare was not reaped within 10 s");
+        serve_sleep_ms(20);
+    }
+    assert_int_equal(proc_state(sup[0] == spares[0] ? spares[1] : spares[0]), 0);
+    admitted(e, 1);
+    wait_spares(e, 2, again);
+    for (int i = 0; i < 2; i++)
+        assert_int_not_equal(proc_state(again[i]), 'Z');
+    admitted(e, 2);
+    assert_int_equal(serve_metric_now(&e->s, "tally_supervisor_events_total{event=\"crash\"}"), 0);
+    serve_stop(&e->s);
 }
 
 static void
@@ -239,6 +319,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_spawn_concurrent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_spawn_fork_server_killed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_spawn_spares, setup, teardown),
     };
 
     return cmocka_run_group_tests_name("fail_spawn", tests, NULL, NULL);

@@ -126,10 +126,40 @@ forked_by_pid(const sup_manager *m, pid_t pid)
     return NULL;
 }
 
+/* The slot of a spare's pid in f->spares, -1 when it is none of them. */
+static int
+spare_slot(const struct sup_forker *f, int pid)
+{
+    for (int i = 0; pid > 0 && i < SUP_FORK_SPARES_KNOWN; i++) {
+        if (f->spares[i] == pid)
+            return i;
+    }
+    return -1;
+}
+
+/* Reaps a spare that exited before it had a tenant: true iff it had. */
+static bool
+spare_reap(sup_manager *m, int slot)
+{
+    struct sup_forker *f = &m->forker;
+    int st;
+    pid_t r;
+
+    do {
+        r = waitpid((pid_t)f->spares[slot], &st, WNOHANG);
+    } while (r < 0 && errno == EINTR);
+    if (r == 0)
+        return false;
+    f->spares[slot] = 0;
+    m->stats.spare_exits++;
+    return true;
+}
+
 /* Reaps the forked supervisors that exited. waitid(WNOWAIT) names an exited child without
- * reaping it: ours are reaped one by one (a waitpid per exit, not one per live supervisor);
- * at the first that is libuv's, every live forked one is polled instead and libuv's own
- * handler reaps its child. */
+ * reaping it: ours are reaped one by one (a waitpid per exit, not one per live supervisor),
+ * and so are the fork server's spares that died before they had a tenant. At the first that
+ * is libuv's, every live forked one is polled instead and libuv's own handler reaps its
+ * child. */
 static void
 on_sigchld(uv_signal_t *s, int signum)
 {
@@ -144,6 +174,12 @@ on_sigchld(uv_signal_t *s, int signum)
         if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0)
             break;
         p = forked_by_pid(m, si.si_pid);
+        if (p == NULL) {
+            int slot = spare_slot(&m->forker, si.si_pid);
+
+            if (slot >= 0 && spare_reap(m, slot))
+                continue;
+        }
         if (p == NULL) {
             for (uint32_t i = 0; i < m->n_procs; i++) {
                 p = m->procs[i];
@@ -178,12 +214,27 @@ on_readable(uv_poll_t *h, int status, int events)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
+        pid = (int32_t)((uint32_t)b[1] | (uint32_t)b[2] << 8 | (uint32_t)b[3] << 16 |
+                        (uint32_t)b[4] << 24);
+        if (n == 5 && b[0] == SUP_FORK_SPARE && pid > 0) {
+            int slot = -1;
+
+            for (int i = 0; i < SUP_FORK_SPARES_KNOWN && slot < 0; i++)
+                slot = f->spares[i] == 0 ? i : -1;
+            if (slot < 0) { /* all taken (spares lost track of): the oldest entry goes */
+                memmove(f->spares, f->spares + 1, sizeof(f->spares) - sizeof(f->spares[0]));
+                slot = SUP_FORK_SPARES_KNOWN - 1;
+            }
+            f->spares[slot] = pid;
+            (void)spare_reap(f->m, slot); /* it may have died before its pid came */
+            continue;
+        }
         if (n != 5 || b[0] != SUP_FORK_VERSION || f->n_queue == 0) {
             forker_down(f); /* EOF, an error or nonsense: the exit callback follows */
             return;
         }
-        pid = (int32_t)((uint32_t)b[1] | (uint32_t)b[2] << 8 | (uint32_t)b[3] << 16 |
-                        (uint32_t)b[4] << 24);
+        if (pid > 0 && spare_slot(f, pid) >= 0)
+            f->spares[spare_slot(f, pid)] = 0; /* a spare given a tenant: a supervisor now */
         p = f->queue[f->head];
         f->head = (f->head + 1) % SUP_FORK_QUEUE;
         f->n_queue--;

@@ -174,9 +174,11 @@ leases(struct proto_http_response *resp, const struct sup_front_stats *fs)
         "tally_supervisor_events_total{event=\"start\"} %llu\n"
         "tally_supervisor_events_total{event=\"restart\"} %llu\n"
         "tally_supervisor_events_total{event=\"idle_exit\"} %llu\n"
-        "tally_supervisor_events_total{event=\"crash\"} %llu\n",
+        "tally_supervisor_events_total{event=\"crash\"} %llu\n"
+        "tally_supervisor_events_total{event=\"spare_exit\"} %llu\n",
         (unsigned long long)fs->sup.starts, (unsigned long long)fs->sup.restarts,
-        (unsigned long long)fs->sup.exits, (unsigned long long)fs->sup.crashes);
+        (unsigned long long)fs->sup.exits, (unsigned long long)fs->sup.crashes,
+        (unsigned long long)fs->sup.spare_exits);
     gauge(resp, "tally_supervisors_live", "Supervisor processes running.", fs->sup.live);
     gauge(resp, "tally_child_counters", "Child counters (tenant, endpoint) loaded.", fs->children);
     gauge(resp, "tally_child_counters_open",

@@ -43,6 +43,7 @@ struct sup_manager_stats {
     uint64_t start_failed_ms; /* loop time of the last failed start (0: none yet) */
     uint32_t starting;        /* started, no answer yet */
     uint32_t starting_max;    /* the most starting at once so far */
+    uint64_t spare_exits;     /* spares (forked ahead of a tenant) that ended before one */
 };
 struct front_child;
 struct front_caller_req;

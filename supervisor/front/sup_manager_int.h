@@ -67,6 +67,8 @@ struct sup_proc {
 };
 
 /* The fork server as tallyd sees it (manager_fork.c). */
+#define SUP_FORK_SPARES_KNOWN 8
+
 struct sup_forker {
     sup_manager *m;
     uv_process_t server;
@@ -80,6 +82,9 @@ struct sup_forker {
     uint64_t not_before_ms;                 /* no new fork server before this loop time */
     struct sup_proc *queue[SUP_FORK_QUEUE]; /* waiting for their pid, in request order */
     uint32_t head, n_queue;
+    /* The fork server's spares (forked ahead of a tenant), by pid: reaped here if they die
+     * before they have one; a pid leaves when an answer names it (it became a supervisor). */
+    int spares[SUP_FORK_SPARES_KNOWN];
 };
 
 struct sup_manager {

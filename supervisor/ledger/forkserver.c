@@ -17,11 +17,24 @@
  * Each child writes `--supervise TENANT` over the spare argument the fork server
  * was started with, so ps and /proc/PID/cmdline name the tenant a supervisor
  * serves, as they do for a supervisor tallyd executes directly.
+ *
+ * Spares: the fork server keeps SPARES children forked ahead of need (also with
+ * CLONE_PARENT), each set up as far as a supervisor can be without its tenant
+ * (sup_process_warm: the copy-on-write faults of a new process, the connection to
+ * tally.db) and waiting on a socket of its own. A request goes to a spare when
+ * one is waiting: the same message (name and channel fd) is passed on, and the
+ * answer is the spare's pid. A spare that died first fails the hand-over (its
+ * socket is closed) and the next one, or a fork, takes the request. Each spare's
+ * pid is sent to tallyd when it is forked (SUP_FORK_SPARE): tallyd reaps one that
+ * dies before it has a tenant. Spares are forked again once no request came for
+ * SPARE_REFILL_IDLE_MS.
+ * A spare exits when its socket ends (the fork server went away).
  */
 #define _GNU_SOURCE /* syscall(), CLONE_PARENT */
 #include "sup_ledger.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -91,10 +104,171 @@ recv_request(int ctl, char *name, size_t name_size, int *fd)
     return 1;
 }
 
+#define SPARES 2
+
+static void send_message(int ctl, uint8_t type, int32_t pid);
+
+struct spare {
+    pid_t pid;
+    int sock; /* the fork server's end of the spare's socket */
+};
+
+static struct spare spares[SPARES];
+static int n_spares;
+
+/* Passes a request on to a waiting spare: 1 when one took it (*pid its pid), else 0. Spares
+ * that cannot take it (dead) are dropped. */
+static int
+spare_take(const char *name, int fd, pid_t *pid)
+{
+    while (n_spares > 0) {
+        struct spare sp = spares[--n_spares];
+        uint8_t buf[1 + TENANT_NAME_MAX];
+        size_t len = strlen(name);
+        union {
+            struct cmsghdr h;
+            char space[CMSG_SPACE(sizeof(int))];
+        } ctrl;
+        struct iovec iov = {buf, 1 + len};
+        struct msghdr msg;
+        struct cmsghdr *c;
+        ssize_t n;
+
+        buf[0] = SUP_FORK_VERSION;
+        memcpy(buf + 1, name, len);
+        memset(&msg, 0, sizeof(msg));
+        memset(&ctrl, 0, sizeof(ctrl));
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = ctrl.space;
+        msg.msg_controllen = sizeof(ctrl.space);
+        c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+        do {
+            n = sendmsg(sp.sock, &msg, MSG_NOSIGNAL);
+        } while (n < 0 && errno == EINTR);
+        close(sp.sock);
+        if (n == (ssize_t)(1 + len)) {
+            *pid = sp.pid;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int child_run(const struct sup_process_opts *tmpl, int ctl, int fd, const char *tenant,
+                     char *title, size_t title_len);
+
+/* In a spare: set up, then wait for a tenant (or the end of its socket). */
+static int
+spare_run(const struct sup_process_opts *tmpl, int sock, char *title, size_t title_len)
+{
+    char name[TENANT_NAME_MAX + 1];
+    int fd, got;
+
+    static const char spare_title[] = "--spare-supervisor";
+
+    if (title != NULL && sizeof(spare_title) <= title_len) {
+        memset(title, 0, title_len);
+        memcpy(title, spare_title, sizeof(spare_title));
+    }
+    /* fd 3 is the channel's once a tenant comes: held by this socket meanwhile, so that the
+     * files the set-up opens take other numbers. */
+    if (sock != 3) {
+        if (dup2(sock, 3) < 0)
+            return 74;
+        close(sock);
+        sock = 3;
+    }
+    sup_process_warm(tmpl);
+    do {
+        got = recv_request(sock, name, sizeof(name), &fd);
+    } while (got < 0);
+    close(sock);
+    return got == 0 ? 0 : child_run(tmpl, -1, fd, name, title, title_len);
+}
+
+/* Drops the spares that ended (killed: their end of the socket hung up). */
+static void
+spares_prune(void)
+{
+    struct pollfd p[SPARES];
+    int n = 0;
+
+    for (int i = 0; i < n_spares; i++)
+        p[i] = (struct pollfd){spares[i].sock, 0, 0};
+    if (n_spares == 0 || poll(p, (nfds_t)n_spares, 0) <= 0)
+        return;
+    for (int i = 0; i < n_spares; i++) {
+        if (p[i].revents & (POLLHUP | POLLERR | POLLNVAL))
+            close(spares[i].sock);
+        else
+            spares[n++] = spares[i];
+    }
+    n_spares = n;
+}
+
+/* Forks spares until SPARES wait. */
+static void
+spares_fill(const struct sup_process_opts *tmpl, int ctl, char *title, size_t title_len)
+{
+    while (n_spares < SPARES) {
+        int sv[2];
+        pid_t pid;
+
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+            return;
+        pid = fork_sibling();
+        if (pid == 0) {
+            close(ctl);
+            close(sv[0]);
+            for (int i = 0; i < n_spares; i++)
+                close(spares[i].sock);
+            n_spares = 0; /* the fork server's, not this process's */
+            exit(spare_run(tmpl, sv[1], title, title_len));
+        }
+        close(sv[1]);
+        if (pid < 0) {
+            close(sv[0]);
+            return;
+        }
+        spares[n_spares].pid = pid;
+        spares[n_spares].sock = sv[0];
+        n_spares++;
+        send_message(ctl, SUP_FORK_SPARE, (int32_t)pid); /* tallyd reaps it if it dies unused */
+    }
+}
+
+/* Spares are forked again only after this long without a request: a spare's set-up takes
+ * a few ms of CPU, which the supervisors just started (and tallyd) need more. */
+#define SPARE_REFILL_IDLE_MS 20
+
+/* True iff a request came on ctl (or it ended) within ms. */
+static bool
+request_within(int ctl, int ms)
+{
+    struct pollfd p = {ctl, POLLIN, 0};
+    int n;
+
+    do {
+        n = poll(&p, 1, ms);
+    } while (n < 0 && errno == EINTR);
+    return n != 0;
+}
+
 static void
 send_answer(int ctl, int32_t pid)
 {
-    uint8_t b[5] = {SUP_FORK_VERSION, (uint8_t)pid, (uint8_t)(pid >> 8), (uint8_t)(pid >> 16),
+    send_message(ctl, SUP_FORK_VERSION, pid);
+}
+
+static void
+send_message(int ctl, uint8_t type, int32_t pid)
+{
+    uint8_t b[5] = {type, (uint8_t)pid, (uint8_t)(pid >> 8), (uint8_t)(pid >> 16),
                     (uint8_t)((uint32_t)pid >> 24)};
     ssize_t n;
 
@@ -112,7 +286,11 @@ child_run(const struct sup_process_opts *tmpl, int ctl, int fd, const char *tena
     static const char flag[] = "--supervise";
     size_t name_len = strlen(tenant);
 
-    close(ctl);
+    if (ctl >= 0)
+        close(ctl);
+    for (int i = 0; i < n_spares; i++)
+        close(spares[i].sock);
+    n_spares = 0;
     if (fd != 3) {
         if (dup2(fd, 3) < 0)
             return 74;
@@ -139,19 +317,30 @@ sup_forkserver_run(const struct sup_process_opts *tmpl, int ctl, char *title, si
     /* SQLite set up once here, not in every child: its built-in functions and
      * extensions registered, its allocator and mutexes made (no thread, no file). */
     sup_process_prepare();
-    while ((got = recv_request(ctl, name, sizeof(name), &fd)) != 0) {
-        pid_t pid;
+    for (;;) {
+        pid_t pid = 0;
 
+        spares_prune();
+        if (n_spares < SPARES && !request_within(ctl, SPARE_REFILL_IDLE_MS))
+            spares_fill(tmpl, ctl, title, title_len);
+        got = recv_request(ctl, name, sizeof(name), &fd);
+        if (got == 0)
+            break;
         if (got < 0) {
             send_answer(ctl, -EINVAL);
             continue;
         }
-        pid = fork_sibling();
-        if (pid == 0)
-            exit(child_run(tmpl, ctl, fd, name, title, title_len));
-        err = errno;
+        err = 0;
+        if (!spare_take(name, fd, &pid)) {
+            pid = fork_sibling();
+            if (pid == 0)
+                exit(child_run(tmpl, ctl, fd, name, title, title_len));
+            err = errno;
+        }
         close(fd);
         send_answer(ctl, pid > 0 ? (int32_t)pid : -err);
     }
+    for (int i = 0; i < n_spares; i++)
+        close(spares[i].sock); /* they exit */
     return 0;
 }

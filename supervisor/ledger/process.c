@@ -265,15 +265,39 @@ resolve_endpoints(struct sp *s, const struct store_snap_tenant *t)
     return TALLY_OK;
 }
 
+/* A spare's connection to tally.db, opened before its tenant was known (sup_process_warm),
+ * and the file it was opened on. */
+static store_db *warm_config;
+static struct stat warm_st;
+
+/* Takes the spare's connection if it is still on the file tally.db names now. */
+static store_db *
+warm_take(const char *data)
+{
+    char path[STORE_PATH_MAX];
+    struct stat st;
+    store_db *db = warm_config;
+
+    warm_config = NULL;
+    if (db != NULL &&
+        ((size_t)snprintf(path, sizeof(path), "%s/" STORE_CONFIG_FILE, data) >= sizeof(path) ||
+         stat(path, &st) != 0 || st.st_dev != warm_st.st_dev || st.st_ino != warm_st.st_ino)) {
+        store_db_close(db);
+        db = NULL;
+    }
+    return db;
+}
+
 /* Reads the tenant's configuration with a connection of its own, closed at once: a
  * connection held open would cost every reader of the shared file (the kernel keeps one
- * list of locks on it). */
+ * list of locks on it). A spare's first read uses the connection it opened while it
+ * waited. */
 static int
 load_config(struct sp *s, const struct store_snap_tenant **t)
 {
     store_snapshot *snap = NULL;
-    store_db *config = NULL;
-    int rc = store_config_open(s->o->data, false, &config);
+    store_db *config = warm_take(s->o->data);
+    int rc = config != NULL ? TALLY_OK : store_config_open(s->o->data, false, &config);
 
     if (rc == TALLY_OK)
         rc = store_snapshot_load(config, s->o->tenant, &snap);
@@ -439,10 +463,52 @@ sup_process_prepare(void)
     (void)store_journal_warm(); /* failed, each new ledger makes it again */
 }
 
+/* One supervisor per process. */
+static struct sp sp_one;
+
+/* Zeroes everything but the records, which are written before they are read (batch.n counts
+ * them): their 120 KB stay untouched, so not resident, until turns fill them. */
+static void
+sp_clear(struct sp *s)
+{
+    memset(s, 0, offsetof(struct sp, recs));
+    memset((char *)s + offsetof(struct sp, recs) + sizeof(s->recs), 0,
+           sizeof(*s) - offsetof(struct sp, recs) - sizeof(s->recs));
+}
+
+/* The stack a supervisor's start reaches, written once (each new page is a fault). */
+static void __attribute__((noinline)) touch_stack(void)
+{
+    volatile char b[64 * 1024];
+
+    memset((char *)b, 0, sizeof(b));
+}
+
+void
+sup_process_warm(const struct sup_process_opts *o)
+{
+    char path[STORE_PATH_MAX];
+    store_snapshot *snap = NULL;
+
+    sup_process_prepare();
+    sp_clear(&sp_one);
+    touch_stack();
+    if (store_config_open(o->data, false, &warm_config) != TALLY_OK)
+        return;
+    /* Its schema read and its statements made: what every tenant's first read needs. */
+    if (store_snapshot_load(warm_config, "", &snap) == TALLY_OK)
+        store_snapshot_free(snap);
+    if ((size_t)snprintf(path, sizeof(path), "%s/" STORE_CONFIG_FILE, o->data) >= sizeof(path) ||
+        stat(path, &warm_st) != 0) {
+        store_db_close(warm_config);
+        warm_config = NULL;
+    }
+}
+
 int
 sup_process_run(const struct sup_process_opts *o)
 {
-    static struct sp s; /* one supervisor per process */
+    struct sp *s = &sp_one;
     static const struct proto_conn_cbs cbs = {on_frame, on_close};
     char path[STORE_PATH_MAX];
     struct tally_log l;
@@ -451,19 +517,15 @@ sup_process_run(const struct sup_process_opts *o)
     bool loop_live = false;
     int rc;
 
-    /* Everything but the records, which are written before they are read (batch.n counts
-     * them): their 120 KB stay untouched, so not resident, until turns fill them. */
-    memset(&s, 0, offsetof(struct sp, recs));
-    memset((char *)&s + offsetof(struct sp, recs) + sizeof(s.recs), 0,
-           sizeof(s) - offsetof(struct sp, recs) - sizeof(s.recs));
-    s.o = o;
+    sp_clear(s);
+    s->o = o;
     sup_process_prepare();
-    s.batch.v = s.recs;
-    s.batch.cap = BATCH_RECORDS;
-    s.compact_rows = o->journal_compact_rows > 0 ? o->journal_compact_rows : COMPACT_ROWS_DEFAULT;
-    if (s.compact_rows < 16)
-        s.compact_rows = 16;
-    s.sync_ms = o->batch_sync_ms > 0 ? (uint64_t)o->batch_sync_ms : BATCH_SYNC_MS_DEFAULT;
+    s->batch.v = s->recs;
+    s->batch.cap = BATCH_RECORDS;
+    s->compact_rows = o->journal_compact_rows > 0 ? o->journal_compact_rows : COMPACT_ROWS_DEFAULT;
+    if (s->compact_rows < 16)
+        s->compact_rows = 16;
+    s->sync_ms = o->batch_sync_ms > 0 ? (uint64_t)o->batch_sync_ms : BATCH_SYNC_MS_DEFAULT;
     signal(SIGPIPE, SIG_IGN);
     rc = store_tenant_dirs(o->data, o->tenant);
     if (rc == TALLY_OK)
@@ -471,87 +533,87 @@ sup_process_run(const struct sup_process_opts *o)
     if (rc == TALLY_OK)
         rc = store_lock_take(path, &lock_fd);
     if (rc != TALLY_OK) {
-        sp_log_error(&s, rc == TALLY_ELOCKED ? TALLY_LOG_WARN : TALLY_LOG_ERROR,
+        sp_log_error(s, rc == TALLY_ELOCKED ? TALLY_LOG_WARN : TALLY_LOG_ERROR,
                      "supervisor_refused", rc, NULL);
         return exit_code_for(rc);
     }
-    rc = uv_loop_init(&s.loop);
+    rc = uv_loop_init(&s->loop);
     if (rc != 0) {
-        log_uv_error(&s, "supervisor_loop_failed", "uv_loop_init", rc);
-        s.exit_code = 74;
+        log_uv_error(s, "supervisor_loop_failed", "uv_loop_init", rc);
+        s->exit_code = 74;
         goto out;
     }
     loop_live = true;
-    uv_timer_init(&s.loop, &s.sync_timer);
-    s.sync_timer.data = &s;
-    rc = open_all(&s);
+    uv_timer_init(&s->loop, &s->sync_timer);
+    s->sync_timer.data = s;
+    rc = open_all(s);
     if (rc != TALLY_OK) {
-        sp_log_error(&s, TALLY_LOG_ERROR, "supervisor_open_failed", rc,
-                     s.journal != NULL ? store_db_errmsg(s.journal) : store_open_errmsg());
-        s.exit_code = exit_code_for(rc);
+        sp_log_error(s, TALLY_LOG_ERROR, "supervisor_open_failed", rc,
+                     s->journal != NULL ? store_db_errmsg(s->journal) : store_open_errmsg());
+        s->exit_code = exit_code_for(rc);
         goto out;
     }
-    if (proto_conn_open_fd(&s.loop, o->channel_fd, &cbs, &s, &s.conn) != TALLY_OK) {
-        s.exit_code = 74;
+    if (proto_conn_open_fd(&s->loop, o->channel_fd, &cbs, s, &s->conn) != TALLY_OK) {
+        s->exit_code = 74;
         goto out;
     }
-    uv_check_init(&s.loop, &s.check);
-    s.check.data = &s;
-    uv_check_start(&s.check, on_check);
-    uv_timer_init(&s.loop, &s.expire_timer);
-    s.expire_timer.data = &s;
-    uv_timer_init(&s.loop, &s.idle_timer);
-    s.idle_timer.data = &s;
+    uv_check_init(&s->loop, &s->check);
+    s->check.data = s;
+    uv_check_start(&s->check, on_check);
+    uv_timer_init(&s->loop, &s->expire_timer);
+    s->expire_timer.data = s;
+    uv_timer_init(&s->loop, &s->idle_timer);
+    s->idle_timer.data = s;
     {
         /* Up to half as long again, by pid: supervisors started in one burst (a deployment's
          * first minute) do not all checkpoint and exit in the same second. */
         uint64_t idle = (uint64_t)(o->idle_exit_ms > 0 ? o->idle_exit_ms : 10000);
         uint64_t spread = idle / 2 > 0 ? (uint64_t)getpid() * 2654435761u % (idle / 2 + 1) : 0;
 
-        uv_timer_start(&s.idle_timer, on_idle, idle + spread, idle + spread);
+        uv_timer_start(&s->idle_timer, on_idle, idle + spread, idle + spread);
     }
-    uv_timer_init(&s.loop, &s.reload_timer);
-    s.reload_timer.data = &s;
-    uv_timer_start(&s.reload_timer, on_reload_tick, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
-    uv_signal_init(&s.loop, &s.sigterm);
-    s.sigterm.data = &s;
-    uv_signal_start(&s.sigterm, on_signal, SIGTERM);
-    uv_signal_init(&s.loop, &s.sigint);
-    s.sigint.data = &s;
-    uv_signal_start(&s.sigint, on_signal, SIGINT);
-    arm_expiry(&s);
-    if (sp_log_begin(&s, &l, TALLY_LOG_INFO, "supervisor_ready")) {
-        tally_log_int(&l, "records", (int64_t)s.records_total);
-        tally_log_int(&l, "journal_rows", (int64_t)s.journal_rows);
+    uv_timer_init(&s->loop, &s->reload_timer);
+    s->reload_timer.data = s;
+    uv_timer_start(&s->reload_timer, on_reload_tick, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
+    uv_signal_init(&s->loop, &s->sigterm);
+    s->sigterm.data = s;
+    uv_signal_start(&s->sigterm, on_signal, SIGTERM);
+    uv_signal_init(&s->loop, &s->sigint);
+    s->sigint.data = s;
+    uv_signal_start(&s->sigint, on_signal, SIGINT);
+    arm_expiry(s);
+    if (sp_log_begin(s, &l, TALLY_LOG_INFO, "supervisor_ready")) {
+        tally_log_int(&l, "records", (int64_t)s->records_total);
+        tally_log_int(&l, "journal_rows", (int64_t)s->journal_rows);
         tally_log_int(&l, "replay_ms", sp_wall_ms() - started);
         tally_log_end(&l);
     }
-    uv_run(&s.loop, UV_RUN_DEFAULT);
-    sp_flush(&s);
+    uv_run(&s->loop, UV_RUN_DEFAULT);
+    sp_flush(s);
 out:
-    if (s.conn != NULL) {
-        proto_conn_close(s.conn);
-        s.conn = NULL; /* on_close drops the reference */
+    if (s->conn != NULL) {
+        proto_conn_close(s->conn);
+        s->conn = NULL; /* on_close drops the reference */
     }
-    s.stopping = true;
+    s->stopping = true;
     if (loop_live) {
-        uv_walk(&s.loop, close_walk, NULL);
-        uv_run(&s.loop, UV_RUN_DEFAULT);
+        uv_walk(&s->loop, close_walk, NULL);
+        uv_run(&s->loop, UV_RUN_DEFAULT);
         /* Every handle was closed and the loop ran dry: UV_EBUSY means one was
          * left behind, a bug worth a line and a non-zero status. */
-        rc = uv_loop_close(&s.loop);
+        rc = uv_loop_close(&s->loop);
         if (rc != 0) {
-            log_uv_error(&s, "supervisor_loop_close_failed", "uv_loop_close", rc);
-            if (s.exit_code == 0)
-                s.exit_code = 74;
+            log_uv_error(s, "supervisor_loop_close_failed", "uv_loop_close", rc);
+            if (s->exit_code == 0)
+                s->exit_code = 74;
         }
     }
-    sup_ledger_close(s.ledger);
-    store_db_close(s.journal);
-    store_snapshot_free(s.snap);
-    tally_free(s.eps);
-    tally_free(s.out);
+    sup_ledger_close(s->ledger);
+    store_db_close(s->journal);
+    store_snapshot_free(s->snap);
+    tally_free(s->eps);
+    tally_free(s->out);
     if (lock_fd >= 0)
         close(lock_fd);
-    return s.exit_code;
+    return s->exit_code;
 }

@@ -42,9 +42,17 @@ int sup_process_run(const struct sup_process_opts *o);
  *  server calls it before forking so its children start with it done;
  *  sup_process_run calls it otherwise. */
 void sup_process_prepare(void);
+/** In a spare (a process forked ahead of its tenant): does what sup_process_run would do
+ *  first for any tenant of o->data (the process's first writes to its memory, its
+ *  connection to tally.db, kept for the first read of the configuration). Failures are
+ *  left for sup_process_run to meet and report. */
+void sup_process_warm(const struct sup_process_opts *o);
 
 /* The fork server's message version (forkserver.c describes the messages). */
 #define SUP_FORK_VERSION 1
+/* An unsolicited message of the fork server: this byte, then a spare's pid (4 bytes, little
+ * endian). tallyd, its parent, reaps it if it dies before it has a tenant. */
+#define SUP_FORK_SPARE 2
 
 /** Runs the fork server on control socket `ctl` (SOCK_SEQPACKET): forks one
  *  supervisor per request, `tmpl` giving every option but the tenant and fd;
