@@ -412,6 +412,35 @@ uncork(proto_conn *c)
     (void)write_flight(c);
 }
 
+long
+proto_send_with_fd(int sock, const void *buf, size_t len, int fd, int flags)
+{
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(sizeof(int))];
+    } ctrl;
+    struct iovec iov = {(void *)buf, len};
+    struct msghdr msg;
+    struct cmsghdr *c;
+    ssize_t n;
+
+    memset(&msg, 0, sizeof(msg));
+    memset(&ctrl, 0, sizeof(ctrl));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctrl.space;
+    msg.msg_controllen = sizeof(ctrl.space);
+    c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    do {
+        n = sendmsg(sock, &msg, flags);
+    } while (n < 0 && errno == EINTR);
+    return (long)n;
+}
+
 void
 proto_conn_cork(proto_conn *c)
 {

@@ -50,6 +50,9 @@ TALLY_MUST_CHECK int proto_conn_start(proto_conn *c);
 /** Queues one whole frame (copied). TALLY_OK, TALLY_EIO when closed, TALLY_ETOOBIG
  *  when the peer is not reading (the connection is then closed). */
 int proto_conn_send(proto_conn *c, const void *frame, size_t len);
+/** One message on a SOCK_SEQPACKET or stream socket carrying `fd` (SCM_RIGHTS): sendmsg's
+ *  result (EINTR retried). */
+long proto_send_with_fd(int sock, const void *buf, size_t len, int fd, int flags);
 /** Holds sent frames until the matching proto_conn_uncork(), which writes them at once: a
  *  peer that reads them in one read takes them in one turn. Calls nest (a read's own
  *  batching is one level). */

@@ -364,14 +364,7 @@ sup__fork_start(sup_manager *m, struct sup_proc *p, int fd)
     struct sup_forker *f = &m->forker;
     uint8_t b[1 + TENANT_NAME_MAX];
     size_t len = strlen(p->tenant);
-    union {
-        struct cmsghdr h;
-        char space[CMSG_SPACE(sizeof(int))];
-    } ctrl;
-    struct iovec iov;
-    struct msghdr msg;
-    struct cmsghdr *c;
-    ssize_t n;
+    long n;
 
     if (!f->server_live && uv_now(m->loop) >= f->not_before_ms && !f->closed)
         (void)sup__fork_open(m);
@@ -379,23 +372,8 @@ sup__fork_start(sup_manager *m, struct sup_proc *p, int fd)
         return TALLY_EUNAVAIL;
     b[0] = SUP_FORK_VERSION;
     memcpy(b + 1, p->tenant, len);
-    iov.iov_base = b;
-    iov.iov_len = 1 + len;
-    memset(&msg, 0, sizeof(msg));
-    memset(&ctrl, 0, sizeof(ctrl));
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctrl.space;
-    msg.msg_controllen = sizeof(ctrl.space);
-    c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    do {
-        n = sendmsg(f->ctl, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
-    if (n != (ssize_t)iov.iov_len)
+    n = proto_send_with_fd(f->ctl, b, 1 + len, fd, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != (long)(1 + len))
         return TALLY_EUNAVAIL; /* full or gone: this start goes through uv_spawn */
     f->queue[(f->head + f->n_queue) % SUP_FORK_QUEUE] = p;
     f->n_queue++;

@@ -44,6 +44,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "proto_stream.h"
 #include "tally_log.h"
 #include "tenant.h"
 
@@ -125,31 +126,11 @@ spare_take(const char *name, int fd, pid_t *pid)
         struct spare sp = spares[--n_spares];
         uint8_t buf[1 + TENANT_NAME_MAX];
         size_t len = strlen(name);
-        union {
-            struct cmsghdr h;
-            char space[CMSG_SPACE(sizeof(int))];
-        } ctrl;
-        struct iovec iov = {buf, 1 + len};
-        struct msghdr msg;
-        struct cmsghdr *c;
-        ssize_t n;
+        long n;
 
         buf[0] = SUP_FORK_VERSION;
         memcpy(buf + 1, name, len);
-        memset(&msg, 0, sizeof(msg));
-        memset(&ctrl, 0, sizeof(ctrl));
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = ctrl.space;
-        msg.msg_controllen = sizeof(ctrl.space);
-        c = CMSG_FIRSTHDR(&msg);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof(int));
-        do {
-            n = sendmsg(sp.sock, &msg, MSG_NOSIGNAL);
-        } while (n < 0 && errno == EINTR);
+        n = proto_send_with_fd(sp.sock, buf, 1 + len, fd, MSG_NOSIGNAL);
         close(sp.sock);
         if (n == (ssize_t)(1 + len)) {
             *pid = sp.pid;
