@@ -18,6 +18,9 @@ target_link_libraries(test_sup_journal PRIVATE tally_ledger_internal tally_child
 tally_add_test(test_sup_child test_sup_child.c sup_sim_cx.c LABELS unit)
 target_link_libraries(test_sup_child PRIVATE tally_child_internal)
 
+tally_add_test(test_sup_child_hello test_sup_child_hello.c sup_sim_cx.c LABELS unit)
+target_link_libraries(test_sup_child_hello PRIVATE tally_child_internal)
+
 tally_add_test(test_sup_child_keep test_sup_child_keep.c sup_sim_cx.c LABELS unit)
 target_link_libraries(test_sup_child_keep PRIVATE tally_child_internal)
 

@@ -126,11 +126,11 @@ forked_by_pid(const sup_manager *m, pid_t pid)
     return NULL;
 }
 
-/* The slot of a spare's pid in f->spares, -1 when it is none of them. */
+/* The slot of a spare's pid in f->spares (of a free one for 0), -1 when there is none. */
 static int
 spare_slot(const struct sup_forker *f, int pid)
 {
-    for (int i = 0; pid > 0 && i < SUP_FORK_SPARES_KNOWN; i++) {
+    for (int i = 0; pid >= 0 && i < SUP_FORK_SPARES_KNOWN; i++) {
         if (f->spares[i] == pid)
             return i;
     }
@@ -153,6 +153,20 @@ spare_reap(sup_manager *m, int slot)
     f->spares[slot] = 0;
     m->stats.spare_exits++;
     return true;
+}
+
+/* Notes a spare the fork server forked, and reaps it at once if it died before its pid came. */
+static void
+spare_remember(struct sup_forker *f, int pid)
+{
+    int slot = spare_slot(f, 0);
+
+    if (slot < 0) { /* all taken (spares lost track of): the oldest entry goes */
+        memmove(f->spares, f->spares + 1, sizeof(f->spares) - sizeof(f->spares[0]));
+        slot = SUP_FORK_SPARES_KNOWN - 1;
+    }
+    f->spares[slot] = pid;
+    (void)spare_reap(f->m, slot);
 }
 
 /* Reaps the forked supervisors that exited. waitid(WNOWAIT) names an exited child without
@@ -179,8 +193,6 @@ on_sigchld(uv_signal_t *s, int signum)
 
             if (slot >= 0 && spare_reap(m, slot))
                 continue;
-        }
-        if (p == NULL) {
             for (uint32_t i = 0; i < m->n_procs; i++) {
                 p = m->procs[i];
                 if (p->forked && p->process_live && p->pid > 0)
@@ -208,6 +220,7 @@ on_readable(uv_poll_t *h, int status, int events)
     for (;;) {
         struct sup_proc *p;
         int32_t pid;
+        int slot;
 
         n = recv(f->ctl, b, sizeof(b), MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
@@ -217,24 +230,15 @@ on_readable(uv_poll_t *h, int status, int events)
         pid = (int32_t)((uint32_t)b[1] | (uint32_t)b[2] << 8 | (uint32_t)b[3] << 16 |
                         (uint32_t)b[4] << 24);
         if (n == 5 && b[0] == SUP_FORK_SPARE && pid > 0) {
-            int slot = -1;
-
-            for (int i = 0; i < SUP_FORK_SPARES_KNOWN && slot < 0; i++)
-                slot = f->spares[i] == 0 ? i : -1;
-            if (slot < 0) { /* all taken (spares lost track of): the oldest entry goes */
-                memmove(f->spares, f->spares + 1, sizeof(f->spares) - sizeof(f->spares[0]));
-                slot = SUP_FORK_SPARES_KNOWN - 1;
-            }
-            f->spares[slot] = pid;
-            (void)spare_reap(f->m, slot); /* it may have died before its pid came */
+            spare_remember(f, pid);
             continue;
         }
         if (n != 5 || b[0] != SUP_FORK_VERSION || f->n_queue == 0) {
             forker_down(f); /* EOF, an error or nonsense: the exit callback follows */
             return;
         }
-        if (pid > 0 && spare_slot(f, pid) >= 0)
-            f->spares[spare_slot(f, pid)] = 0; /* a spare given a tenant: a supervisor now */
+        if (pid > 0 && (slot = spare_slot(f, pid)) >= 0)
+            f->spares[slot] = 0; /* a spare given a tenant: a supervisor now */
         p = f->queue[f->head];
         f->head = (f->head + 1) % SUP_FORK_QUEUE;
         f->n_queue--;

@@ -117,6 +117,15 @@ struct spare {
 static struct spare spares[SPARES];
 static int n_spares;
 
+/* Closes the sockets of the spares (they exit), or, in a child, its copies of them. */
+static void
+spares_close(void)
+{
+    for (int i = 0; i < n_spares; i++)
+        close(spares[i].sock);
+    n_spares = 0;
+}
+
 /* Passes a request on to a waiting spare: 1 when one took it (*pid its pid), else 0. Spares
  * that cannot take it (dead) are dropped. */
 static int
@@ -206,9 +215,7 @@ spares_fill(const struct sup_process_opts *tmpl, int ctl, char *title, size_t ti
         if (pid == 0) {
             close(ctl);
             close(sv[0]);
-            for (int i = 0; i < n_spares; i++)
-                close(spares[i].sock);
-            n_spares = 0; /* the fork server's, not this process's */
+            spares_close(); /* the fork server's, not this process's */
             exit(spare_run(tmpl, sv[1], title, title_len));
         }
         close(sv[1]);
@@ -269,9 +276,7 @@ child_run(const struct sup_process_opts *tmpl, int ctl, int fd, const char *tena
 
     if (ctl >= 0)
         close(ctl);
-    for (int i = 0; i < n_spares; i++)
-        close(spares[i].sock);
-    n_spares = 0;
+    spares_close();
     if (fd != 3) {
         if (dup2(fd, 3) < 0)
             return 74;
@@ -321,7 +326,6 @@ sup_forkserver_run(const struct sup_process_opts *tmpl, int ctl, char *title, si
         close(fd);
         send_answer(ctl, pid > 0 ? (int32_t)pid : -err);
     }
-    for (int i = 0; i < n_spares; i++)
-        close(spares[i].sock); /* they exit */
+    spares_close();
     return 0;
 }

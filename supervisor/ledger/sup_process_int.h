@@ -76,6 +76,15 @@ void sp_log_error(const struct sp *s, enum tally_log_level level, const char *ev
                   const char *detail);
 void sp_stop(struct sp *s, int code);
 
+/* process_config.c */
+/** Reads the tenant's configuration into s->snap and resolves its endpoints (s->eps);
+ *  TALLY_ENOTFOUND when the tenant is gone. */
+int sp_load_config(struct sp *s, const struct store_snap_tenant **t);
+/** The ledger's link check: the link belongs to this tenant and may use the endpoint now. */
+bool sp_link_allows(void *ctx, const char *link_id, const char *endpoint, int64_t now_ms);
+/** In a spare: opens tally.db and reads its schema, for the first sp_load_config. */
+void sp_config_warm(const char *data);
+
 /* process_journal.c */
 /** Commits the turn's records, then writes its replies; a failed commit stops the process (74)
  *  without a reply. */

@@ -1,0 +1,124 @@
+/*
+ * A supervisor's view of the configuration (sup_process_int.h): the tenant's snapshot read
+ * from tally.db, its endpoints resolved against its plan, the link check the ledger asks,
+ * and a spare's connection to tally.db, opened before its tenant was known.
+ */
+#include "sup_ledger.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "store_config.h"
+#include "store_paths.h"
+#include "store_snapshot.h"
+#include "sup_lease.h"
+#include "tally_common.h"
+
+#include "sup_process_int.h"
+
+bool
+sp_link_allows(void *ctx, const char *link_id, const char *endpoint, int64_t now_ms)
+{
+    struct sp *s = ctx;
+    const struct store_snap_link *l = store_snapshot_link_by_id(s->snap, link_id);
+
+    return l != NULL && strcmp(l->tenant->id, s->o->tenant) == 0 &&
+           store_snap_link_allows(l, endpoint, now_ms);
+}
+
+/* The tenant's policies: per endpoint name, the plan's own or else the default, with its months
+ * on the tenant's billing day. */
+static int
+resolve_endpoints(struct sp *s, const struct store_snap_tenant *t)
+{
+    const struct tenant_plan *plan = t->plan;
+    size_t n = 0;
+    size_t i;
+    const struct tenant_endpoint *all = store_snapshot_endpoints(s->snap, &n);
+
+    tally_free(s->eps);
+    s->eps = tally_calloc(n + 1, sizeof(*s->eps));
+    s->n_eps = 0;
+    if (s->eps == NULL)
+        return TALLY_ENOMEM;
+    for (i = 0; i < n; i++) {
+        const struct tenant_endpoint *e = store_snapshot_endpoint(s->snap, plan->name, all[i].name);
+        if (e == &all[i]) {
+            s->eps[s->n_eps] = *e;
+            store_endpoint_bind_month(&s->eps[s->n_eps++], t->billing_day);
+        }
+    }
+    return TALLY_OK;
+}
+
+/* A spare's connection to tally.db, opened before its tenant was known (sup_process_warm),
+ * and the file it was opened on. */
+static store_db *warm_config;
+static struct stat warm_st;
+
+/* The file tally.db names now. */
+static bool
+config_stat(const char *data, struct stat *st)
+{
+    char path[STORE_PATH_MAX];
+
+    return (size_t)snprintf(path, sizeof(path), "%s/" STORE_CONFIG_FILE, data) < sizeof(path) &&
+           stat(path, st) == 0;
+}
+
+/* Takes the spare's connection if it is still on the file tally.db names now. */
+static store_db *
+warm_take(const char *data)
+{
+    struct stat st;
+    store_db *db = warm_config;
+
+    warm_config = NULL;
+    if (db != NULL && (!config_stat(data, &st) || st.st_dev != warm_st.st_dev ||
+                       st.st_ino != warm_st.st_ino)) {
+        store_db_close(db);
+        db = NULL;
+    }
+    return db;
+}
+
+/* Reads the tenant's configuration with a connection of its own, closed at once: a
+ * connection held open would cost every reader of the shared file (the kernel keeps one
+ * list of locks on it). A spare's first read uses the connection it opened while it
+ * waited. */
+int
+sp_load_config(struct sp *s, const struct store_snap_tenant **t)
+{
+    store_snapshot *snap = NULL;
+    store_db *config = warm_take(s->o->data);
+    int rc = config != NULL ? TALLY_OK : store_config_open(s->o->data, false, &config);
+
+    if (rc == TALLY_OK)
+        rc = store_snapshot_load(config, s->o->tenant, &snap);
+    store_db_close(config);
+    if (rc != TALLY_OK)
+        return rc;
+    store_snapshot_free(s->snap);
+    s->snap = snap;
+    *t = store_snapshot_tenant(s->snap, s->o->tenant);
+    if (*t == NULL)
+        return TALLY_ENOTFOUND;
+    return resolve_endpoints(s, *t);
+}
+
+void
+sp_config_warm(const char *data)
+{
+    store_snapshot *snap = NULL;
+
+    if (store_config_open(data, false, &warm_config) != TALLY_OK)
+        return;
+    /* Its schema read and its statements made: what every tenant's first read needs. */
+    if (store_snapshot_load(warm_config, "", &snap) == TALLY_OK)
+        store_snapshot_free(snap);
+    if (!config_stat(data, &warm_st)) {
+        store_db_close(warm_config);
+        warm_config = NULL;
+    }
+}
