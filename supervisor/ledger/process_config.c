@@ -75,8 +75,8 @@ warm_take(const char *data)
     store_db *db = warm_config;
 
     warm_config = NULL;
-    if (db != NULL && (!config_stat(data, &st) || st.st_dev != warm_st.st_dev ||
-                       st.st_ino != warm_st.st_ino)) {
+    if (db != NULL &&
+        (!config_stat(data, &st) || st.st_dev != warm_st.st_dev || st.st_ino != warm_st.st_ino)) {
         store_db_close(db);
         db = NULL;
     }
