@@ -292,8 +292,10 @@ load_links(store_db *db, store_snapshot *s, const char *tenant)
 
     for (i = 0; i < s->n_tenants && rc == TALLY_OK; i++) {
         ld.tenant = i;
+        s->tenants[i].links_at = s->n_links;
         if (tenant == NULL || strcmp(s->tenants[i].id, tenant) == 0)
             rc = store_link_each(db, s->tenants[i].id, add_link, &ld);
+        s->tenants[i].n_links = s->n_links - s->tenants[i].links_at;
     }
     for (i = 0; rc == TALLY_OK && i < s->n_links; i++) {
         s->links[i].tenant = &s->tenants[ld.tenant_idx[i]];
@@ -434,6 +436,13 @@ store_snapshot_endpoints(const store_snapshot *s, size_t *n)
 {
     *n = s->n_endpoints;
     return s->endpoints;
+}
+
+const struct store_snap_link *
+store_snapshot_tenant_links(const store_snapshot *s, const struct store_snap_tenant *t, size_t *n)
+{
+    *n = t->n_links;
+    return t->n_links > 0 ? &s->links[t->links_at] : NULL;
 }
 
 size_t

@@ -488,6 +488,7 @@ sim_run(const struct sim_params *p, struct sim_result *r)
         if (w->ch[i].c != NULL) {
             sup_child_stats(w->ch[i].c, sim_child_time(w, i), &st);
             r->lease_recalls += st.lease_recalls;
+            r->warms += st.warms;
         }
     }
     sim_check_end(w);

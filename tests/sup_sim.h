@@ -60,6 +60,7 @@ struct sim_result {
     uint64_t recalls;       /* RECALLs the supervisor pushed */
     uint64_t limit_changes; /* schedules whose plan limit was lowered during the run */
     uint64_t lease_recalls; /* leases the children retired on a RECALL */
+    uint64_t warms;         /* leases asked ahead for another link (sup_child_warm) */
     /* A child crash (tallyd killed): tokens of its live leases that no row resumes, lost to the
      * rest of their window (never over-admitted), the most at one crash and in all, and the
      * longest a lost lease had left to live. */

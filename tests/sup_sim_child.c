@@ -114,8 +114,16 @@ request(struct sim_world *w, int i, int link, int64_t cost, int64_t give_up, boo
     case SUP_ADMIT_WAIT:
         if (flags & SUP_ADMIT_GIVE_UP)
             fail_msg("WAIT after give-up");
-        if (!parked)
+        if (!parked) {
             park(w, i, link, cost, a.give_up_ms);
+            /* As tallyd does while a supervisor starts: another link asks ahead. */
+            if (a.wait == SUP_WAIT_GRANT && w->p.links > 1 && sim_range(w, 0, 3) == 0) {
+                bool asked;
+                int other = (link + 1 + (int)sim_range(w, 0, w->p.links - 2)) % w->p.links;
+
+                assert_int_equal(sup_child_warm(ch->c, w->links[other], now, &asked), TALLY_OK);
+            }
+        }
         w->r->waited += !parked;
         return false;
     case SUP_ADMIT_REFUSED:

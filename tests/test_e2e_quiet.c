@@ -9,6 +9,12 @@
  *    expiry or renewal wakes the supervisor meanwhile.
  *    3 of 10 admitted, the limit lowered to 5, then exactly 2 more of 10 admitted
  *    through the same supervisor (it read the change before its next grant).
+ *  - A tenant's other links ride on its supervisor's start: a first request on
+ *    one link starts the supervisor, which grants the tenant's other link that
+ *    may call the endpoint a kept lease too (not the link restricted to another
+ *    endpoint, not the revoked one). Once that supervisor has exited idle, the
+ *    second link's first request is decided locally: still one start. Without
+ *    the warm-up it starts the supervisor a second time.
  */
 /* clang-format off */
 #include <stdarg.h>
@@ -107,12 +113,59 @@ test_quiet_supervisor_sleeps_and_misses_nothing(void **state)
     serve_stop(&e->s);
 }
 
+/* Polls until acme has no supervisor process (up to 5 s). */
+static void
+wait_no_supervisor(const struct env *e)
+{
+    pid_t pid[2];
+
+    for (int i = 0; i < 500 && test_supervisor_pids(e->s.data, "acme", pid, 2) > 0; i++)
+        serve_sleep_ms(10);
+    assert_int_equal(test_supervisor_pids(e->s.data, "acme", pid, 2), 0);
+}
+
+static void
+test_other_links_ride_one_start(void **state)
+{
+    struct env *e = *state;
+    char second[64], other[64], revoked[64];
+    struct serve_http h;
+
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "admin", "--limit", "1000/365d", NULL);
+    serve_tally_ok(&e->s, second, sizeof(second), "link", "create", "acme", NULL);
+    serve_tally_ok(&e->s, other, sizeof(other), "link", "create", "acme", "--endpoint", "admin",
+                   NULL);
+    serve_tally_ok(&e->s, revoked, sizeof(revoked), "link", "create", "acme", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "link", "revoke", revoked, NULL);
+    serve_start(&e->s, "--idle-exit-ms=300", NULL);
+
+    serve_check(&e->s, e->token, "api", &h);
+    assert_int_equal(h.status, 200);
+    wait_no_supervisor(e);
+    assert_int_equal((int)serve_metric_now(&e->s, "tally_leases_warmed_total"), 1);
+    assert_int_equal((int)serve_metric_now(&e->s, "tally_supervisor_events_total{event=\"start\"}"),
+                     1);
+
+    /* The second link's first request: its lease is already here. */
+    serve_check(&e->s, second, "api", &h);
+    assert_int_equal(h.status, 200);
+    serve_check(&e->s, second, "api", &h);
+    assert_int_equal(h.status, 200);
+    assert_int_equal((int)serve_metric_now(&e->s, "tally_supervisor_events_total{event=\"start\"}"),
+                     1);
+    /* The revoked link is refused by auth, before any lease. */
+    serve_check(&e->s, revoked, "api", &h);
+    assert_int_equal(h.status, 401);
+    serve_stop(&e->s);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_quiet_supervisor_sleeps_and_misses_nothing, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_other_links_ride_one_start, setup, teardown),
     };
 
     return cmocka_run_group_tests_name("e2e_quiet", tests, NULL, NULL);

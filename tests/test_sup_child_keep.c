@@ -2,7 +2,8 @@
  * How a child counter's leases go back (sup_child.h, sup_child_host.h): an idle lease after 1 s,
  * a kept one at its deadline (not at all when every window of its path ends then), one recalled by
  * the supervisor (RECALL) at once, every one on a configuration change (sup_child_recall), and a
- * long kept lease renewed in the background once it is old.
+ * long kept lease renewed in the background once it is old. And how a link asks ahead for its
+ * first lease (sup_child_warm) while its tenant's supervisor starts for another link.
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
@@ -295,6 +296,55 @@ test_child_config_recall_drops_leases_and_late_grants(void **state)
     cx_close(&x);
 }
 
+/* sup_child_warm asks once, with need 0, for a link that holds nothing and asks for nothing;
+ * the kept lease it gets decides the link's first request with no message. Nothing is asked
+ * while that ACQUIRE is in flight, while the lease lives, or for a link refused. */
+static void
+test_child_warm_asks_ahead_once(void **state)
+{
+    struct proto_lease_msg acq, deny;
+    struct sup_child_stats st;
+    uint64_t id;
+    bool asked;
+    struct cx x;
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(&x);
+    assert_int_equal(sup_child_warm(x.c, LINK_B, x.now, &asked), TALLY_OK);
+    assert_true(asked);
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    assert_string_equal(acq.acquire.link, LINK_B);
+    assert_int_equal(acq.acquire.need, 0);
+    assert_int_equal(sup_child_warm(x.c, LINK_B, x.now, &asked), TALLY_OK);
+    assert_false(asked);
+    cx_expect_nothing(&x);
+    (void)cx_grant(&x, &acq, 40, 5000, PROTO_LEASE_GRANT_KEEP, &id);
+    cx_at(&x, 3000);
+    sup_child_tick(x.c, x.now);
+    expect_no_return(&x);
+    assert_int_equal(cx_admit(&x, LINK_B, 1, 0).verdict, SUP_ADMIT_OK);
+    assert_int_equal(sup_child_warm(x.c, LINK_B, x.now, &asked), TALLY_OK);
+    assert_false(asked);
+    expect_no_return(&x);
+
+    /* A refused link is not asked for again until its refusal ends. */
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    cx_reply_to(&acq, &deny, PROTO_LEASE_DENY);
+    snprintf(deny.deny.endpoint, sizeof(deny.deny.endpoint), "%s", acq.acquire.endpoint);
+    snprintf(deny.deny.link, sizeof(deny.deny.link), "%s", LINK_A);
+    deny.deny.scope = TENANT_SCOPE_ENDPOINT_TENANT;
+    deny.deny.retry_after_ms = 60000;
+    (void)cx_deliver(&x, &deny);
+    assert_int_equal(sup_child_warm(x.c, LINK_A, x.now, &asked), TALLY_OK);
+    assert_false(asked);
+    assert_int_equal(sup_child_warm(x.c, "not-a-link", x.now, &asked), TALLY_EINVAL);
+    sup_child_stats(x.c, x.now, &st);
+    assert_int_equal(st.warms, 1);
+    cx_close(&x);
+}
+
 int
 main(void)
 {
@@ -305,6 +355,7 @@ main(void)
         cmocka_unit_test(test_child_recall_retires_kept_lease),
         cmocka_unit_test(test_child_long_lease_renewed_on_use_when_old),
         cmocka_unit_test(test_child_config_recall_drops_leases_and_late_grants),
+        cmocka_unit_test(test_child_warm_asks_ahead_once),
     };
 
     return cmocka_run_group_tests_name("sup_child_keep", tests, group_setup, NULL);

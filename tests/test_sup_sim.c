@@ -118,6 +118,7 @@ test_sim_random_schedules(void **state)
         total.recalls += r.recalls;
         total.limit_changes += r.limit_changes;
         total.lease_recalls += r.lease_recalls;
+        total.warms += r.warms;
         total.crash_lost_total += r.crash_lost_total;
         if (r.kept_ttl_max > total.kept_ttl_max)
             total.kept_ttl_max = r.kept_ttl_max;
@@ -183,6 +184,8 @@ test_sim_random_schedules(void **state)
            "to live\n",
            (long long)total.crash_lost_total, (long long)total.crash_lost_max,
            (long long)total.crash_lost_life_max);
+    printf("sim: %llu leases asked ahead for a link while another waited for its grant\n",
+           (unsigned long long)total.warms);
     printf("sim: %llu idle closes parked %llu kept leases, resumed at the next open\n",
            (unsigned long long)total.idle_closes, (unsigned long long)total.leases_parked);
     printf("sim: I5: degraded %llu admitted, %llu charged as debt; worst window over N by %lld\n",

@@ -21,6 +21,7 @@ struct store_snap_tenant {
                                        billing day (store_tenant_effective) */
     int64_t billing_day;            /* 1..28 */
     uint32_t overrides;             /* STORE_OVR_* */
+    size_t links_at, n_links;       /* its links: a range of the snapshot's, in creation order */
 };
 
 struct store_snap_link {
@@ -42,6 +43,10 @@ void store_snapshot_free(store_snapshot *s);
 /** The link whose token hash is `hash` (live or not), or NULL. */
 const struct store_snap_link *store_snapshot_link(const store_snapshot *s,
                                                   const unsigned char hash[TENANT_HASH_BYTES]);
+/** The links of tenant `t` (revoked and expired ones too), *n of them, in creation order. */
+const struct store_snap_link *store_snapshot_tenant_links(const store_snapshot *s,
+                                                          const struct store_snap_tenant *t,
+                                                          size_t *n /* OUT */);
 /** The link with id `id`, or NULL. */
 const struct store_snap_link *store_snapshot_link_by_id(const store_snapshot *s, const char *id);
 /** True iff the link is live at now_ms and may call `endpoint`. */

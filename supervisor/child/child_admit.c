@@ -408,6 +408,29 @@ sup_child_admit(sup_child *c, const char *link, int64_t cost, struct sup_time no
 }
 
 int
+sup_child_warm(sup_child *c, const char *link, struct sup_time now, bool *asked)
+{
+    struct child_link *k;
+    int32_t index;
+    int rc;
+
+    *asked = false;
+    k = sup__child_link_get(c, link, now.mono_ms, &rc, &index);
+    if (k == NULL)
+        return rc;
+    sup__child_link_roll(c, k, now.mono_ms);
+    if (live_count(k, now.mono_ms, NULL) == 0 && !k->acq_due && k->acq_seq == 0 && !k->pass &&
+        k->deny_until <= now.mono_ms && k->unauth_until <= now.mono_ms &&
+        k->unavail_until <= now.mono_ms) {
+        sup__child_want_acquire(k, 0);
+        c->stats.warms++;
+        *asked = true;
+    }
+    sup__child_touch(c, index, now.mono_ms);
+    return TALLY_OK;
+}
+
+int
 sup_child_refund(sup_child *c, const char *link, uint64_t lease_id, int64_t cost)
 {
     struct child_link *k = sup__child_link_find(c, link, NULL);

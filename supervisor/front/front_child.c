@@ -205,6 +205,34 @@ cold(struct front_child *fc)
     return !sup_manager_is_up(m, fc->tenant) && sup_manager_backoff_left_ms(m, fc->tenant) == 0;
 }
 
+/* The supervisor of fc's tenant is being started for `link`: the tenant's other links that may
+ * call this endpoint (its first FRONT_WARM_MAX such links, by creation) ask for their leases
+ * now, riding on the same start. Without it, a quiet tenant's second link would start the
+ * supervisor again once the first start has gone idle. A warmed lease strands what any grant
+ * strands: a kept one is a small share of plenty, recalled when the budget runs short; a short
+ * one goes back after a second unused. */
+static void
+warm_siblings(struct front_child *fc, const char *link, struct sup_time now)
+{
+    const store_snapshot *snap = fc->f->snap;
+    const struct store_snap_tenant *t = store_snapshot_tenant(snap, fc->tenant);
+    const struct store_snap_link *ls;
+    size_t i, n, live = 0;
+    bool asked;
+
+    if (t == NULL)
+        return;
+    ls = store_snapshot_tenant_links(snap, t, &n);
+    for (i = 0; i < n && i < 4 * FRONT_WARM_MAX && live < FRONT_WARM_MAX; i++) {
+        if (!store_snap_link_allows(&ls[i], fc->endpoint, now.wall_ms))
+            continue;
+        live++;
+        if (strcmp(ls[i].id, link) != 0 &&
+            sup_child_warm(fc->child, ls[i].id, now, &asked) == TALLY_OK && asked)
+            fc->f->stats.leases_warmed++;
+    }
+}
+
 void
 front_child_submit(struct front_child *fc, struct sup_front_req *r)
 {
@@ -263,9 +291,12 @@ front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags)
     case SUP_ADMIT_WAIT:
         /* A supervisor that is starting (spawned, replaying its journal) is not
          * unreachable: give a cold start its own, longer deadline. */
-        if (!(flags & SUP_ADMIT_GIVE_UP) && cold(fc) &&
-            a.give_up_ms < now.mono_ms + fc->f->cfg.cold_start_ms)
-            a.give_up_ms = now.mono_ms + fc->f->cfg.cold_start_ms;
+        if (!(flags & SUP_ADMIT_GIVE_UP) && cold(fc)) {
+            if (a.give_up_ms < now.mono_ms + fc->f->cfg.cold_start_ms)
+                a.give_up_ms = now.mono_ms + fc->f->cfg.cold_start_ms;
+            if (a.wait == SUP_WAIT_GRANT)
+                warm_siblings(fc, r->link, now);
+        }
         r->wait_for = a.wait == SUP_WAIT_MARK ? SUP_FRONT_WAIT_MARK : SUP_FRONT_WAIT_GRANT;
         park(fc, r, SUP_FRONT_LEASE, a.give_up_ms);
         return;

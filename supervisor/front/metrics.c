@@ -200,6 +200,9 @@ leases(struct proto_http_response *resp, const struct sup_front_stats *fs)
     counter(resp, "tally_leases_parked_total",
             "Kept leases an idle child counter left in its file for its next open.",
             fs->leases_parked);
+    counter(resp, "tally_leases_warmed_total",
+            "Leases asked ahead for a tenant's other links while its supervisor started for one.",
+            fs->leases_warmed);
 }
 
 static void

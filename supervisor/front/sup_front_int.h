@@ -34,6 +34,8 @@
 /* Supervisor starts asked for by the thread pool per loop turn; more are left to the
  * first frame. */
 #define FRONT_PRESTART_MAX 32
+/* A supervisor's start warms at most this many of its tenant's links (front_child.c). */
+#define FRONT_WARM_MAX 16
 
 /* The rows read with the file, resumed into the new state machine on the loop. */
 struct front_resume {

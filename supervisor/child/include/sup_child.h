@@ -137,6 +137,13 @@ void sup_child_close(sup_child *c);
 TALLY_MUST_CHECK int sup_child_admit(sup_child *c, const char *link, int64_t cost,
                                      struct sup_time now, unsigned flags,
                                      struct sup_admit *out /* OUT */);
+/** Asks ahead for a lease on `link` (an ACQUIRE with need 0, off any request's path) when the
+ *  link holds no live lease and asks for none: its tenant's supervisor is being started for
+ *  another link, and this link's first request would otherwise start it again. Nothing is asked
+ *  for a link refused, unauthorized, unavailable or in pass-through. *asked says whether an
+ *  ACQUIRE was queued. TALLY_OK, TALLY_EINVAL (bad link id), TALLY_EFULL, TALLY_ENOMEM. */
+TALLY_MUST_CHECK int sup_child_warm(sup_child *c, const char *link, struct sup_time now,
+                                    bool *asked /* OUT */);
 /** Gives back `cost` admitted on lease `lease_id` of `link` (an expensive operation that got no
  *  slot). TALLY_OK; TALLY_ENOTFOUND when that lease is no longer in use (nothing to do). */
 TALLY_MUST_CHECK int sup_child_refund(sup_child *c, const char *link, uint64_t lease_id,

@@ -75,6 +75,7 @@ struct sup_child_persist {
 struct sup_child_stats {
     uint64_t admits, degraded, refused, unavailable, waits, acquires, grants, denies, returns;
     uint64_t retransmits, messages, writes, resumed, prefetches;
+    uint64_t warms;           /* sup_child_warm calls that asked for a lease */
     uint64_t recalls;         /* sup_child_recall calls */
     uint64_t leases_parked;   /* kept leases left in the file by sup_child_park */
     uint64_t lease_recalls;   /* leases retired by a RECALL from the supervisor */
