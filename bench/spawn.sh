@@ -99,7 +99,9 @@ sw() { # each live supervisor's pid and context switches so far
     local p
     for p in $(pgrep -P "$TPID"); do
         grep -qa -- "--supervise" /proc/"$p"/cmdline 2>/dev/null || continue
-        echo "$p $(awk '/ctxt_switches/ {n += $2} END {print n + 0}' /proc/"$p"/status)"
+        # A supervisor exiting meanwhile leaves no status to read: skipped, not counted as 0.
+        c=$(awk '/ctxt_switches/ {n += $2} END {print n + 0}' /proc/"$p"/status 2>/dev/null) || continue
+        if [ "${c:-0}" -gt 0 ]; then echo "$p $c"; fi
     done
 }
 sw >"$W/sw0"

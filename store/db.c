@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,14 +30,30 @@ static _Thread_local char open_errmsg[STORE_PATH_MAX + 512];
 /* The VFS of files opened with STORE_OPEN_PRIVATE; NULL: SQLite's default. */
 static const char *private_vfs;
 
+/* tallyd holds a thousand child files open: a handle carries its path and no message
+ * buffer until it has something to say (two fixed buffers made it 8.7 kB per file). */
+#define ERRMSG_CAP (STORE_PATH_MAX + 512)
 struct store_db {
     sqlite3 *sql;
     const struct store_schema *schema;
     sqlite3_stmt **stmts;
     sqlite3_stmt *begin, *commit; /* prepared once: a supervisor commits every loop turn */
-    char path[STORE_PATH_MAX];
-    char errmsg[STORE_PATH_MAX + 512];
+    const char *path;             /* the bytes after the struct, or borrowed (image_build) */
+    char *errmsg;                 /* ERRMSG_CAP bytes, allocated at the first error */
 };
+
+/* Sets db's error message (dropped when no buffer can be had: the result code still says
+ * what failed). */
+static void __attribute__((format(printf, 2, 3))) db_errf(store_db *db, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (db->errmsg == NULL && (db->errmsg = tally_malloc(ERRMSG_CAP)) == NULL)
+        return;
+    va_start(ap, fmt);
+    (void)vsnprintf(db->errmsg, ERRMSG_CAP, fmt, ap);
+    va_end(ap);
+}
 
 int
 store_db_rc(store_db *db, int sqlite_rc)
@@ -79,7 +96,7 @@ store_db_rc(store_db *db, int sqlite_rc)
     }
     if (db != NULL) {
         const char *detail = db->sql != NULL ? sqlite3_errmsg(db->sql) : sqlite3_errstr(sqlite_rc);
-        snprintf(db->errmsg, sizeof(db->errmsg), "%s: %s", db->path, detail);
+        db_errf(db, "%s: %s", db->path, detail);
     }
     return rc;
 }
@@ -93,7 +110,7 @@ store_open_errmsg(void)
 const char *
 store_db_errmsg(const store_db *db)
 {
-    return db != NULL && db->errmsg[0] != '\0' ? db->errmsg : "no detail";
+    return db != NULL && db->errmsg != NULL && db->errmsg[0] != '\0' ? db->errmsg : "no detail";
 }
 
 struct sqlite3 *
@@ -168,7 +185,7 @@ store_db_sync(store_db *db)
     rc = f->pMethods->xSync(f, SQLITE_SYNC_NORMAL);
     if (rc != SQLITE_OK) {
         int trc = store_db_rc(db, rc);
-        snprintf(db->errmsg, sizeof(db->errmsg), "%s-wal: %s", db->path, sqlite3_errstr(rc));
+        db_errf(db, "%s-wal: %s", db->path, sqlite3_errstr(rc));
         return trc;
     }
     return TALLY_OK;
@@ -187,7 +204,7 @@ store_db_stmt(store_db *db, int idx)
          * reading its configuration) parses two statements, not the schema's every one. */
         if (sqlite3_prepare_v3(db->sql, db->schema->statements[idx], -1, SQLITE_PREPARE_PERSISTENT,
                                &db->stmts[idx], NULL) != SQLITE_OK) {
-            snprintf(db->errmsg, sizeof(db->errmsg), "%s: %s", db->path, sqlite3_errmsg(db->sql));
+            db_errf(db, "%s: %s", db->path, sqlite3_errmsg(db->sql));
             return NULL; /* sqlite3_bind and sqlite3_step answer SQLITE_MISUSE on NULL */
         }
         return db->stmts[idx];
@@ -226,7 +243,7 @@ configure(store_db *db, unsigned flags)
         strcmp((const char *)sqlite3_column_text(st, 0), "wal") != 0) {
         rc = store_db_rc(db, sqlite3_errcode(db->sql));
         if (rc == TALLY_OK) {
-            snprintf(db->errmsg, sizeof(db->errmsg), "%s: WAL mode refused", db->path);
+            db_errf(db, "%s: WAL mode refused", db->path);
             rc = TALLY_ESTORE;
         }
     }
@@ -259,10 +276,10 @@ version_check(store_db *db, int64_t *version)
     if (rc != TALLY_OK)
         return rc;
     if (*version > db->schema->n_migrations) {
-        snprintf(db->errmsg, sizeof(db->errmsg),
-                 "%s: %s file format %lld is newer than this binary's %d (written by a newer "
-                 "tally; left as it is)",
-                 db->path, db->schema->name, (long long)*version, db->schema->n_migrations);
+        db_errf(db,
+                "%s: %s file format %lld is newer than this binary's %d (written by a newer "
+                "tally; left as it is)",
+                db->path, db->schema->name, (long long)*version, db->schema->n_migrations);
         return TALLY_ESCHEMA;
     }
     (void)sqlite3_db_config(db->sql, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
@@ -337,7 +354,7 @@ image_build(const struct store_schema *schema, store_migrate_fn step, void *ctx,
     (void)pthread_once(&sqlite_once, sqlite_setup);
     memset(&mem, 0, sizeof(mem));
     mem.schema = schema;
-    snprintf(mem.path, sizeof(mem.path), "%s", err != NULL ? err->path : schema->name);
+    mem.path = err != NULL ? err->path : schema->name;
     rc = store_db_rc(&mem, sqlite3_open_v2(":memory:", &mem.sql,
                                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL));
     if (rc == TALLY_OK)
@@ -357,8 +374,9 @@ image_build(const struct store_schema *schema, store_migrate_fn step, void *ctx,
         out->len = (size_t)len;
         out->schema = schema;
     }
-    if (rc != TALLY_OK && err != NULL && mem.errmsg[0] != '\0')
-        snprintf(err->errmsg, sizeof(err->errmsg), "%s", mem.errmsg);
+    if (rc != TALLY_OK && err != NULL && mem.errmsg != NULL)
+        db_errf(err, "%s", mem.errmsg);
+    tally_free(mem.errmsg);
     if (mem.sql != NULL)
         (void)sqlite3_close(mem.sql);
     return rc;
@@ -431,7 +449,7 @@ create_fresh(store_db *db, const char *path, store_migrate_fn step, void *ctx)
     (void)unlink(tmp);
     fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
-        snprintf(db->errmsg, sizeof(db->errmsg), "%s: %s", tmp, strerror(errno));
+        db_errf(db, "%s: %s", tmp, strerror(errno));
         return errno == EACCES ? TALLY_EPERM : errno == EROFS ? TALLY_EREADONLY : TALLY_EIO;
     }
     if (fchmod(fd, 0600) != 0 || write_all(fd, im->bytes, im->len) != 0 || fdatasync(fd) != 0)
@@ -440,8 +458,8 @@ create_fresh(store_db *db, const char *path, store_migrate_fn step, void *ctx)
     if (rc == TALLY_OK && link(tmp, path) != 0 && errno != EEXIST)
         rc = TALLY_EIO;
     (void)unlink(tmp);
-    if (rc != TALLY_OK && db->errmsg[0] == '\0')
-        snprintf(db->errmsg, sizeof(db->errmsg), "%s: cannot create: %s", path, strerror(errno));
+    if (rc != TALLY_OK && db->errmsg == NULL)
+        db_errf(db, "%s: cannot create: %s", path, strerror(errno));
     return rc;
 }
 
@@ -480,14 +498,14 @@ store_db_open_ctx(const char *path, const struct store_schema *schema, unsigned 
 
     *out = NULL;
     (void)pthread_once(&sqlite_once, sqlite_setup);
-    db = tally_calloc(1, sizeof(*db));
+    db = tally_calloc(1, sizeof(*db) + strlen(path) + 1);
     if (db == NULL)
         goto out;
     db->schema = schema;
-    snprintf(db->path, sizeof(db->path), "%s", path);
+    db->path = memcpy(db + 1, path, strlen(path) + 1);
     if (stat(path, &sb) != 0) {
         if (!(flags & STORE_OPEN_CREATE)) {
-            snprintf(db->errmsg, sizeof(db->errmsg), "%s: no such file", path);
+            db_errf(db, "%s: no such file", path);
             rc = TALLY_ENOTFOUND;
             goto out;
         }
@@ -526,7 +544,7 @@ store_db_open_ctx(const char *path, const struct store_schema *schema, unsigned 
     db = NULL; /* ownership moved to the caller */
 out:
     if (db != NULL)
-        snprintf(open_errmsg, sizeof(open_errmsg), "%s", db->errmsg);
+        snprintf(open_errmsg, sizeof(open_errmsg), "%s", db->errmsg != NULL ? db->errmsg : "");
     store_db_close(db);
     return rc;
 }
@@ -564,5 +582,6 @@ store_db_close(store_db *db)
         assert(rc == SQLITE_OK);
         (void)rc;
     }
+    tally_free(db->errmsg);
     tally_free(db);
 }

@@ -223,6 +223,7 @@ sleep_done(uv_work_t *w, int status)
     fc->store.busy = false;
     tally_free(fc->store.batch); /* nothing in it: a sleeping child writes nothing */
     fc->store.batch = NULL;
+    fc->store.batch_cap = 0;
     front_child_file_slept(fc);
 }
 
@@ -344,6 +345,7 @@ batch_done(uv_work_t *w, int status)
     if (s->db == NULL) { /* written by an asleep child, closed again: it carries no batch */
         tally_free(s->batch);
         s->batch = NULL;
+        s->batch_cap = 0;
     }
     if (fc->closed) {
         if (!front_store_flush(fc))
@@ -363,14 +365,22 @@ front_store_flush(struct front_child *fc)
         return false;
     if (s->n > 0 && front_now().mono_ms < s->retry_mono_ms)
         return false; /* a failed batch waits for its retry (front_store_wake_ms) */
-    if (s->batch == NULL) {
-        s->batch = tally_malloc(FRONT_STORE_BATCH * sizeof(*s->batch));
-        if (s->batch == NULL)
-            return false; /* the writes stay with the child: the next pump tries again */
-    }
-    while (s->n < FRONT_STORE_BATCH &&
-           sup_child_next_persist(fc->child, &s->batch[s->n]) == TALLY_OK)
+    /* The batch grows by doubling up to FRONT_STORE_BATCH: most files write a row or two at
+     * a time, and a thousand open files each with room for 64 rows held 6 MB. */
+    while (s->n < FRONT_STORE_BATCH) {
+        if (s->n == s->batch_cap) {
+            uint32_t cap = s->batch_cap > 0 ? s->batch_cap * 2 : FRONT_STORE_BATCH_FIRST;
+            struct sup_child_persist *b = tally_realloc(s->batch, cap * sizeof(*b));
+
+            if (b == NULL)
+                break; /* the writes stay with the child: the next pump takes them */
+            s->batch = b;
+            s->batch_cap = cap;
+        }
+        if (sup_child_next_persist(fc->child, &s->batch[s->n]) != TALLY_OK)
+            break;
         s->n++;
+    }
     if (s->n == 0)
         return false;
     s->work.data = fc;
@@ -409,6 +419,7 @@ front_store_close(struct front_child *fc)
     fc->store.db = NULL;
     tally_free(fc->store.batch);
     fc->store.batch = NULL;
+    fc->store.batch_cap = 0;
     tally_free(fc->store.resume.rec);
     memset(&fc->store.resume, 0, sizeof(fc->store.resume));
 }

@@ -30,7 +30,8 @@
 #include "front_obs.h"
 #include "sup_manager.h"
 
-#define FRONT_STORE_BATCH 64
+#define FRONT_STORE_BATCH       64
+#define FRONT_STORE_BATCH_FIRST 4 /* rows the batch has room for at first; doubles when full */
 /* Supervisor starts asked for by the thread pool per loop turn; more are left to the
  * first frame. */
 #define FRONT_PRESTART_MAX 32
@@ -67,9 +68,10 @@ struct front_store {
     char errmsg[512];      /* why the open failed */
     int64_t backoff_ms;    /* before the next attempt of a failed batch */
     int64_t retry_mono_ms; /* when a failed batch (n > 0, not busy) is tried again */
-    /* FRONT_STORE_BATCH writes, allocated at the first write and freed when the file
+    /* Up to FRONT_STORE_BATCH writes (batch_cap allocated), from the first write until the file
      * closes: an asleep child does not carry them. */
     struct sup_child_persist *batch;
+    uint32_t batch_cap;
 };
 
 /* A child counter's life around its file (front_child_life.c). Each step that
