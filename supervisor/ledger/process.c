@@ -379,6 +379,9 @@ sup_process_prepare(void)
         return;
     done = true;
     (void)store_journal_warm(); /* failed, each new ledger makes it again */
+    /* strftime (the log's time stamps) reads /etc/localtime at a process's first call: once
+     * here, before the fork server forks, rather than in every supervisor's first log line. */
+    tzset();
 }
 
 /* One supervisor per process. */
