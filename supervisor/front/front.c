@@ -257,6 +257,7 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
     uv_timer_start(&f->reload_timer, on_reload_timer, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
     front_children_init(f);
     front_prestart_init(f);
+    front_pumpq_init(f);
     *out = f;
     f = NULL; /* ownership moved to the caller */
 out:
@@ -510,6 +511,7 @@ on_children_closed(sup_front *f)
 {
     /* No child file is being opened any more: nothing posts a start. */
     front_prestart_close(f, on_reload_timer_closed);
+    front_pumpq_close(f, on_reload_timer_closed); /* every child is closed: nothing to pump */
     /* RETURNs are queued on the channels: closing them lets each supervisor read
      * them, commit and exit. */
     sup_manager_close(f->mgr, on_manager_closed, f);
@@ -523,8 +525,8 @@ sup_front_close(sup_front *f, void (*cb)(void *data), void *data)
     f->closing = true;
     f->close_cb = cb;
     f->close_data = data;
-    f->pending = 7; /* the manager, two timers, the prestart handle, the caller authorities,
-                     * two clock handles */
+    f->pending = 8; /* the manager, two timers, the prestart handle, the caller authorities,
+                     * two clock handles, the pump queue's idle handle */
     front_fast_close(&f->fast, on_reload_timer_closed);
     front_callers_close(f->callers, on_callers_closed);
     uv_close((uv_handle_t *)&f->reload_timer, on_reload_timer_closed);

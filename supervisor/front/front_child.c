@@ -18,6 +18,8 @@ static void park(struct front_child *fc, struct sup_front_req *r, enum sup_front
                  int64_t give_up_ms);
 static void arm(struct front_child *fc);
 static void on_timer(uv_timer_t *t);
+static void on_pump_idle(uv_idle_t *h);
+static void child_turn(struct front_child *fc);
 
 /* Re-runs the requests of `link` waiting for a lease, in arrival order. They are
  * taken off the list first: one that parks again goes to the back of the list
@@ -369,8 +371,14 @@ arm(struct front_child *fc)
     }
     if (wake == INT64_MAX) {
         uv_timer_stop(&fc->timer);
+        fc->armed_ms = INT64_MAX;
         return;
     }
+    /* Already armed for that instant: most pumps leave the next wake where it was, and
+     * moving a timer costs two operations on the loop's heap of every child's timer. */
+    if (fc->armed_ms == wake && uv_is_active((uv_handle_t *)&fc->timer))
+        return;
+    fc->armed_ms = wake;
     /* At least 1 ms: a timer due "now" that finds nothing to do must not turn
      * the loop into a busy wait. */
     uv_timer_start(&fc->timer, on_timer, wake > now ? (uint64_t)(wake - now) : 1, 0);
@@ -423,6 +431,7 @@ pump_deferred(struct front_child *fc, int64_t now_ms)
         }
     }
     fc->pump_soon = true;
+    fc->armed_ms = INT64_MIN;
     uv_timer_start(&fc->timer, on_timer, 0, 0);
 }
 
@@ -498,13 +507,71 @@ front_child_pump_soon(struct front_child *fc)
     /* One pump for all the requests of this loop turn: a pipelined batch of 16
      * checks costs one pass over the child's links, not sixteen. */
     fc->pump_soon = true;
-    uv_timer_start(&fc->timer, on_timer, 0, 0);
+    if (fc->f->pumpq == NULL)
+        uv_idle_start(&fc->f->pump_idle, on_pump_idle);
+    fc->pump_next = fc->f->pumpq;
+    fc->f->pumpq = fc;
+}
+
+void
+front_child_pump_forget(struct front_child *fc)
+{
+    struct front_child **p;
+
+    for (p = &fc->f->pumpq; *p != NULL; p = &(*p)->pump_next) {
+        if (*p == fc) {
+            *p = fc->pump_next;
+            break;
+        }
+    }
+    fc->pump_next = NULL;
+    fc->pump_soon = false;
+}
+
+/* Before the next poll: the children queued by front_child_pump_soon, each as its timer
+ * would have run it. */
+static void
+on_pump_idle(uv_idle_t *h)
+{
+    sup_front *f = h->data;
+    struct front_child *fc = f->pumpq;
+
+    f->pumpq = NULL;
+    uv_idle_stop(h);
+    while (fc != NULL) {
+        struct front_child *next = fc->pump_next;
+
+        fc->pump_next = NULL;
+        if (fc->pump_soon && fc->timer_live)
+            child_turn(fc);
+        fc = next;
+    }
+}
+
+void
+front_pumpq_init(sup_front *f)
+{
+    uv_idle_init(f->loop, &f->pump_idle);
+    f->pump_idle.data = f;
+}
+
+void
+front_pumpq_close(sup_front *f, uv_close_cb cb)
+{
+    f->pumpq = NULL;
+    uv_close((uv_handle_t *)&f->pump_idle, cb);
 }
 
 static void
 on_timer(uv_timer_t *t)
 {
-    struct front_child *fc = t->data;
+    child_turn(t->data);
+}
+
+/* What the child's timer does: its timers, its parked requests' deadlines, a pump. */
+static void
+child_turn(struct front_child *fc)
+{
     struct sup_time now = front_now();
     struct sup_front_req *r;
     struct sup_front_req *next;

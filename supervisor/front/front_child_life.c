@@ -171,6 +171,7 @@ retire(struct front_child *fc)
 {
     table_remove(fc->f, fc);
     fc->timer_live = false;
+    front_child_pump_forget(fc);
     uv_close((uv_handle_t *)&fc->timer, on_retired_timer_closed);
 }
 
@@ -319,6 +320,7 @@ front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *
     uv_timer_init(f->loop, &fc->timer);
     fc->timer.data = fc;
     fc->timer_live = true;
+    fc->armed_ms = INT64_MIN;
     table_add(f, fc);
     open_start(fc);
     enforce_cap(f);
@@ -573,6 +575,7 @@ front_children_close(sup_front *f, void (*done)(sup_front *f))
         struct front_child *fc = f->children[i];
         answer_parked(fc, 1000, "shutting down");
         fc->timer_live = false;
+        front_child_pump_forget(fc);
         if (fc->child != NULL) { /* open or draining; an open or close in flight finishes */
             /* Kept leases go back to a running supervisor; a hibernated one's are parked
              * (returning them would start every quiet tenant's supervisor). */

@@ -112,8 +112,10 @@ struct front_child {
     struct front_store store;
     uv_timer_t timer;
     bool timer_live;
-    bool closed;                  /* timer closed: freed once the last write is done */
-    bool pump_soon;               /* the timer is due now for front_child_pump_soon() */
+    bool closed;                   /* timer closed: freed once the last write is done */
+    bool pump_soon;                /* queued on f->pumpq for front_child_pump_soon() */
+    struct front_child *pump_next; /* f->pumpq: children to pump before the next poll */
+    int64_t armed_ms; /* monotonic instant the timer was armed for by arm(); INT64_MIN: other */
     struct sup_front_req *parked; /* FIFO: head; tail via head->prev */
     uint8_t mode;                 /* enum front_mode, for front_obs.c */
     int64_t mode_since_ms;        /* monotonic: when mode last left normal */
@@ -140,6 +142,11 @@ struct sup_front {
     struct tenant_index child_index; /* key -> index into children */
     struct front_fast fast;          /* the turn's clock, the token memo */
     struct front_child *lru_head, *lru_tail;
+    /* Children whose pump is due before the next poll (front_child_pump_soon), run by an idle
+     * handle: a timer due now per child, as before, cost two operations on a timer heap of
+     * every loaded child (10,000 of them: 7 % of tallyd's CPU). */
+    struct front_child *pumpq;
+    uv_idle_t pump_idle;
     struct front_child *file_head, *file_tail; /* OPEN children with an open file, by use */
     uint32_t n_files;                          /* child files open or being opened */
     uint32_t n_leaving;                        /* of those, children draining or closing */
@@ -211,6 +218,10 @@ void front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned f
 void front_child_pump(struct front_child *fc);
 /** Pumps fc at the end of this loop turn (once, however many requests ask). */
 void front_child_pump_soon(struct front_child *fc);
+/** Takes fc off the pump queue (its timer is closing). */
+void front_child_pump_forget(struct front_child *fc);
+void front_pumpq_init(sup_front *f);
+void front_pumpq_close(sup_front *f, uv_close_cb cb);
 /** Routes a reply from the tenant's supervisor to the child it is for. */
 void front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame *fr);
 /** The tenant's supervisor went away. */
