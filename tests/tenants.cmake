@@ -2,7 +2,7 @@
 # children closing, descriptors bounded; a hot tenant's p99 with newcomers.
 find_package(Threads REQUIRED)
 tally_add_test(test_e2e_tenants test_e2e_tenants.c tenants_util.c serve_util.c LABELS e2e)
-add_dependencies(test_e2e_tenants tallyd tally_cli)
+add_dependencies(test_e2e_tenants tallyd tally_cli tally-bench tally-bench-links)
 set_tests_properties(test_e2e_tenants PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
 tally_add_test(test_e2e_newcomers test_e2e_newcomers.c tenants_util.c serve_util.c LABELS e2e)
 target_link_libraries(test_e2e_newcomers PRIVATE Threads::Threads)

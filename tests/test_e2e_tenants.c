@@ -10,6 +10,11 @@
  *    descriptors under a bound far below one file per tenant: the least
  *    recently used children close their files and stay loaded (asleep), their
  *    WALs kept on disk for the reopen.
+ *  - Every request is answered under pipelined load over 200 tenants x 2 links
+ *    (tally-bench, Zipf 1.1, 8 connections x 8 in flight), pass after pass, while
+ *    supervisors start and exit idle: each answer admitted or refused, none left
+ *    waiting (a child lost from tallyd's pump queue once left its requests
+ *    unanswered until their deadline, and every later request of it too).
  *
  * A hot tenant's p99 with newcomers beside it: test_e2e_newcomers.c.
  *
@@ -201,6 +206,89 @@ test_descriptors_stay_bounded(void **state)
     serve_stop(&e->s);
 }
 
+/* ---- every request answered under load over many tenants ---- */
+
+#define LOAD_TENANTS "200"
+#define LOAD_PASSES  6
+#define LOAD_CONNS   "8"
+#define LOAD_DEPTH   "8"
+
+/* NAME=value of tally-bench's summary line (the last one with decisions_per_s=), -1 when
+ * absent. */
+static long
+bench_field(const char *out, const char *name)
+{
+    const char *line = NULL, *p;
+    char key[64];
+
+    for (p = strstr(out, "decisions_per_s="); p != NULL; p = strstr(p + 1, "decisions_per_s="))
+        line = p;
+    if (line == NULL)
+        return -1;
+    snprintf(key, sizeof(key), " %s=", name);
+    p = strstr(line, key);
+    return p != NULL ? strtol(p + strlen(key), NULL, 10) : -1;
+}
+
+static void
+test_every_request_answered_under_load(void **state)
+{
+    struct env *e = *state;
+    char links[512], bench[512], tokens[512], sock[512], seed[16];
+    struct test_out *o = malloc(sizeof(*o));
+
+    assert_non_null(o);
+    snprintf(links, sizeof(links), "%s/bench/tally-bench-links", TALLY_BIN_DIR);
+    snprintf(bench, sizeof(bench), "%s/bench/tally-bench", TALLY_BIN_DIR);
+    snprintf(tokens, sizeof(tokens), "%s/load.tok", e->s.root);
+    snprintf(sock, sizeof(sock), "%s/tally.sock", e->s.data);
+    {
+        char *argv[] = {links,        "--data",  e->s.data, "--plan", "pro",  "--tenants",
+                        LOAD_TENANTS, "--links", "2",       "--out",  tokens, NULL};
+        assert_int_equal(test_run(argv, NULL, o), 0);
+    }
+    /* Hourly limits, as plans have: plenty, so quiet links keep their leases and hot ones
+     * write their marks. Supervisors exit after 1 s idle: passes see them start, exit and
+     * start again. */
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "search", "--limit", "100000/1h", NULL);
+    serve_start(&e->s, "--idle-exit-ms=1000", NULL);
+    for (int pass = 0; pass < LOAD_PASSES; pass++) {
+        long admitted, refused, other, timeouts;
+
+        snprintf(seed, sizeof(seed), "%d", pass + 1);
+        {
+            char *argv[] = {bench,        "--socket",
+                            sock,         "--tokens",
+                            tokens,       "--endpoint",
+                            "search",     "--zipf",
+                            "1.1",        "--links-per-tenant",
+                            "2",          "--draw-tenants",
+                            LOAD_TENANTS, "--seed",
+                            seed,         "--connections",
+                            LOAD_CONNS,   "--pipeline",
+                            LOAD_DEPTH,   "--requests",
+                            "50000000",   "--seconds",
+                            "2",          "--timeout-ms",
+                            "8000",       NULL};
+            if (test_run(argv, NULL, o) != 0)
+                fail_msg("tally-bench: exit %d: %s", o->code, o->err);
+        }
+        admitted = bench_field(o->out, "admitted");
+        refused = bench_field(o->out, "refused");
+        other = bench_field(o->out, "other");
+        timeouts = bench_field(o->out, "timeouts");
+        print_message("pass %d: admitted %ld, refused %ld, neither %ld (timeouts %ld)\n", pass + 1,
+                      admitted, refused, other, timeouts);
+        assert_true(admitted > 0);
+        assert_int_equal(other, 0);
+        assert_int_equal(timeouts, 0);
+        /* Every supervisor of the pass goes idle and exits before the next one. */
+        serve_sleep_ms(pass % 2 == 0 ? 200 : 2500);
+    }
+    serve_stop(&e->s);
+    free(o);
+}
+
 int
 main(void)
 {
@@ -210,6 +298,7 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_while_opening, setup, teardown),
         cmocka_unit_test_setup_teardown(test_descriptors_stay_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_request_answered_under_load, setup, teardown),
     };
 
     if (sodium_init() < 0)

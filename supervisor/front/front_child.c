@@ -411,8 +411,8 @@ log_lease(const char *event, const char *tenant, const struct proto_lease_msg *m
 #define PUMP_LOG_EVERY_MS 10000
 
 /* The pump hit PUMP_ROUNDS with work left: counted, logged (rate-limited), and
- * resumed on the next loop turn by the child's timer, so nothing is left waiting
- * for an unrelated event. */
+ * resumed on the next loop turn from the pump queue (after a poll), so nothing is
+ * left waiting for an unrelated event. */
 static void
 pump_deferred(struct front_child *fc, int64_t now_ms)
 {
@@ -430,9 +430,7 @@ pump_deferred(struct front_child *fc, int64_t now_ms)
             tally_log_end(&l);
         }
     }
-    fc->pump_soon = true;
-    fc->armed_ms = INT64_MIN;
-    uv_timer_start(&fc->timer, on_timer, 0, 0);
+    front_child_pump_soon(fc);
 }
 
 void
@@ -444,7 +442,8 @@ front_child_pump(struct front_child *fc)
     bool more = true;
     int round;
 
-    fc->pump_soon = false;
+    /* A pump called directly leaves fc on the pump queue if it is there: it is pumped
+     * once more before the next poll, which does no harm. */
     if (fc->child == NULL) { /* its file is being opened or closed */
         if (fc->timer_live)
             arm(fc);
@@ -542,8 +541,13 @@ on_pump_idle(uv_idle_t *h)
         struct front_child *next = fc->pump_next;
 
         fc->pump_next = NULL;
-        if (fc->pump_soon && fc->timer_live)
+        /* Taken off the queue before its turn: a pump that queues it again puts it on the
+         * next round's queue. Forgotten meanwhile (retired by an earlier child's turn; its
+         * memory lives until the loop's close phase): skipped. */
+        if (fc->pump_soon && fc->timer_live) {
+            fc->pump_soon = false;
             child_turn(fc);
+        }
         fc = next;
     }
 }

@@ -113,7 +113,7 @@ struct front_child {
     uv_timer_t timer;
     bool timer_live;
     bool closed;                   /* timer closed: freed once the last write is done */
-    bool pump_soon;                /* queued on f->pumpq for front_child_pump_soon() */
+    bool pump_soon;                /* on f->pumpq: set and cleared by the queue alone */
     struct front_child *pump_next; /* f->pumpq: children to pump before the next poll */
     int64_t armed_ms; /* monotonic instant the timer was armed for by arm(); INT64_MIN: other */
     struct sup_front_req *parked; /* FIFO: head; tail via head->prev */
