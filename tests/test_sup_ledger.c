@@ -467,6 +467,48 @@ test_ledger_tables_grow(void **state)
     fx_close(&f);
 }
 
+/* The link table starts small and grows up to max_links before an idle link is evicted:
+ * 200 links, each idle once its lease is returned, all stay with the default max_links
+ * (4,096), and exactly max_links stay with max_links = 100; a replay agrees either way. */
+static void
+test_ledger_links_grow_before_eviction(void **state)
+{
+    static const uint32_t maxes[] = {0, 100};
+
+    (void)state;
+    for (size_t c = 0; c < sizeof(maxes) / sizeof(maxes[0]); c++) {
+        struct sup_ledger_stats st;
+        sup_ledger *again = NULL;
+        struct fx f;
+        char link[32];
+
+        fx_config(&f);
+        f.cfg.max_links = maxes[c];
+        fx_start(&f);
+        fx_hello(&f, 0, 1, T0);
+        for (int i = 0; i < 200; i++) {
+            struct proto_lease_msg g, m, r;
+
+            snprintf(link, sizeof(link), "lnk_%016x", (unsigned)i + 1000);
+            g = fx_acquire(&f, 0, 1, link, 1, 1, T0 + i);
+            assert_int_equal(g.type, PROTO_LEASE_GRANT);
+            fx_origin(&f, &m, PROTO_LEASE_RETURN, 0, 1);
+            m.ret.lease_id = g.grant.lease_id;
+            m.ret.used = 1;
+            r = fx_send(&f, T0 + i, &m, NULL);
+            assert_int_equal(r.type, PROTO_LEASE_RETURN_ACK);
+        }
+        sup_ledger_stats(f.l, &st);
+        assert_int_equal(st.links, maxes[c] == 0 ? 200 : maxes[c]);
+        assert_int_equal(sup_ledger_open(&f.cfg, &again), TALLY_OK);
+        for (size_t i = 0; i < f.nj; i++)
+            assert_int_equal(sup_ledger_replay(again, &f.journal[i]), TALLY_OK);
+        assert_int_equal(sup_ledger_digest(again), sup_ledger_digest(f.l));
+        sup_ledger_close(again);
+        fx_close(&f);
+    }
+}
+
 int
 main(void)
 {
@@ -484,6 +526,7 @@ main(void)
         cmocka_unit_test(test_ledger_clock_back_keeps_windows),
         cmocka_unit_test(test_ledger_reconfigure_keeps_counts_by_period),
         cmocka_unit_test(test_ledger_tables_grow),
+        cmocka_unit_test(test_ledger_links_grow_before_eviction),
     };
 
     return cmocka_run_group_tests_name("sup_ledger", tests, group_setup, NULL);

@@ -12,10 +12,12 @@
 #include <string.h>
 
 #define LINKS_DEFAULT 4096
-/* The table grows (doubling) when it is full of links in use, up to this. */
+/* The link table's first size: it doubles as it fills, to max_links and past it (when
+ * every link is in use), up to this. */
+#define LINKS_INITIAL  64
 #define LINKS_HARD_MAX (1u << 22)
-#define LEASES_DEFAULT 4096
-/* The lease table grows (doubling) when full, up to this. */
+/* The lease table's first size: it grows (doubling) when full, up to this. */
+#define LEASES_DEFAULT  64
 #define LEASES_HARD_MAX (1u << 22)
 
 static int64_t
@@ -64,7 +66,7 @@ config_check(const struct tenant_plan *plan, const struct tenant_endpoint *eps, 
 static void
 links_rematch(sup_ledger *l)
 {
-    for (uint32_t i = 0; i < l->max_links; i++) {
+    for (uint32_t i = 0; i < l->links_cap; i++) {
         struct sup_link *k = l->links[i];
 
         if (k == NULL)
@@ -179,7 +181,7 @@ sup_ledger_close(sup_ledger *l)
 {
     if (l == NULL)
         return;
-    for (uint32_t i = 0; l->links != NULL && i < l->max_links; i++)
+    for (uint32_t i = 0; l->links != NULL && i < l->links_cap; i++)
         link_free(l->links[i]);
     for (uint32_t i = 0; l->peers != NULL && i < l->max_peers; i++)
         tally_free(l->peers[i]);
@@ -230,11 +232,14 @@ sup_ledger_open(const struct sup_ledger_config *cfg, sup_ledger **out)
         l->l_keep > PROTO_LEASE_N_MAX || l->keep_factor > 1024 ||
         l->keep_ttl_ms > PROTO_LEASE_MS_MAX || l->max_links > (UINT32_MAX >> 2))
         goto out;
-    rc = tenant_index_init(&l->link_index, l->max_links);
+    /* The tables start small and double as they fill: a quiet tenant's supervisor starts
+     * without zeroing (each new page a fault) tables sized for thousands of links. */
+    l->links_cap = l->max_links < LINKS_INITIAL ? l->max_links : LINKS_INITIAL;
+    rc = tenant_index_init(&l->link_index, l->links_cap);
     if (rc != TALLY_OK)
         goto out;
     rc = TALLY_ENOMEM;
-    l->links = tally_calloc(l->max_links, sizeof(*l->links));
+    l->links = tally_calloc(l->links_cap, sizeof(*l->links));
     l->leases = tally_calloc(l->max_leases, sizeof(*l->leases));
     l->peers = tally_calloc(l->max_peers, sizeof(*l->peers));
     if (l->links == NULL || l->leases == NULL || l->peers == NULL ||
@@ -293,7 +298,7 @@ sup__link_find(const sup_ledger *l, const char *id)
 static int
 link_victim(const sup_ledger *l)
 {
-    for (uint32_t i = 0; i < l->max_links; i++) {
+    for (uint32_t i = 0; i < l->links_cap; i++) {
         if (l->links[i] != NULL && sup__link_idle(l->links[i], l->now_ms))
             return (int)i;
     }
@@ -307,17 +312,20 @@ sup__link_available(const sup_ledger *l, const char *id)
            l->max_links < LINKS_HARD_MAX || link_victim(l) >= 0;
 }
 
-/* Doubles the link table and rebuilds its index (links keep their slots).
- * TALLY_OK, TALLY_EFULL at the hard maximum, TALLY_ENOMEM (nothing changed). */
+/* Doubles the link table and rebuilds its index (links keep their slots); past max_links,
+ * max_links follows. TALLY_OK, TALLY_EFULL at the hard maximum, TALLY_ENOMEM (nothing
+ * changed). */
 static int
 links_grow(sup_ledger *l)
 {
-    uint32_t cap = l->max_links * 2;
+    uint32_t cap = l->links_cap * 2;
     struct tenant_index ix = {NULL, NULL, 0};
     struct sup_link **links;
 
-    if (l->max_links >= LINKS_HARD_MAX)
+    if (l->links_cap >= LINKS_HARD_MAX)
         return TALLY_EFULL;
+    if (l->links_cap < l->max_links && cap > l->max_links)
+        cap = l->max_links; /* eviction starts at max_links exactly */
     if (tenant_index_init(&ix, cap) != TALLY_OK)
         return TALLY_ENOMEM;
     links = tally_realloc(l->links, cap * sizeof(*links));
@@ -325,15 +333,17 @@ links_grow(sup_ledger *l)
         tenant_index_release(&ix);
         return TALLY_ENOMEM;
     }
-    memset(links + l->max_links, 0, (cap - l->max_links) * sizeof(*links));
+    memset(links + l->links_cap, 0, (cap - l->links_cap) * sizeof(*links));
     l->links = links;
     tenant_index_release(&l->link_index);
     l->link_index = ix;
-    for (uint32_t i = 0; i < l->max_links; i++) {
+    for (uint32_t i = 0; i < l->links_cap; i++) {
         if (l->links[i] != NULL)
             tenant_index_set(&l->link_index, l->links[i]->id, i, link_key, l);
     }
-    l->max_links = cap;
+    l->links_cap = cap;
+    if (l->max_links < cap)
+        l->max_links = cap;
     return TALLY_OK;
 }
 
@@ -346,8 +356,9 @@ sup__link_get(sup_ledger *l, const char *id, int *rc)
     *rc = TALLY_OK;
     if (k != NULL)
         return k;
-    if (l->link_count == l->max_links) {
-        int victim = link_victim(l);
+    if (l->link_count == l->links_cap) {
+        /* Below max_links the table grows; at it an idle link makes room first. */
+        int victim = l->links_cap < l->max_links ? -1 : link_victim(l);
 
         if (victim < 0) {
             *rc = links_grow(l);

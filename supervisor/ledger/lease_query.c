@@ -147,7 +147,7 @@ sup_ledger_digest(const sup_ledger *l)
         h = budget_hash(fnv(h, l->eps[i].policy.name, strlen(l->eps[i].policy.name)), &l->eps[i].b,
                         l->now_ms);
     /* An idle link equals no link at all: evicting it, or not recreating it, changes nothing. */
-    for (uint32_t i = 0; i < l->max_links; i++) {
+    for (uint32_t i = 0; i < l->links_cap; i++) {
         if (l->links[i] != NULL && !sup__link_idle(l->links[i], l->now_ms))
             sum += link_hash_state(l->links[i], l->now_ms);
     }

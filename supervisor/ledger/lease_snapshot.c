@@ -119,7 +119,7 @@ snap_all(const sup_ledger *l, struct snap *s)
     for (size_t i = 0; i < l->ep_count; i++)
         snap_budget(s, &l->eps[i].b, TENANT_SCOPE_ENDPOINT_TENANT, l->eps[i].policy.name, "",
                     l->now_ms);
-    for (uint32_t i = 0; i < l->max_links; i++) {
+    for (uint32_t i = 0; i < l->links_cap; i++) {
         if (l->links[i] != NULL && !sup__link_idle(l->links[i], l->now_ms))
             snap_link(s, l->links[i], l->now_ms);
     }

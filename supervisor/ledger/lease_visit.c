@@ -61,7 +61,7 @@ sup_ledger_each_cell(const sup_ledger *l, int (*cb)(void *ctx, const struct sup_
             rc = visit_budget(&ep->b, TENANT_SCOPE_ENDPOINT_TENANT, ep->policy.name, "",
                               &ep->policy.tenant_limits, cb, ctx);
     }
-    for (uint32_t i = 0; i < l->max_links && rc == 0; i++) {
+    for (uint32_t i = 0; i < l->links_cap && rc == 0; i++) {
         const struct sup_link *k = l->links[i];
 
         if (k == NULL)

@@ -98,7 +98,7 @@ emit_all(struct usage *u)
             rc = emit_budget(u, &ep->b, TENANT_SCOPE_ENDPOINT_TENANT, ep->policy.name, "",
                              &ep->policy.tenant_limits);
     }
-    for (uint32_t i = 0; rc == TALLY_OK && i < l->max_links; i++) {
+    for (uint32_t i = 0; rc == TALLY_OK && i < l->links_cap; i++) {
         struct sup_link *k = l->links[i];
 
         if (k == NULL)

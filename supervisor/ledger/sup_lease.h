@@ -76,8 +76,8 @@ struct sup_ledger_config {
     size_t endpoint_count;                   /* 0..SUP_MAX_ENDPOINTS */
     sup_link_allows_fn link_allows;          /* NULL: every link is allowed */
     void *link_ctx;
-    uint32_t max_links;    /* 0 = 4096; idle links are evicted when full */
-    uint32_t max_leases;   /* 0 = 4096 outstanding leases */
+    uint32_t max_links;    /* 0 = 4096; past it an idle link is evicted to make room */
+    uint32_t max_leases;   /* the lease table's first size, 0 = 64; it doubles when full */
     uint32_t max_children; /* 0 = SUP_MAX_CHILDREN, at most SUP_MAX_CHILDREN */
     int64_t lease_ttl_ms;  /* 0 = defaults above, likewise the rest */
     int64_t margin_ms;

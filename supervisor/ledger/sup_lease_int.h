@@ -118,8 +118,10 @@ struct sup_ledger {
     int64_t slot_seq;       /* last slot id handed out, for every link: ids never repeat */
 
     struct sup_budget plan_b;
-    struct sup_link **links; /* max_links entries, NULL = free */
-    uint32_t max_links, link_count;
+    struct sup_link **links; /* links_cap entries, NULL = free */
+    /* links_cap: entries allocated, from LINKS_INITIAL up; max_links: past it an idle link
+     * makes room for a new one before the table grows again. */
+    uint32_t links_cap, max_links, link_count;
     struct tenant_index link_index; /* link id -> index into links */
     struct sup_lease *leases;       /* max_leases entries */
     uint32_t max_leases, lease_count;
