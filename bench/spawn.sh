@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Supervisor start figures, on a release build:
-#   - first decision of fresh tenants, one after another (spawn + ledger creation + first grant);
+#   - first decision of fresh tenants, one after another: 100 ms apart (an idle machine: the
+#     fork server has spares waiting), then back to back (spawn + ledger creation + first grant);
 #   - first decision of 50 fresh tenants at once (the starts overlap), and the wall time;
 #   - PSS of each idle live supervisor (/proc/PID/smaps_rollup), of tallyd and of its fork server;
 #   - how often the idle supervisors wake up (context switches over 5 s).
@@ -37,14 +38,17 @@ first() { # TENANT: the latency of its first decision (us)
 }
 
 d="$W/d"
-setup "$d" $((SEQ + CONC))
+setup "$d" $((2 * SEQ + CONC))
 "$B/cli/tallyd" --data "$d" --http 127.0.0.1:0 --log-level debug "$@" 2>"$W/log" &
 TPID=$!
 for _ in $(seq 1 200); do [ -S "$d/tally.sock" ] && break; sleep 0.05; done
 sleep 0.3 # tallyd's own start settles
 
+echo "== first decision of $SEQ fresh tenants, one after another, 100 ms apart (an idle machine)"
+for t in $(seq 1 "$SEQ"); do first "$t"; sleep 0.1; done | pct "idle first decision"
+
 echo "== first decision of $SEQ fresh tenants, one after another"
-for t in $(seq 1 "$SEQ"); do first "$t"; done | pct "sequential first decision"
+for t in $(seq $((SEQ + 1)) $((2 * SEQ))); do first "$t"; done | pct "sequential first decision"
 ready_ts() { # FROM TO: tallyd's supervisor_start to the supervisor's supervisor_ready (us), any build
     grep -E '"event":"supervisor_(start|ready)"' "$W/log" |
         sed -nE 's/.*"ts":"[^T]*T([0-9]+):([0-9]+):([0-9.]+)Z".*"event":"supervisor_(start|ready)".*"tenant":"t([0-9]+)".*/\4 \5 \1 \2 \3/p' |
@@ -56,8 +60,9 @@ ready() { # FROM TO: start to first answer of supervisors t$FROM..t$TO, from tal
     { grep '"supervisor_first_answer"' "$W/log" || true; } | sed -nE 's/.*"tenant":"t([0-9]+)".*"start_us":([0-9]+).*/\1 \2/p' |
         awk -v a="$1" -v b="$2" '$1 >= a && $1 <= b {print $2}'
 }
-ready 1 "$SEQ" | pct "sequential supervisor start to first answer"
-ready_ts 1 "$SEQ" | pct "sequential supervisor start to ready (log times, 1 ms steps)"
+ready 1 "$SEQ" | pct "idle supervisor start to first answer"
+ready $((SEQ + 1)) $((2 * SEQ)) | pct "sequential supervisor start to first answer"
+ready_ts $((SEQ + 1)) $((2 * SEQ)) | pct "sequential supervisor start to ready (log times, 1 ms steps)"
 # CPU time of each live supervisor so far (/proc/PID/schedstat, ns): its start, its first turn.
 for p in $(pgrep -P "$TPID"); do
     grep -qa -- "--supervise" /proc/"$p"/cmdline 2>/dev/null || continue
@@ -67,15 +72,15 @@ done | awk '{s += $1; n++} END {if (n) printf "CPU per supervisor (start and fir
 echo "== first decision of $CONC fresh tenants at once"
 t0=$(date +%s%N)
 pids=()
-for t in $(seq $((SEQ + 1)) $((SEQ + CONC))); do
+for t in $(seq $((2 * SEQ + 1)) $((2 * SEQ + CONC))); do
     first "$t" >"$W/c$t" &
     pids+=($!)
 done
 wait "${pids[@]}"
 t1=$(date +%s%N)
 cat "$W"/c* | pct "concurrent first decision"
-ready $((SEQ + 1)) $((SEQ + CONC)) | pct "concurrent supervisor start to first answer"
-ready_ts $((SEQ + 1)) $((SEQ + CONC)) | pct "concurrent supervisor start to ready (log times, 1 ms steps)"
+ready $((2 * SEQ + 1)) $((2 * SEQ + CONC)) | pct "concurrent supervisor start to first answer"
+ready_ts $((2 * SEQ + 1)) $((2 * SEQ + CONC)) | pct "concurrent supervisor start to ready (log times, 1 ms steps)"
 echo "all $CONC answered in $(((t1 - t0) / 1000)) us (wall, including $CONC tally-bench starts)"
 
 echo "== PSS of idle live supervisors (kB)"

@@ -41,6 +41,12 @@ child_upgrade(store_db *db, int version, void *ctx)
 }
 
 int
+store_child_pool_fill(unsigned want, unsigned *made)
+{
+    return store__pool_fill(&child_schema, child_upgrade, want, made);
+}
+
+int
 store_child_open(const char *path, unsigned flags, const struct store_upgrade *up, store_db **out)
 {
     /* The schema's upgrade takes a mutable context; the upgrade never writes through it. */

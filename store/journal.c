@@ -100,6 +100,12 @@ store_journal_warm(void)
 }
 
 int
+store_journal_pool_fill(unsigned want, unsigned *made)
+{
+    return store__pool_fill(&journal_schema, journal_upgrade, want, made);
+}
+
+int
 store_journal_open(const char *path, unsigned flags, const struct store_upgrade *up, store_db **out)
 {
     /* The schema's upgrade takes a mutable context; the upgrade never writes through it. */

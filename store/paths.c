@@ -80,6 +80,12 @@ store_callers_dir(const char *data, char *buf, size_t len)
 }
 
 int
+store_path_pool(const char *data, char *buf, size_t len)
+{
+    return (size_t)snprintf(buf, len, "%s/pool", data) >= len ? TALLY_ETOOBIG : TALLY_OK;
+}
+
+int
 store_lock_take(const char *path, int *fd_out)
 {
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);

@@ -20,4 +20,10 @@ int store__rows_upgrade(store_db *db, const char *table, int from_format,
  * migrations with `step` run once on an in-memory database. */
 int store__image_warm(const struct store_schema *schema, store_migrate_fn step);
 
+/* Fills the pool (store_pool_use) with up to `want` new files of `schema`, each written
+ * and synced under a temporary name, then renamed to its place; *made counts them. Nothing
+ * to do without a pool. */
+int store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsigned want,
+                     unsigned *made);
+
 #endif /* STORE_INT_H */

@@ -15,3 +15,7 @@ target_link_libraries(test_store_refuse PRIVATE tally_ledger_internal tally_chil
 tally_add_test(test_e2e_upgrade test_e2e_upgrade.c serve_util.c LABELS e2e)
 target_link_libraries(test_e2e_upgrade PRIVATE tally_proto PkgConfig::SQLITE3)
 add_dependencies(test_e2e_upgrade tallyd tally_cli)
+
+# New ledger and child files made ahead (DATA/pool) and taken by a rename.
+tally_add_test(test_store_pool test_store_pool.c upgrade_util.c LABELS unit)
+target_link_libraries(test_store_pool PRIVATE tally_ledger_internal tally_child_internal)

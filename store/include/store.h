@@ -74,6 +74,13 @@ void store_db_close_keep_wal(store_db *db);
  *  `name` is borrowed for the life of the process. Call from the main thread before the
  *  first open. */
 void store_private_vfs_set(const char *name);
+/** Names the pool of files made ahead for this process (DATA/pool): from now on a new ledger
+ *  or child file is taken from it when it holds one (renamed into place, already written and
+ *  synced). NULL: none. Call before the first file is created. */
+void store_pool_use(const char *dir);
+/** Removes what a fill interrupted by a crash left in the pool (its temporary names), and
+ *  creates the directory. Run by tallyd at start, before anything fills it. */
+int store_pool_clean(const char *dir);
 /** The statement numbered `idx` of the schema, reset and unbound, valid until close. */
 sqlite3_stmt *store_db_stmt(store_db *db, int idx);
 /** Maps a SQLite result code to a tally result code, keeping the detail for

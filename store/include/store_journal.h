@@ -32,6 +32,9 @@ typedef int (*store_record_visit_fn)(void *ctx, const uint8_t *rec, size_t len);
  *  migrations run on an in-memory database): a process that forks the journals' writers calls
  *  it first, so each of them writes its new file without running a migration. */
 int store_journal_warm(void);
+/** Puts up to `want` new ledgers in this process's pool (store_pool_use), each written and
+ *  synced; *made counts them. */
+int store_journal_pool_fill(unsigned want, unsigned *made);
 
 /** Opens (creating, 0600) the journal at `path`, upgrading a format-1 file with `up` (borrowed
  *  for the call). flags: STORE_OPEN_SYNC_FULL for strict durability, STORE_OPEN_PRIVATE. *out

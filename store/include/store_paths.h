@@ -30,6 +30,8 @@ TALLY_MUST_CHECK int store_tenant_dirs(const char *data, const char *tenant);
 /** Creates DATA/callers (0700) if missing and writes its path into buf: the caller
  *  authorities' files (sup_callers.h). */
 TALLY_MUST_CHECK int store_callers_dir(const char *data, char *buf, size_t len);
+/** DATA/pool: new ledger and child files made ahead (store_pool_use). */
+TALLY_MUST_CHECK int store_path_pool(const char *data, char *buf, size_t len);
 /** Takes an exclusive, non-blocking lock on `path` (created 0600) and keeps it
  *  for the life of the process (the descriptor is returned in *fd, close-on-exec).
  *  TALLY_ELOCKED when another process holds it. The lock dies with the process,

@@ -244,6 +244,7 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
     mc.batch_sync_ms = cfg->strict ? 0 : cfg->batch_sync_ms;
     mc.journal_compact_rows = cfg->journal_compact_rows;
     mc.keep_lease_ms = cfg->keep_lease_ms;
+    front_pool_open(f); /* before the fork server: its spares put ledgers there */
     rc = sup_manager_open(loop, &mc, &mgr_cbs, f, &f->mgr);
     if (rc == TALLY_OK)
         rc = front_callers_open(f, &f->callers);
@@ -258,6 +259,7 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
     front_children_init(f);
     front_prestart_init(f);
     front_pumpq_init(f);
+    front_pool_refill(f);
     *out = f;
     f = NULL; /* ownership moved to the caller */
 out:
@@ -480,13 +482,17 @@ front_free(sup_front *f)
         cb(data);
 }
 
+void
+front_pending_done(sup_front *f)
+{
+    if (--f->pending == 0)
+        front_free(f);
+}
+
 static void
 on_manager_closed(void *data)
 {
-    sup_front *f = data;
-
-    if (--f->pending == 0)
-        front_free(f);
+    front_pending_done(data);
 }
 
 /* The reload timer's, the idle sweep's, the prestart handle's and the clock handles'. */
@@ -527,6 +533,8 @@ sup_front_close(sup_front *f, void (*cb)(void *data), void *data)
     f->close_data = data;
     f->pending = 8; /* the manager, two timers, the prestart handle, the caller authorities,
                      * two clock handles, the pump queue's idle handle */
+    if (f->pool_busy)
+        f->pending++; /* and the pool's fill on the thread pool */
     front_fast_close(&f->fast, on_reload_timer_closed);
     front_callers_close(f->callers, on_callers_closed);
     uv_close((uv_handle_t *)&f->reload_timer, on_reload_timer_closed);

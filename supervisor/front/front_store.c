@@ -34,14 +34,16 @@ open_file(struct front_child *fc)
     sup_front *f = fc->f;
     char path[STORE_PATH_MAX];
     struct stat sb;
-    int rc = store_tenant_dirs(f->data, fc->tenant);
+    int rc = store_path_endpoint_db(f->data, fc->tenant, fc->endpoint, path, sizeof(path));
 
-    if (rc == TALLY_OK)
-        rc = store_path_endpoint_db(f->data, fc->tenant, fc->endpoint, path, sizeof(path));
-    /* A first request: its lease will need the supervisor, which starts while the file
-     * is created (both take a few fsyncs) instead of after it. */
-    if (rc == TALLY_OK && stat(path, &sb) != 0 && errno == ENOENT)
+    /* A first request: its lease will need the supervisor, which starts while the
+     * directories and the file are created (a few fsyncs) instead of after them. */
+    if (rc == TALLY_OK && stat(path, &sb) != 0 && errno == ENOENT) {
         front_prestart_post(f, fc->tenant);
+        fc->store.created = true;
+    }
+    if (rc == TALLY_OK)
+        rc = store_tenant_dirs(f->data, fc->tenant);
     if (rc == TALLY_OK)
         rc = store_child_open(path,
                               STORE_OPEN_CREATE | STORE_OPEN_PRIVATE | STORE_OPEN_EXCLUSIVE |
@@ -114,7 +116,69 @@ open_done(uv_work_t *w, int status)
     struct front_store *s = &fc->store;
 
     s->busy = false;
+    if (s->created) /* from the pool, most likely: make the next one */
+        front_pool_refill(fc->f);
+    s->created = false;
     front_child_opened(fc, status != 0 && s->rc == TALLY_OK ? TALLY_EIO : s->rc);
+}
+
+/* ---- child files made ahead (DATA/pool) ---- */
+
+/* Enough for a burst of new tenants between two fills (each fill is a write and an fdatasync
+ * per file, off the requests' path). */
+#define POOL_CHILDREN 4
+
+static void
+pool_fill(uv_work_t *w)
+{
+    unsigned made;
+
+    (void)w;
+    (void)store_child_pool_fill(POOL_CHILDREN, &made); /* failed: creations write their own */
+}
+
+static void
+pool_filled(uv_work_t *w, int status)
+{
+    sup_front *f = w->data;
+
+    (void)status;
+    f->pool_busy = false;
+    if (f->closing) {
+        front_pending_done(f);
+        return;
+    }
+    if (f->pool_again) {
+        f->pool_again = false;
+        front_pool_refill(f);
+    }
+}
+
+void
+front_pool_refill(sup_front *f)
+{
+    if (f->closing || !f->pool_on)
+        return;
+    if (f->pool_busy) {
+        f->pool_again = true;
+        return;
+    }
+    f->pool_work.data = f;
+    if (uv_queue_work(f->loop, &f->pool_work, pool_fill, pool_filled) == 0)
+        f->pool_busy = true;
+}
+
+void
+front_pool_open(sup_front *f)
+{
+    char path[STORE_PATH_MAX];
+
+    /* No pool (a read-only data dir, say): every new file is written where it goes. */
+    if (store_path_pool(f->data, path, sizeof(path)) != TALLY_OK ||
+        store_pool_clean(path) != TALLY_OK)
+        return;
+    store_pool_use(path);
+    f->pool_on = true;
 }
 
 void

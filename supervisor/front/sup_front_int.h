@@ -60,6 +60,7 @@ struct front_store {
     int64_t limits_fp;
     int64_t limits_fp_now; /* the open: today's fingerprint, stored by the open */
     bool limits_fp_found, limits_fp_put;
+    bool created;   /* the open in flight found no file: it made one */
     bool reopening; /* the batch in flight opens the file first (it was asleep) */
     /* ... and closes it again after the write (the cap of open files was reached when it was
      * queued): the child stays asleep, its file open only for the job's time. */
@@ -157,6 +158,10 @@ struct sup_front {
     pthread_mutex_t prestart_mu;
     uint32_t n_prestart;
     char prestart_q[FRONT_PRESTART_MAX][TENANT_NAME_MAX + 1];
+    /* New child files made ahead in DATA/pool, one fill at a time on the thread pool
+     * (front_store.c): a tenant's first request renames one into place. */
+    uv_work_t pool_work;
+    bool pool_on, pool_busy, pool_again;
     uv_timer_t reload_timer;
     struct sup_front_stats stats;
     struct front_obs obs;
@@ -240,6 +245,13 @@ void front_child_release(struct front_child *fc);
 /** Opens (creates) the file on the thread pool, bumps its incarnation counter and reads
  *  its rows; front_child_opened() runs on the loop when done. */
 void front_store_open_start(struct front_child *fc);
+/** Cleans DATA/pool and makes this process take new files from it (front_pool_refill fills
+ *  it). */
+void front_pool_open(sup_front *f);
+/** Fills DATA/pool again on the thread pool (one fill at a time; a file was taken). */
+void front_pool_refill(sup_front *f);
+/** One of the things sup_front_close waits for is done: the last frees the front. */
+void front_pending_done(sup_front *f);
 /** Resumes the rows read at open into fc->child (before its first message), then frees
  *  them. */
 int front_store_resume(struct front_child *fc);

@@ -405,13 +405,30 @@ static void __attribute__((noinline)) touch_stack(void)
     memset((char *)b, 0, sizeof(b));
 }
 
+/* New ledgers are taken from DATA/pool when it holds some (written and synced ahead). */
+static void
+pool_use(const char *data)
+{
+    char path[STORE_PATH_MAX];
+
+    store_pool_use(store_path_pool(data, path, sizeof(path)) == TALLY_OK ? path : NULL);
+}
+
+/* A spare makes the ledgers the next supervisors take: the write and the fdatasync of a new
+ * ledger happen here, while no tenant waits, instead of in a start. */
+#define POOL_LEDGERS 2
+
 void
 sup_process_warm(const struct sup_process_opts *o)
 {
+    unsigned made;
+
     sup_process_prepare();
     sp_clear(&sp_one);
     touch_stack();
     sp_config_warm(o->data);
+    pool_use(o->data);
+    (void)store_journal_pool_fill(POOL_LEDGERS, &made); /* failed: starts write their own */
 }
 
 int
@@ -436,6 +453,7 @@ sup_process_run(const struct sup_process_opts *o)
         s->compact_rows = 16;
     s->sync_ms = o->batch_sync_ms > 0 ? (uint64_t)o->batch_sync_ms : BATCH_SYNC_MS_DEFAULT;
     signal(SIGPIPE, SIG_IGN);
+    pool_use(o->data);
     rc = store_tenant_dirs(o->data, o->tenant);
     if (rc == TALLY_OK)
         rc = store_path_tenant(o->data, o->tenant, "supervisor.lock", path, sizeof(path));
