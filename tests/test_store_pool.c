@@ -238,7 +238,7 @@ test_takers_never_share_a_file(void **state)
 {
     pthread_t t[RACERS];
     unsigned made = 0;
-    ino_t seen[RACERS * EACH];
+    ino_t seen[RACERS * EACH] = {0};
     char path[256];
     struct stat sb;
 
