@@ -386,6 +386,8 @@ sup_process_prepare(void)
 
 /* One supervisor per process. */
 static struct sp sp_one;
+/* The loop of sp_one was made by sup_process_warm, in a spare, before its tenant came. */
+static bool sp_loop_warm;
 
 /* Zeroes everything but the records, which are written before they are read (batch.n counts
  * them): their 120 KB stay untouched, so not resident, until turns fill them. */
@@ -425,6 +427,9 @@ sup_process_warm(const struct sup_process_opts *o)
 
     sup_process_prepare();
     sp_clear(&sp_one);
+    /* Its descriptors (epoll, the thread pool's wake-up) are made now rather than in the
+     * start; its clock is read again when the tenant comes (sup_process_run). */
+    sp_loop_warm = uv_loop_init(&sp_one.loop) == 0;
     touch_stack();
     sp_config_warm(o->data);
     pool_use(o->data);
@@ -443,7 +448,8 @@ sup_process_run(const struct sup_process_opts *o)
     bool loop_live = false;
     int rc;
 
-    sp_clear(s);
+    if (!sp_loop_warm)
+        sp_clear(s); /* a spare's was cleared by sup_process_warm, and holds its loop */
     s->o = o;
     sup_process_prepare();
     s->batch.v = s->recs;
@@ -464,7 +470,9 @@ sup_process_run(const struct sup_process_opts *o)
                      "supervisor_refused", rc, NULL);
         return exit_code_for(rc);
     }
-    rc = uv_loop_init(&s->loop);
+    if (sp_loop_warm)
+        uv_update_time(&s->loop); /* its timers count from now, not from the spare's start */
+    rc = sp_loop_warm ? 0 : uv_loop_init(&s->loop);
     if (rc != 0) {
         log_uv_error(s, "supervisor_loop_failed", "uv_loop_init", rc);
         s->exit_code = 74;
