@@ -40,14 +40,10 @@ child_upgrade(store_db *db, int version, void *ctx)
     return version == 2 ? store__rows_upgrade(db, "lease", 1, ctx, true) : TALLY_OK;
 }
 
-/* A pool's child file holds its first incarnation already: made and synced ahead, it is
- * durable once its name is (store_child_incarnation_fresh). */
-static const char child_pool_seed[] = "INSERT INTO meta(k, v) VALUES('incarnation', 1)";
-
 int
 store_child_pool_fill(unsigned want, unsigned *made)
 {
-    return store__pool_fill(&child_schema, child_pool_seed, child_upgrade, want, made);
+    return store__pool_fill(&child_schema, child_upgrade, want, made);
 }
 
 int
@@ -121,26 +117,6 @@ store_child_incarnation_next(store_db *db, uint64_t *out, int64_t *limits, bool 
 }
 
 int
-store_child_incarnation_fresh(store_db *db, uint64_t *out)
-{
-    int64_t v = 0;
-    bool found = false;
-    int rc;
-
-    *out = 0;
-    if (!store_db_from_pool(db))
-        return TALLY_ENOTFOUND;
-    rc = meta_get(db, "incarnation", &v, &found);
-    if (rc == TALLY_OK && (!found || v != 1))
-        rc = TALLY_ENOTFOUND; /* a pool file made without the seed (an older tallyd's) */
-    if (rc == TALLY_OK)
-        rc = store_db_sync_dir(db);
-    if (rc == TALLY_OK)
-        *out = 1;
-    return rc;
-}
-
-int
 store_child_meta_put(store_db *db, const char *key, int64_t v)
 {
     int rc = store_db_begin(db);
@@ -153,19 +129,10 @@ store_child_meta_put(store_db *db, const char *key, int64_t v)
 int
 store_child_write(store_db *db, size_t n, store_child_write_fn write, void *ctx)
 {
-    return store_child_write_meta(db, NULL, 0, n, write, ctx);
-}
-
-int
-store_child_write_meta(store_db *db, const char *key, int64_t v, size_t n,
-                       store_child_write_fn write, void *ctx)
-{
     uint8_t buf[STORE_RECORD_MAX];
     size_t i;
     int rc = store_db_begin(db);
 
-    if (rc == TALLY_OK && key != NULL)
-        rc = meta_put(db, key, v);
     for (i = 0; i < n && rc == TALLY_OK; i++) {
         sqlite3_stmt *st;
         uint64_t id = 0;

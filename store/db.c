@@ -40,7 +40,6 @@ struct store_db {
     sqlite3_stmt *begin, *commit; /* prepared once: a supervisor commits every loop turn */
     const char *path;             /* the bytes after the struct, or borrowed (image_build) */
     char *errmsg;                 /* ERRMSG_CAP bytes, allocated at the first error */
-    bool from_pool;               /* this open made the file from a pool file (store/pool.c) */
 };
 
 /* Sets db's error message (dropped when no buffer can be had: the result code still says
@@ -322,7 +321,6 @@ migrate(store_db *db, int64_t version, store_migrate_fn step, void *ctx)
  * fork server makes its supervisors' before it forks (store_journal_warm). */
 struct fresh_image {
     const struct store_schema *schema;
-    const char *seed; /* SQL run after the migrations (a pool's files), or NULL */
     unsigned char *bytes;
     size_t len;
 };
@@ -346,8 +344,8 @@ sqlite_setup(void)
 /* Runs the migrations on an in-memory database and keeps its bytes, marked WAL. On failure
  * the reason goes to err's errmsg (err may be NULL). */
 static int
-image_build(const struct store_schema *schema, const char *seed, store_migrate_fn step, void *ctx,
-            store_db *err, struct fresh_image *out)
+image_build(const struct store_schema *schema, store_migrate_fn step, void *ctx, store_db *err,
+            struct fresh_image *out)
 {
     store_db mem;
     sqlite3_int64 len = 0;
@@ -361,8 +359,6 @@ image_build(const struct store_schema *schema, const char *seed, store_migrate_f
                                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL));
     if (rc == TALLY_OK)
         rc = migrate(&mem, 0, step, ctx);
-    if (rc == TALLY_OK && seed != NULL)
-        rc = store_db_exec(&mem, seed);
     if (rc == TALLY_OK) {
         /* A copy owned by this process from now on (sqlite3_malloc'd, never freed). */
         out->bytes = sqlite3_serialize(mem.sql, "main", &len, 0);
@@ -376,7 +372,6 @@ image_build(const struct store_schema *schema, const char *seed, store_migrate_f
         out->bytes[18] = 2; /* WAL */
         out->bytes[19] = 2;
         out->len = (size_t)len;
-        out->seed = seed;
         out->schema = schema;
     }
     if (rc != TALLY_OK && err != NULL && mem.errmsg != NULL)
@@ -387,22 +382,22 @@ image_build(const struct store_schema *schema, const char *seed, store_migrate_f
     return rc;
 }
 
-/* The image of `schema` (with `seed`), made on first use. */
+/* The image of `schema`, made on first use. */
 static int
-image_get(const struct store_schema *schema, const char *seed, store_migrate_fn step, void *ctx,
-          store_db *err, const struct fresh_image **out)
+image_get(const struct store_schema *schema, store_migrate_fn step, void *ctx, store_db *err,
+          const struct fresh_image **out)
 {
     int rc = TALLY_OK, i;
 
     pthread_mutex_lock(&images_mu);
     for (i = 0; i < FRESH_IMAGES && images[i].schema != NULL; i++) {
-        if (images[i].schema == schema && images[i].seed == seed)
+        if (images[i].schema == schema)
             break;
     }
     if (i == FRESH_IMAGES)
         rc = TALLY_ENOMEM; /* more schemas than this file knows: a bug */
     else if (images[i].schema == NULL)
-        rc = image_build(schema, seed, step, ctx, err, &images[i]);
+        rc = image_build(schema, step, ctx, err, &images[i]);
     *out = rc == TALLY_OK ? &images[i] : NULL;
     pthread_mutex_unlock(&images_mu);
     return rc;
@@ -413,7 +408,7 @@ store__image_warm(const struct store_schema *schema, store_migrate_fn step)
 {
     const struct fresh_image *im;
 
-    return image_get(schema, NULL, step, NULL, NULL, &im);
+    return image_get(schema, step, NULL, NULL, &im);
 }
 
 static int
@@ -432,11 +427,11 @@ write_all(int fd, const unsigned char *p, size_t len)
 }
 
 int
-store__image_write(const struct store_schema *schema, const char *seed, store_migrate_fn step,
-                   void *ctx, store_db *err, const char *tmp)
+store__image_write(const struct store_schema *schema, store_migrate_fn step, void *ctx,
+                   store_db *err, const char *tmp)
 {
     const struct fresh_image *im = NULL;
-    int fd, rc = image_get(schema, seed, step, ctx, err, &im);
+    int fd, rc = image_get(schema, step, ctx, err, &im);
 
     if (rc != TALLY_OK)
         return rc;
@@ -470,17 +465,12 @@ create_fresh(store_db *db, const char *path, store_migrate_fn step, void *ctx)
         return TALLY_EINVAL;
     (void)unlink(tmp);
     /* A pool file was written and synced when the pool was filled: only its name is new. */
-    db->from_pool = store__pool_take(db->schema, tmp);
-    if (!db->from_pool)
-        rc = store__image_write(db->schema, NULL, step, ctx, db, tmp);
+    if (!store__pool_take(db->schema, tmp))
+        rc = store__image_write(db->schema, step, ctx, db, tmp);
     else
         rc = TALLY_OK;
-    /* EEXIST: another process made the file meanwhile; it is opened as it is. */
-    if (rc == TALLY_OK && link(tmp, path) != 0) {
-        db->from_pool = false;
-        if (errno != EEXIST)
-            rc = TALLY_EIO;
-    }
+    if (rc == TALLY_OK && link(tmp, path) != 0 && errno != EEXIST)
+        rc = TALLY_EIO;
     (void)unlink(tmp);
     if (rc != TALLY_OK && db->errmsg == NULL)
         db_errf(db, "%s: cannot create: %s", path, strerror(errno));
@@ -502,40 +492,6 @@ prepare_all(store_db *db)
         rc = store_db_rc(db, sqlite3_prepare_v3(db->sql, "COMMIT", -1, SQLITE_PREPARE_PERSISTENT,
                                                 &db->commit, NULL));
     return rc;
-}
-
-int
-store_db_sync_dir(store_db *db)
-{
-    char dir[STORE_PATH_MAX];
-    const char *slash = strrchr(db->path, '/');
-    size_t n = slash == NULL ? 1 : (size_t)(slash - db->path);
-    int fd, rc = TALLY_OK;
-
-    if (n >= sizeof(dir))
-        return TALLY_ETOOBIG;
-    if (slash == NULL)
-        memcpy(dir, ".", 2);
-    else if (n == 0)
-        memcpy(dir, "/", 2);
-    else {
-        memcpy(dir, db->path, n);
-        dir[n] = '\0';
-    }
-    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0) {
-        db_errf(db, "%s: cannot sync the directory: %s", dir, strerror(errno));
-        rc = TALLY_EIO;
-    }
-    if (fd >= 0)
-        close(fd);
-    return rc;
-}
-
-bool
-store_db_from_pool(const store_db *db)
-{
-    return db->from_pool;
 }
 
 int

@@ -73,8 +73,8 @@ store_pool_clean(const char *dir)
 }
 
 int
-store__pool_fill(const struct store_schema *schema, const char *seed, store_migrate_fn step,
-                 unsigned want, unsigned *made)
+store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsigned want,
+                 unsigned *made)
 {
     char dst[STORE_PATH_MAX + 64], tmp[STORE_PATH_MAX + 96];
     struct stat sb;
@@ -95,7 +95,7 @@ store__pool_fill(const struct store_schema *schema, const char *seed, store_migr
             return TALLY_ETOOBIG;
         if (stat(dst, &sb) == 0)
             continue;
-        rc = store__image_write(schema, seed, step, NULL, NULL, tmp);
+        rc = store__image_write(schema, step, NULL, NULL, tmp);
         /* Replaces a file another process put there meanwhile: the same bytes. */
         if (rc == TALLY_OK && rename(tmp, dst) != 0) {
             (void)unlink(tmp);

@@ -20,19 +20,17 @@ int store__rows_upgrade(store_db *db, const char *table, int from_format,
  * migrations with `step` run once on an in-memory database. */
 int store__image_warm(const struct store_schema *schema, store_migrate_fn step);
 
-/* Writes the image of `schema` with `seed` (SQL run on it after the migrations, or NULL; made
- * on first use, with `step` and `ctx`; a failure to make
+/* Writes the image of `schema` (made on first use, with `step` and `ctx`; a failure to make
  * it is told in err's errmsg, err may be NULL) into the new file `tmp`, mode 0600, synced.
  * `tmp` is removed again on failure (errno says why). */
-int store__image_write(const struct store_schema *schema, const char *seed, store_migrate_fn step,
-                       void *ctx, store_db *err, const char *tmp);
+int store__image_write(const struct store_schema *schema, store_migrate_fn step, void *ctx,
+                       store_db *err, const char *tmp);
 /* True when a pool file of `schema` was moved to `tmp` (store/pool.c). */
 bool store__pool_take(const struct store_schema *schema, const char *tmp);
 /* Fills the pool (store_pool_use) with up to `want` new files of `schema`, each written
- * and synced under a temporary name, then renamed to its place; *made counts them. `seed`
- * (SQL, or NULL) runs on the image after the migrations: what every pool file of the schema
- * holds from the start. Nothing to do without a pool. */
-int store__pool_fill(const struct store_schema *schema, const char *seed, store_migrate_fn step,
-                     unsigned want, unsigned *made);
+ * and synced under a temporary name, then renamed to its place; *made counts them. Nothing
+ * to do without a pool. */
+int store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsigned want,
+                     unsigned *made);
 
 #endif /* STORE_INT_H */

@@ -73,10 +73,8 @@ pool_count(const char *prefix, unsigned upto)
     return n;
 }
 
-/* Opens a new child file at dir/NAME and takes its first incarnation: a pool file holds it
- * already (store_child_incarnation_fresh), a file written on the spot gets it from
- * store_child_incarnation_next. Opened again, the next incarnation is 2: the file works and
- * the first was durable. Returns its inode. */
+/* Opens a new child file at dir/NAME, bumps its incarnation, writes a row and reads it back:
+ * the file works. Returns its inode. */
 static ino_t
 child_new(const char *name)
 {
@@ -89,20 +87,14 @@ child_new(const char *name)
     assert_int_equal(
         store_child_open(path, STORE_OPEN_PRIVATE | STORE_OPEN_SYNC_FULL, &child_up, &db),
         TALLY_OK);
-    if (store_db_from_pool(db)) {
-        assert_int_equal(store_child_incarnation_fresh(db, &inc), TALLY_OK);
-    } else {
-        assert_int_equal(store_child_incarnation_fresh(db, &inc), TALLY_ENOTFOUND);
-        assert_int_equal(store_child_incarnation_next(db, &inc, NULL, NULL), TALLY_OK);
-    }
+    assert_int_equal(store_child_incarnation_next(db, &inc, NULL, NULL), TALLY_OK);
     assert_int_equal(inc, 1);
     store_db_close(db);
     assert_int_equal(stat(path, &sb), 0);
     assert_int_equal(sb.st_nlink, 1);
     assert_int_equal(sb.st_mode & 0777, 0600);
-    /* Opened again: the first incarnation is there, and it is not a pool file any more. */
+    /* Opened again: the incarnation written above is there. */
     assert_int_equal(store_child_open(path, STORE_OPEN_PRIVATE, &child_up, &db), TALLY_OK);
-    assert_false(store_db_from_pool(db));
     assert_int_equal(store_child_incarnation_next(db, &inc, NULL, NULL), TALLY_OK);
     assert_int_equal(inc, 2);
     store_db_close(db);

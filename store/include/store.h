@@ -78,12 +78,6 @@ void store_private_vfs_set(const char *name);
  *  or child file is taken from it when it holds one (renamed into place, already written and
  *  synced). NULL: none. Call before the first file is created. */
 void store_pool_use(const char *dir);
-/** True when the open that made db created its file from a pool file (its seed, if the
- *  schema's pool has one, written and synced with it). */
-bool store_db_from_pool(const store_db *db);
-/** Syncs the directory that holds db's file (its name made durable). TALLY_EIO on failure,
- *  with the detail in store_db_errmsg(). */
-TALLY_MUST_CHECK int store_db_sync_dir(store_db *db);
 /** Removes what a fill interrupted by a crash left in the pool (its temporary names), and
  *  creates the directory. Run by tallyd at start, before anything fills it. */
 int store_pool_clean(const char *dir);

@@ -40,11 +40,6 @@ TALLY_MUST_CHECK int store_child_open(const char *path, unsigned flags,
 /** Puts up to `want` new child files in this process's pool (store_pool_use), each written
  *  and synced; *made counts them. */
 int store_child_pool_fill(unsigned want, unsigned *made);
-/** For a file its open took from the pool (store_db_from_pool): its first incarnation, 1,
- *  written and synced with the pool file, made durable under its name by syncing its
- *  directory; *out = 1. TALLY_ENOTFOUND for any other file, which then takes
- *  store_child_incarnation_next. */
-TALLY_MUST_CHECK int store_child_incarnation_fresh(store_db *db, uint64_t *out /* OUT */);
 /** Adds one to the stored incarnation (0 when none) and returns it in *out, durably under
  *  STORE_OPEN_SYNC_FULL (otherwise call store_db_sync()). With `limits` non-NULL, also swaps
  *  meta "limits" in the same transaction: *limits (today's fingerprint of the limits over the
@@ -59,11 +54,6 @@ TALLY_MUST_CHECK int store_child_meta_put(store_db *db, const char *key, int64_t
 /** Writes rows 0..n-1 from `write` (upsert by id, or delete) in one transaction. */
 TALLY_MUST_CHECK int store_child_write(store_db *db, size_t n, store_child_write_fn write,
                                        void *ctx);
-/** As store_child_write, with meta `key` set to `v` in the same transaction (key NULL:
- *  none). */
-TALLY_MUST_CHECK int store_child_write_meta(store_db *db, const char *key, int64_t v, size_t n,
-                                            store_child_write_fn write, void *ctx);
-
 /** Calls `visit` for every row in id order. */
 TALLY_MUST_CHECK int store_child_each(store_db *db, store_child_visit_fn visit, void *ctx);
 

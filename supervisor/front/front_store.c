@@ -37,8 +37,7 @@ open_file(struct front_child *fc)
     int rc = store_path_endpoint_db(f->data, fc->tenant, fc->endpoint, path, sizeof(path));
 
     /* A first request: its lease will need the supervisor, which starts while the
-     * directories and the file are created instead of after them. (Not for a file that
-     * exists: its parked leases may answer with no supervisor at all.) */
+     * directories and the file are created (a few fsyncs) instead of after them. */
     if (rc == TALLY_OK && stat(path, &sb) != 0 && errno == ENOENT) {
         front_prestart_post(f, fc->tenant);
         fc->store.created = true;
@@ -90,23 +89,13 @@ open_work(uv_work_t *w)
      * fingerprint when it queued the open); the fingerprint of the last start or idle
      * close comes back. */
     s->limits_fp = s->limits_fp_now;
-    s->limits_first = false;
-    /* A file made ahead (DATA/pool) holds incarnation 1, synced: durable once its name is
-     * (one directory sync instead of a first commit and its new WAL's three syncs). Today's
-     * limits go with its first rows, in their transaction. */
     if (rc == TALLY_OK)
-        rc = store_child_incarnation_fresh(s->db, &s->incarnation);
-    if (rc == TALLY_OK) {
-        s->limits_fp_found = false;
-        s->limits_first = true;
-    } else if (rc == TALLY_ENOTFOUND) {
         rc = store_child_incarnation_next(s->db, &s->incarnation, &s->limits_fp,
                                           &s->limits_fp_found);
-        /* Durable in both modes: after an OS crash a reused incarnation would be
-         * answered from the supervisor's dedupe window with grants already spent. */
-        if (rc == TALLY_OK && !fc->f->cfg.strict)
-            rc = store_db_sync(s->db);
-    }
+    /* Durable in both modes: after an OS crash a reused incarnation would be
+     * answered from the supervisor's dedupe window with grants already spent. */
+    if (rc == TALLY_OK && !fc->f->cfg.strict)
+        rc = store_db_sync(s->db);
     if (rc == TALLY_OK)
         rc = store_child_each(s->db, read_one, &s->resume);
     if (rc != TALLY_OK) {
@@ -338,10 +327,7 @@ write_batch(uv_work_t *w)
      * state machine goes on). */
     s->rc = s->db == NULL ? open_file(fc) : TALLY_OK;
     if (s->rc == TALLY_OK)
-        s->rc = store_child_write_meta(s->db, s->limits_first ? "limits" : NULL, s->limits_fp_now,
-                                       s->n, encode_write, s);
-    if (s->rc == TALLY_OK)
-        s->limits_first = false;
+        s->rc = store_child_write(s->db, s->n, encode_write, s);
     if (s->close_after && s->db != NULL) {
         int rc = s->rc;
         close_file(fc, true); /* as a sleep: the WAL kept, nothing synced */

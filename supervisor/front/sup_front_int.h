@@ -60,9 +60,6 @@ struct front_store {
     int64_t limits_fp;
     int64_t limits_fp_now; /* the open: today's fingerprint, stored by the open */
     bool limits_fp_found, limits_fp_put;
-    /* The file came from the pool: today's fingerprint is written with its first rows (the
-     * open wrote nothing). */
-    bool limits_first;
     bool created;   /* the open in flight found no file: it made one */
     bool reopening; /* the batch in flight opens the file first (it was asleep) */
     /* ... and closes it again after the write (the cap of open files was reached when it was
