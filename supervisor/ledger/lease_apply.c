@@ -261,14 +261,20 @@ apply_debt(sup_ledger *l, const struct sup_record *rec)
 
     if (peer == NULL || rec->count > PROTO_LEASE_HB_MAX)
         return TALLY_EINVAL;
+    /* Each entry is charged as soon as its link is found or made. A link made for one entry
+     * holds nothing until it is charged, so it is idle, and a full table's next entry could
+     * make room by evicting it: charged only after every link was looked up, its debt would
+     * land on the wider budgets alone, or not, depending on how far the table had grown (a
+     * live ledger and its replay differ there). A failure part way (no memory) stops the
+     * supervisor before the record is committed; the replay then never sees the record. */
     for (uint32_t i = 0; i < rec->count && rc == TALLY_OK; i++) {
         rc = sup__path_get(l, rec->endpoint, rec->e[i].link, &p);
-        if (rc == TALLY_EFULL)
+        if (rc == TALLY_EFULL) {
+            sup__path_find(l, rec->endpoint, rec->e[i].link, &p);
             rc = TALLY_OK; /* charged on the wider budgets only */
-    }
-    for (uint32_t i = 0; i < rec->count && rc == TALLY_OK; i++) {
-        sup__path_find(l, rec->endpoint, rec->e[i].link, &p);
-        rc = sup__path_charge_debt(l, &p, rec->now_ms, rec->e[i].debt);
+        }
+        if (rc == TALLY_OK)
+            rc = sup__path_charge_debt(l, &p, rec->now_ms, rec->e[i].debt);
         l->stats.debt_tokens += (uint64_t)rec->e[i].debt;
     }
     if (rc == TALLY_OK)
