@@ -219,7 +219,13 @@ void front_prestart_close(sup_front *f, uv_close_cb cb);
 void front_children_init(sup_front *f);
 /** Runs r (link, cost set) on its child: answers it or parks it. */
 void front_child_run(struct front_child *fc, struct sup_front_req *r, unsigned flags);
-/** Carries out the child's intents: messages, writes, timer. */
+/** Gives back what an expensive operation took when it got no slot (front_child.c). */
+void front_child_refund(struct front_child *fc, struct sup_front_req *r, uint64_t lease_id);
+/** What a message from the supervisor told the child: a slot answer, a link's lease. */
+void front_child_on_event(struct front_child *fc, const struct sup_child_event *ev);
+/** Sets the child's timer to its next wake (front_pump.c). */
+void front_child_arm(struct front_child *fc);
+/** Carries out the child's intents: messages, writes, timer (front_pump.c). */
 void front_child_pump(struct front_child *fc);
 /** Pumps fc at the end of this loop turn (once, however many requests ask). */
 void front_child_pump_soon(struct front_child *fc);
