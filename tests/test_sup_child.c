@@ -254,6 +254,41 @@ test_child_grant_without_room_is_handed_back(void **state)
     cx_close(&x);
 }
 
+/* A GRANT naming another link than the ACQUIRE it answers (an answer given to another
+ * request under the same seq) is handed back unused: no lease on the asking link, a RETURN of
+ * the lease with nothing used, and the request asks again. */
+static void
+test_child_grant_for_another_link_is_handed_back(void **state)
+{
+    struct sup_child_stats st;
+    struct proto_lease_msg m, g, r;
+    struct cx x;
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(&x);
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+    m = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    cx_reply_to(&m, &g, PROTO_LEASE_GRANT);
+    strcpy(g.grant.endpoint, m.acquire.endpoint);
+    strcpy(g.grant.link, LINK_B);
+    g.grant.lease_id = 77;
+    g.grant.n = 10;
+    g.grant.ttl_ms = 5000;
+    (void)cx_deliver(&x, &g);
+    r = cx_expect(&x, PROTO_LEASE_RETURN);
+    assert_true(r.ret.lease_id == 77);
+    assert_int_equal(r.ret.used, 0);
+    sup_child_stats(x.c, x.now, &st);
+    assert_int_equal(st.grants_foreign, 1);
+    assert_int_equal(st.grants_no_room, 0);
+    assert_int_equal(st.live_leases, 0);
+    /* Still no lease for link A: the request waits and asks again. */
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+    (void)cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    cx_close(&x);
+}
+
 static void
 test_child_slots(void **state)
 {
@@ -496,6 +531,7 @@ main(void)
         cmocka_unit_test(test_child_link_table_grows),
         cmocka_unit_test(test_child_link_table_full_refuses),
         cmocka_unit_test(test_child_grant_without_room_is_handed_back),
+        cmocka_unit_test(test_child_grant_for_another_link_is_handed_back),
         cmocka_unit_test(test_child_bad_arguments_and_oom),
     };
 

@@ -371,16 +371,16 @@ on_error(sup_child *c, struct child_req *r, const struct proto_lease_error *e, s
     }
 }
 
-/* A grant the link's table has no room for (every entry live or waiting for its row's DELETE
- * to be durable) is never used: it goes straight back in a RETURN with nothing used, which
- * the supervisor credits in full. With no request slot free either, it is left to expire as
- * spent at its TTL: it strands its n tokens that long and never admits twice (I4). */
+/* A grant the child does not use (the link's table has no room for it: every entry live or
+ * waiting for its row's DELETE to be durable; or it names another link) goes straight back in
+ * a RETURN with nothing used, which the supervisor credits in full. With no request slot free
+ * either, it is left to expire as spent at its TTL: it strands its n tokens that long and never
+ * admits twice (I4). */
 static void
 give_back(sup_child *c, int32_t index, const struct proto_lease_grant *g, int64_t now_mono)
 {
     struct child_req *r = sup__child_req_new(c, PROTO_LEASE_RETURN, index, now_mono);
 
-    c->stats.grants_no_room++;
     if (r == NULL) {
         c->stats.grants_stranded++;
         return;
@@ -397,9 +397,19 @@ on_grant(sup_child *c, struct child_req *r, const struct proto_lease_msg *m, str
     struct child_req copy = *r;
 
     req_complete(c, r, now.mono_ms);
-    if (sup__child_lease_by_id(k, m->grant.lease_id) == NULL &&
-        sup__child_lease_add(c, k, &m->grant, &copy, now.mono_ms) != TALLY_OK)
+    /* A lease is reserved on the path of the link it names: one for another link than the
+     * request's (an answer meant for another request under the same seq) is handed back
+     * unused, never spent against this link's limit. The request asks again. */
+    if (strcmp(m->grant.link, k->id) != 0) {
+        c->stats.grants_foreign++;
         give_back(c, copy.link, &m->grant, now.mono_ms);
+        return;
+    }
+    if (sup__child_lease_by_id(k, m->grant.lease_id) == NULL &&
+        sup__child_lease_add(c, k, &m->grant, &copy, now.mono_ms) != TALLY_OK) {
+        c->stats.grants_no_room++;
+        give_back(c, copy.link, &m->grant, now.mono_ms);
+    }
     k->pass = (m->grant.flags & PROTO_LEASE_GRANT_PASS) != 0;
     k->deny_until = 0;
     c->stats.grants++;

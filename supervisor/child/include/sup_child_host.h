@@ -80,7 +80,8 @@ struct sup_child_stats {
     uint64_t leases_parked;   /* kept leases left in the file by sup_child_park */
     uint64_t lease_recalls;   /* leases retired by a RECALL from the supervisor */
     uint64_t grants_no_room;  /* grants the link's table had no room for, handed back */
-    uint64_t grants_stranded; /* of those, left to expire (no request slot for the RETURN) */
+    uint64_t grants_foreign;  /* grants naming another link than the request's, handed back */
+    uint64_t grants_stranded; /* of both, left to expire (no request slot for the RETURN) */
     uint32_t links, live_leases, inflight;
     bool reachable;
 };
