@@ -210,10 +210,8 @@ apply_acquire(sup_ledger *l, const struct sup_record *rec)
     if (granted || rec->debt > 0) {
         rc = sup__path_get(l, rec->endpoint, rec->link, &p);
         /* Debt for a link the full table cannot take lands on the wider budgets. */
-        if (rc == TALLY_EFULL && !granted) {
-            sup__path_find(l, rec->endpoint, rec->link, &p);
+        if (rc == TALLY_EFULL && !granted)
             rc = TALLY_OK;
-        }
         if (rc != TALLY_OK)
             return rc;
     }
@@ -269,10 +267,8 @@ apply_debt(sup_ledger *l, const struct sup_record *rec)
      * supervisor before the record is committed; the replay then never sees the record. */
     for (uint32_t i = 0; i < rec->count && rc == TALLY_OK; i++) {
         rc = sup__path_get(l, rec->endpoint, rec->e[i].link, &p);
-        if (rc == TALLY_EFULL) {
-            sup__path_find(l, rec->endpoint, rec->e[i].link, &p);
+        if (rc == TALLY_EFULL)
             rc = TALLY_OK; /* charged on the wider budgets only */
-        }
         if (rc == TALLY_OK)
             rc = sup__path_charge_debt(l, &p, rec->now_ms, rec->e[i].debt);
         l->stats.debt_tokens += (uint64_t)rec->e[i].debt;

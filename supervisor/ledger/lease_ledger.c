@@ -473,8 +473,10 @@ sup__path_get(sup_ledger *l, const char *endpoint, const char *link, struct sup_
     int rc;
 
     k = sup__link_get(l, link, &rc);
-    if (k == NULL)
+    if (k == NULL) {
+        sup__path_find(l, endpoint, link, p);
         return rc;
+    }
     if (sup__endpoint_find(l, endpoint) != NULL) {
         struct sup_pair *pair = sup__pair_get(k, endpoint);
 

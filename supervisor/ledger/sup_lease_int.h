@@ -163,6 +163,9 @@ struct sup_pair *sup__pair_get(struct sup_link *k, const char *endpoint);
 int sup__peer_find(const sup_ledger *l, const char *name);
 void sup__path_find(const sup_ledger *l, const char *endpoint, const char *link,
                     struct sup_path *p /* OUT */);
+/* Finds or makes the link and its pair with `endpoint`, then sup__path_find. When the link
+ * cannot be made (TALLY_EFULL: no room in the link table; TALLY_ENOMEM) *p still holds the
+ * budgets wider than it (plan, endpoint), where a debt lands. */
 int sup__path_get(sup_ledger *l, const char *endpoint, const char *link,
                   struct sup_path *p /* OUT */);
 /** Makes sure link `k` has a slot table of at least the plan's K entries. */
