@@ -8,7 +8,6 @@
 #include "store_int.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdarg.h>
@@ -30,21 +29,10 @@ static _Thread_local char open_errmsg[STORE_PATH_MAX + 512];
 /* The VFS of files opened with STORE_OPEN_PRIVATE; NULL: SQLite's default. */
 static const char *private_vfs;
 
-/* tallyd holds a thousand child files open: a handle carries its path and no message
- * buffer until it has something to say (two fixed buffers made it 8.7 kB per file). */
-#define ERRMSG_CAP (STORE_PATH_MAX + 512)
-struct store_db {
-    sqlite3 *sql;
-    const struct store_schema *schema;
-    sqlite3_stmt **stmts;
-    sqlite3_stmt *begin, *commit; /* prepared once: a supervisor commits every loop turn */
-    const char *path;             /* the bytes after the struct, or borrowed (image_build) */
-    char *errmsg;                 /* ERRMSG_CAP bytes, allocated at the first error */
-};
-
 /* Sets db's error message (dropped when no buffer can be had: the result code still says
  * what failed). */
-static void __attribute__((format(printf, 2, 3))) db_errf(store_db *db, const char *fmt, ...)
+void
+store__db_errf(store_db *db, const char *fmt, ...)
 {
     va_list ap;
 
@@ -96,7 +84,7 @@ store_db_rc(store_db *db, int sqlite_rc)
     }
     if (db != NULL) {
         const char *detail = db->sql != NULL ? sqlite3_errmsg(db->sql) : sqlite3_errstr(sqlite_rc);
-        db_errf(db, "%s: %s", db->path, detail);
+        store__db_errf(db, "%s: %s", db->path, detail);
     }
     return rc;
 }
@@ -185,7 +173,7 @@ store_db_sync(store_db *db)
     rc = f->pMethods->xSync(f, SQLITE_SYNC_NORMAL);
     if (rc != SQLITE_OK) {
         int trc = store_db_rc(db, rc);
-        db_errf(db, "%s-wal: %s", db->path, sqlite3_errstr(rc));
+        store__db_errf(db, "%s-wal: %s", db->path, sqlite3_errstr(rc));
         return trc;
     }
     return TALLY_OK;
@@ -204,7 +192,7 @@ store_db_stmt(store_db *db, int idx)
          * reading its configuration) parses two statements, not the schema's every one. */
         if (sqlite3_prepare_v3(db->sql, db->schema->statements[idx], -1, SQLITE_PREPARE_PERSISTENT,
                                &db->stmts[idx], NULL) != SQLITE_OK) {
-            db_errf(db, "%s: %s", db->path, sqlite3_errmsg(db->sql));
+            store__db_errf(db, "%s: %s", db->path, sqlite3_errmsg(db->sql));
             return NULL; /* sqlite3_bind and sqlite3_step answer SQLITE_MISUSE on NULL */
         }
         return db->stmts[idx];
@@ -243,7 +231,7 @@ configure(store_db *db, unsigned flags)
         strcmp((const char *)sqlite3_column_text(st, 0), "wal") != 0) {
         rc = store_db_rc(db, sqlite3_errcode(db->sql));
         if (rc == TALLY_OK) {
-            db_errf(db, "%s: WAL mode refused", db->path);
+            store__db_errf(db, "%s: WAL mode refused", db->path);
             rc = TALLY_ESTORE;
         }
     }
@@ -276,10 +264,10 @@ version_check(store_db *db, int64_t *version)
     if (rc != TALLY_OK)
         return rc;
     if (*version > db->schema->n_migrations) {
-        db_errf(db,
-                "%s: %s file format %lld is newer than this binary's %d (written by a newer "
-                "tally; left as it is)",
-                db->path, db->schema->name, (long long)*version, db->schema->n_migrations);
+        store__db_errf(db,
+                       "%s: %s file format %lld is newer than this binary's %d (written by a newer "
+                       "tally; left as it is)",
+                       db->path, db->schema->name, (long long)*version, db->schema->n_migrations);
         return TALLY_ESCHEMA;
     }
     (void)sqlite3_db_config(db->sql, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
@@ -290,8 +278,8 @@ version_check(store_db *db, int64_t *version)
  * all pending ones in one transaction: a file is at its old version or at the
  * newest, never between, and a new file costs one commit (one fsync in strict
  * mode) however many steps its schema has. */
-static int
-migrate(store_db *db, int64_t version, store_migrate_fn step, void *ctx)
+int
+store__migrate(store_db *db, int64_t version, store_migrate_fn step, void *ctx)
 {
     char bump[64];
     int rc;
@@ -312,25 +300,9 @@ migrate(store_db *db, int64_t version, store_migrate_fn step, void *ctx)
     return store_db_end(db, rc);
 }
 
-/* A new file's bytes, one image per schema and process: the migrations run once on an
- * in-memory database (the same statements and steps an upgrade runs, so the image is what a
- * migrated file holds), serialized, and switched to WAL by its header (bytes 18 and 19, the
- * file format's read and write versions, 2 = WAL). Every later file of that schema is these
- * bytes written at once, with no SQLite connection, no SQL parsed and no journal. Made under
- * a lock (child files are created on several threads) and kept for the process's life; a
- * fork server makes its supervisors' before it forks (store_journal_warm). */
-struct fresh_image {
-    const struct store_schema *schema;
-    unsigned char *bytes;
-    size_t len;
-};
-#define FRESH_IMAGES 8
-static struct fresh_image images[FRESH_IMAGES];
-static pthread_mutex_t images_mu = PTHREAD_MUTEX_INITIALIZER;
-
 /* Every process here holds many small files open: no page cache is allocated ahead per
  * connection (SQLite's default takes 20 pages, about 70 kB, at a file's first read; ours need
- * a few). Set once, before the process's first open (every open goes through this file). */
+ * a few). Set once, before the process's first connection (store__sqlite_setup). */
 static pthread_once_t sqlite_once = PTHREAD_ONCE_INIT;
 
 static void
@@ -341,113 +313,13 @@ sqlite_setup(void)
     (void)sqlite3_initialize();
 }
 
-/* Runs the migrations on an in-memory database and keeps its bytes, marked WAL. On failure
- * the reason goes to err's errmsg (err may be NULL). */
-static int
-image_build(const struct store_schema *schema, store_migrate_fn step, void *ctx, store_db *err,
-            struct fresh_image *out)
+void
+store__sqlite_setup(void)
 {
-    store_db mem;
-    sqlite3_int64 len = 0;
-    int rc;
-
     (void)pthread_once(&sqlite_once, sqlite_setup);
-    memset(&mem, 0, sizeof(mem));
-    mem.schema = schema;
-    mem.path = err != NULL ? err->path : schema->name;
-    rc = store_db_rc(&mem, sqlite3_open_v2(":memory:", &mem.sql,
-                                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL));
-    if (rc == TALLY_OK)
-        rc = migrate(&mem, 0, step, ctx);
-    if (rc == TALLY_OK) {
-        /* A copy owned by this process from now on (sqlite3_malloc'd, never freed). */
-        out->bytes = sqlite3_serialize(mem.sql, "main", &len, 0);
-        if (out->bytes == NULL || len < 100) {
-            sqlite3_free(out->bytes);
-            out->bytes = NULL;
-            rc = TALLY_ENOMEM;
-        }
-    }
-    if (rc == TALLY_OK) {
-        out->bytes[18] = 2; /* WAL */
-        out->bytes[19] = 2;
-        out->len = (size_t)len;
-        out->schema = schema;
-    }
-    if (rc != TALLY_OK && err != NULL && mem.errmsg != NULL)
-        db_errf(err, "%s", mem.errmsg);
-    tally_free(mem.errmsg);
-    if (mem.sql != NULL)
-        (void)sqlite3_close(mem.sql);
-    return rc;
 }
 
-/* The image of `schema`, made on first use. */
-static int
-image_get(const struct store_schema *schema, store_migrate_fn step, void *ctx, store_db *err,
-          const struct fresh_image **out)
-{
-    int rc = TALLY_OK, i;
-
-    pthread_mutex_lock(&images_mu);
-    for (i = 0; i < FRESH_IMAGES && images[i].schema != NULL; i++) {
-        if (images[i].schema == schema)
-            break;
-    }
-    if (i == FRESH_IMAGES)
-        rc = TALLY_ENOMEM; /* more schemas than this file knows: a bug */
-    else if (images[i].schema == NULL)
-        rc = image_build(schema, step, ctx, err, &images[i]);
-    *out = rc == TALLY_OK ? &images[i] : NULL;
-    pthread_mutex_unlock(&images_mu);
-    return rc;
-}
-
-int
-store__image_warm(const struct store_schema *schema, store_migrate_fn step)
-{
-    const struct fresh_image *im;
-
-    return image_get(schema, step, NULL, NULL, &im);
-}
-
-static int
-write_all(int fd, const unsigned char *p, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-int
-store__image_write(const struct store_schema *schema, store_migrate_fn step, void *ctx,
-                   store_db *err, const char *tmp)
-{
-    const struct fresh_image *im = NULL;
-    int fd, rc = image_get(schema, step, ctx, err, &im);
-
-    if (rc != TALLY_OK)
-        return rc;
-    (void)unlink(tmp);
-    fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return errno == EACCES ? TALLY_EPERM : errno == EROFS ? TALLY_EREADONLY : TALLY_EIO;
-    if (fchmod(fd, 0600) != 0 || write_all(fd, im->bytes, im->len) != 0 || fdatasync(fd) != 0)
-        rc = TALLY_EIO;
-    close(fd);
-    if (rc != TALLY_OK)
-        (void)unlink(tmp);
-    return rc;
-}
-
-/* A new file is its schema's image (above) written under a temporary name with mode 0600
+/* A new file is its schema's image (store/image.c) written under a temporary name with mode 0600
  * (the caller's umask never decides who can read counters; WAL and SHM files inherit the
  * mode), made durable with one fdatasync, and linked into place (never over a file another
  * process made meanwhile): the file appears whole, in WAL mode at its newest version, for one
@@ -465,15 +337,13 @@ create_fresh(store_db *db, const char *path, store_migrate_fn step, void *ctx)
         return TALLY_EINVAL;
     (void)unlink(tmp);
     /* A pool file was written and synced when the pool was filled: only its name is new. */
-    if (!store__pool_take(db->schema, tmp))
-        rc = store__image_write(db->schema, step, ctx, db, tmp);
-    else
-        rc = TALLY_OK;
+    rc = store__pool_take(db->schema, tmp) ? TALLY_OK
+                                           : store__image_write(db->schema, step, ctx, db, tmp);
     if (rc == TALLY_OK && link(tmp, path) != 0 && errno != EEXIST)
         rc = TALLY_EIO;
     (void)unlink(tmp);
     if (rc != TALLY_OK && db->errmsg == NULL)
-        db_errf(db, "%s: cannot create: %s", path, strerror(errno));
+        store__db_errf(db, "%s: cannot create: %s", path, strerror(errno));
     return rc;
 }
 
@@ -511,7 +381,7 @@ store_db_open_ctx(const char *path, const struct store_schema *schema, unsigned 
     int rc = TALLY_ENOMEM;
 
     *out = NULL;
-    (void)pthread_once(&sqlite_once, sqlite_setup);
+    store__sqlite_setup();
     db = tally_calloc(1, sizeof(*db) + strlen(path) + 1);
     if (db == NULL)
         goto out;
@@ -519,7 +389,7 @@ store_db_open_ctx(const char *path, const struct store_schema *schema, unsigned 
     db->path = memcpy(db + 1, path, strlen(path) + 1);
     if (stat(path, &sb) != 0) {
         if (!(flags & STORE_OPEN_CREATE)) {
-            db_errf(db, "%s: no such file", path);
+            store__db_errf(db, "%s: no such file", path);
             rc = TALLY_ENOTFOUND;
             goto out;
         }
@@ -549,7 +419,7 @@ store_db_open_ctx(const char *path, const struct store_schema *schema, unsigned 
     if (rc == TALLY_OK)
         rc = configure(db, flags);
     if (rc == TALLY_OK)
-        rc = migrate(db, version, step, ctx);
+        rc = store__migrate(db, version, step, ctx);
     if (rc == TALLY_OK)
         rc = prepare_all(db);
     if (rc != TALLY_OK)

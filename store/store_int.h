@@ -4,10 +4,31 @@
 #ifndef STORE_INT_H
 #define STORE_INT_H
 
+#include <sqlite3.h>
 #include <stdbool.h>
 
 #include "store.h"
 #include "store_record.h"
+
+/* tallyd holds a thousand child files open: a handle carries its path and no message
+ * buffer until it has something to say (two fixed buffers made it 8.7 kB per file). */
+#define ERRMSG_CAP (STORE_PATH_MAX + 512)
+struct store_db {
+    sqlite3 *sql;
+    const struct store_schema *schema;
+    sqlite3_stmt **stmts;
+    sqlite3_stmt *begin, *commit; /* prepared once: a supervisor commits every loop turn */
+    const char *path;             /* the bytes after the struct, or borrowed (store/image.c) */
+    char *errmsg;                 /* ERRMSG_CAP bytes, allocated at the first error */
+};
+
+/* Sets db's error message (dropped when no buffer can be had: the result code still says
+ * what failed). */
+void store__db_errf(store_db *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Runs the schema's migrations from `version` to the newest in one transaction (store/db.c). */
+int store__migrate(store_db *db, int64_t version, store_migrate_fn step, void *ctx);
+/* Configures SQLite for this process, once, before its first connection (store/db.c). */
+void store__sqlite_setup(void);
 
 /* Re-encodes every row of `table` (key INTEGER PRIMARY KEY, rec BLOB) from file format
  * `from_format` with `up` into `table`_next (created by the migration step), then puts
@@ -16,7 +37,7 @@
 int store__rows_upgrade(store_db *db, const char *table, int from_format,
                         const struct store_upgrade *up, bool may_drop);
 
-/* Makes the image a new file of `schema` is written from (store/db.c), if not made yet: the
+/* Makes the image a new file of `schema` is written from (store/image.c), if not made yet: the
  * migrations with `step` run once on an in-memory database. */
 int store__image_warm(const struct store_schema *schema, store_migrate_fn step);
 
