@@ -6,6 +6,8 @@ target_link_libraries(test_proto_lease PRIVATE tally_proto)
 
 tally_add_test(test_sup_ledger test_sup_ledger.c sup_sim_fx.c LABELS unit)
 target_link_libraries(test_sup_ledger PRIVATE tally_ledger_internal tally_child_internal)
+tally_add_test(test_sup_ledger_links test_sup_ledger_links.c sup_sim_fx.c LABELS unit)
+target_link_libraries(test_sup_ledger_links PRIVATE tally_ledger_internal tally_child_internal)
 tally_add_test(test_sup_ledger_month test_sup_ledger_month.c sup_sim_fx.c LABELS unit)
 target_link_libraries(test_sup_ledger_month PRIVATE tally_ledger_internal tally_child_internal)
 

@@ -163,6 +163,33 @@ find_cell(void *ctx, const struct sup_cell_info *c)
     return 0;
 }
 
+void
+fx_heartbeat(struct fx *f, struct proto_lease_msg *m, const char *link_a, int64_t a,
+             const char *link_b, int64_t b)
+{
+    fx_origin(f, m, PROTO_LEASE_HEARTBEAT, 0, 1);
+    strcpy(m->heartbeat.endpoint, "search");
+    m->heartbeat.count = link_b != NULL ? 2 : 1;
+    strcpy(m->heartbeat.e[0].link, link_a);
+    m->heartbeat.e[0].debt = a;
+    if (link_b != NULL) {
+        strcpy(m->heartbeat.e[1].link, link_b);
+        m->heartbeat.e[1].debt = b;
+    }
+}
+
+void
+fx_assert_replay(struct fx *f)
+{
+    sup_ledger *again = NULL;
+
+    assert_int_equal(sup_ledger_open(&f->cfg, &again), TALLY_OK);
+    for (size_t i = 0; i < f->nj; i++)
+        assert_int_equal(sup_ledger_replay(again, &f->journal[i]), TALLY_OK);
+    assert_int_equal(sup_ledger_digest(again), sup_ledger_digest(f->l));
+    sup_ledger_close(again);
+}
+
 struct sup_cell_info
 fx_plan_cell(struct fx *f, int64_t period_ms)
 {

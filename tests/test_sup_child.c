@@ -221,11 +221,24 @@ test_child_live_leases_bounded(void **state)
 /* A grant that finds every entry of its link's table busy (here: each waiting for its row's
  * DELETE) is not dropped in silence: it goes straight back in a RETURN with nothing used, so the
  * supervisor credits it, and the child counts it. */
+/* The next message is a RETURN of lease `id` with nothing used; the child's stats after it. */
+static struct sup_child_stats
+expect_handed_back(struct cx *x, uint64_t id)
+{
+    struct sup_child_stats st;
+    struct proto_lease_msg r = cx_expect(x, PROTO_LEASE_RETURN);
+
+    assert_true(r.ret.lease_id == id);
+    assert_int_equal(r.ret.used, 0);
+    sup_child_stats(x->c, x->now, &st);
+    return st;
+}
+
 static void
 test_child_grant_without_room_is_handed_back(void **state)
 {
     struct sup_child_stats st;
-    struct proto_lease_msg m, r;
+    struct proto_lease_msg m;
     struct child_link *k;
     uint64_t id = 0;
     struct cx x;
@@ -243,10 +256,7 @@ test_child_grant_without_room_is_handed_back(void **state)
         k->l[j].row = true;
     }
     (void)cx_grant(&x, &m, 10, 5000, 0, &id);
-    r = cx_expect(&x, PROTO_LEASE_RETURN);
-    assert_true(r.ret.lease_id == id);
-    assert_int_equal(r.ret.used, 0);
-    sup_child_stats(x.c, x.now, &st);
+    st = expect_handed_back(&x, id);
     assert_int_equal(st.grants_no_room, 1);
     assert_int_equal(st.grants_stranded, 0);
     for (int j = 0; j < CHILD_LEASES; j++)
@@ -261,7 +271,7 @@ static void
 test_child_grant_for_another_link_is_handed_back(void **state)
 {
     struct sup_child_stats st;
-    struct proto_lease_msg m, g, r;
+    struct proto_lease_msg m, g;
     struct cx x;
 
     (void)state;
@@ -276,10 +286,7 @@ test_child_grant_for_another_link_is_handed_back(void **state)
     g.grant.n = 10;
     g.grant.ttl_ms = 5000;
     (void)cx_deliver(&x, &g);
-    r = cx_expect(&x, PROTO_LEASE_RETURN);
-    assert_true(r.ret.lease_id == 77);
-    assert_int_equal(r.ret.used, 0);
-    sup_child_stats(x.c, x.now, &st);
+    st = expect_handed_back(&x, 77);
     assert_int_equal(st.grants_foreign, 1);
     assert_int_equal(st.grants_no_room, 0);
     assert_int_equal(st.live_leases, 0);
