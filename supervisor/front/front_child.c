@@ -10,8 +10,6 @@
  */
 #include "sup_front_int.h"
 
-#include "tally_log.h"
-
 #include <string.h>
 
 static void park(struct front_child *fc, struct sup_front_req *r, enum sup_front_stage stage,
