@@ -238,3 +238,15 @@ caller_seeds = {
 }
 for k, v in caller_seeds.items():
     put("caller", k, v)
+
+# The host channel (fuzz_chan.c): the first byte picks the mode.
+chan_seeds = {
+    "stranger_hello": b"\x00TLH1" + bytes(80),          # a listener gets a stranger's hello
+    "stranger_short": b"\x00TLH1" + bytes(10),
+    "injected": b"\x01" + u32(17) + bytes(17) + u32(0x100000),  # bytes in an open channel
+    "too_long": b"\x01" + u32(0xffffffff),
+    "messages": b"\x02\x05hello\xff\xffworld of hosts\xff",  # messages split at 0xff
+    "empty": b"\x02\x01",
+}
+for k, v in chan_seeds.items():
+    put("chan", k, v)
