@@ -1,0 +1,71 @@
+/*
+ * The replicated log of a cluster, behind a narrow interface: append a batch
+ * (leader only), be called back once it is committed on a majority, be called
+ * back with every committed batch in log order on every member, be told when
+ * the leader changes. Today's engine is libraft 0.15 (raft_uv on the caller's
+ * libuv loop, its disk files in one directory, its connections over host
+ * channels: cluster_net.h); nothing above this header sees libraft, so another
+ * engine could replace it.
+ *
+ * libraft's traps handled here: an entry is a multiple of 8 bytes (a batch is
+ * framed and padded); automatic snapshots are off until the state above
+ * provides them (they stall the log); the process must ignore SIGPIPE (a raft
+ * stream is a socketpair, written after its peer may have closed).
+ *
+ * Loop thread only.
+ */
+#ifndef CLUSTER_LOG_H
+#define CLUSTER_LOG_H
+
+#include "cluster_net.h"
+
+typedef struct cluster_log cluster_log;
+
+struct cluster_log_cbs {
+    /** A committed batch, on every member, in the same order everywhere: n counts the
+     *  batches applied by this member so far, this one included. batch valid until
+     *  return. */
+    void (*apply)(void *data, uint64_t n, const uint8_t *batch, size_t len);
+    /** The leader changed: its id (0 when none is known), and whether it is this member.
+     *  Optional. */
+    void (*leader)(void *data, uint64_t leader_id, bool self);
+};
+
+struct cluster_log_opts {
+    uv_loop_t *loop;
+    const char *dir; /* libraft's files: an existing directory, this log's alone */
+    uint64_t id;     /* this member's id: one of members[] */
+    const struct cluster_hostkey *self;
+    const struct cluster_member *members; /* the voters (copied) */
+    size_t n_members;
+    bool bootstrap;        /* a pristine dir starts with members[] as its configuration */
+    unsigned election_ms;  /* 0: 1000; heartbeats every tenth of it */
+    uint32_t handshake_ms; /* 0: 2000 */
+    const struct cluster_log_cbs *cbs;
+    void *data;
+};
+
+/** The outcome of an append: TALLY_OK once committed on a majority and applied here;
+ *  TALLY_EUNAVAIL when leadership was lost first (it may still commit later: the apply
+ *  callback is the truth); TALLY_ECANCELED when the log closed first. */
+typedef void (*cluster_log_done_fn)(void *req_data, int rc);
+
+/** Opens (and starts) the log. *out is the caller's, release with cluster_log_close().
+ *  TALLY_OK, TALLY_EINVAL (options, or this id not a member), TALLY_EIO (libraft's files
+ *  or port: the log line says which) or TALLY_ENOMEM. */
+TALLY_MUST_CHECK int cluster_log_open(const struct cluster_log_opts *o,
+                                      cluster_log **out /* OUT */);
+/** Appends batch (copied, len <= CLUSTER_CHAN_MSG_MAX / 2). done comes once, later.
+ *  TALLY_OK, TALLY_EUNAVAIL (not the leader: no callback), TALLY_ETOOBIG or
+ *  TALLY_ENOMEM. */
+TALLY_MUST_CHECK int cluster_log_append(cluster_log *lg, const uint8_t *batch, size_t len,
+                                        cluster_log_done_fn done, void *req_data);
+/** The leader's id as this member knows it (0: none known). */
+uint64_t cluster_log_leader(cluster_log *lg);
+/** Batches applied here so far. */
+uint64_t cluster_log_applied(const cluster_log *lg);
+/** Stops the log; pending appends end with TALLY_ECANCELED; cb(data) once everything is
+ *  closed and lg freed. */
+void cluster_log_close(cluster_log *lg, void (*cb)(void *data), void *data);
+
+#endif /* CLUSTER_LOG_H */

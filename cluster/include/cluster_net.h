@@ -1,0 +1,46 @@
+/*
+ * The members of a cluster as the network sees them (id, address, static key),
+ * and libraft's transport over the host channel: every raft connection is a
+ * cluster_conn (mutually authenticated, encrypted) to a member's one port, so
+ * nothing raft says crosses the network in the clear. libraft reads and writes
+ * a plain libuv stream; the transport hands it one end of a socketpair and
+ * moves the bytes between the other end and the channel.
+ *
+ * Loop thread only.
+ */
+#ifndef CLUSTER_NET_H
+#define CLUSTER_NET_H
+
+#include <raft.h>
+#include <raft/uv.h>
+
+#include "cluster_conn.h"
+
+#define CLUSTER_ADDR_MAX 64 /* "host:port", IPv4 dotted quad or [IPv6] */
+
+struct cluster_member {
+    uint64_t id;                    /* raft server id, > 0 */
+    char address[CLUSTER_ADDR_MAX]; /* its cluster port */
+    uint8_t pk[CLUSTER_KEY_BYTES];  /* its static key, pinned at join */
+};
+
+struct cluster_net_cfg {
+    uv_loop_t *loop;
+    const struct cluster_hostkey *self;   /* copied */
+    const struct cluster_member *members; /* copied: every member, this host included */
+    size_t n_members;
+    uint32_t handshake_ms; /* a peer that has not proved its key by then is cut */
+};
+
+/** Parses "host:port" (IPv4 or [IPv6]) into *out. TALLY_OK or TALLY_EINVAL. */
+TALLY_MUST_CHECK int cluster_addr_parse(const char *s, struct sockaddr_storage *out /* OUT */);
+
+/** Sets up t (caller-allocated, zeroed) as a raft_uv_transport over host channels to
+ *  cfg's members. Release with cluster_transport_release() once libraft closed it (after
+ *  raft_close's callback). TALLY_OK, TALLY_EINVAL or TALLY_ENOMEM. */
+TALLY_MUST_CHECK int cluster_transport_init(struct raft_uv_transport *t,
+                                            const struct cluster_net_cfg *cfg);
+/** Frees what cluster_transport_init allocated. */
+void cluster_transport_release(struct raft_uv_transport *t);
+
+#endif /* CLUSTER_NET_H */

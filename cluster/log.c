@@ -1,0 +1,332 @@
+/*
+ * The replicated log on libraft 0.15 (cluster_log.h). A batch travels as one
+ * raft command entry: its length (4 bytes, big-endian), 4 zero bytes, the
+ * batch, zero padding to a multiple of 8. The FSM of libraft is a thin
+ * adapter: each committed command is unframed and handed to the caller's
+ * apply. Leadership is read back after every loop turn (a uv_check) and a
+ * change reported, since libraft 0.15 has no callback for it.
+ */
+#include "cluster_log.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tally_log.h"
+
+#define FRAME_HEAD 8
+
+struct cluster_log {
+    uv_loop_t *loop;
+    struct raft raft;
+    struct raft_io io;
+    struct raft_uv_transport transport;
+    struct raft_fsm fsm;
+    uv_check_t check;
+    const struct cluster_log_cbs *cbs;
+    void *data;
+    uint64_t id;
+    uint64_t applied;
+    uint64_t leader_seen;
+    bool io_live, transport_live, raft_live;
+    void (*close_cb)(void *data);
+    void *close_data;
+};
+
+struct append_req {
+    struct raft_apply req;
+    cluster_log *lg;
+    cluster_log_done_fn done;
+    void *req_data;
+};
+
+static void
+log_raft_error(const char *event, const char *what, const char *msg)
+{
+    struct tally_log l;
+
+    if (tally_log_begin(&l, TALLY_LOG_ERROR, event)) {
+        tally_log_str(&l, "call", what);
+        tally_log_str(&l, "error", msg);
+        tally_log_end(&l);
+    }
+}
+
+/* ---- libraft's FSM ---- */
+
+static int
+fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void **result)
+{
+    cluster_log *lg = fsm->data;
+    const uint8_t *p = buf->base;
+    size_t len;
+
+    *result = NULL;
+    if (buf->len < FRAME_HEAD)
+        return RAFT_MALFORMED;
+    len = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
+    if (len > buf->len - FRAME_HEAD)
+        return RAFT_MALFORMED;
+    lg->applied++;
+    lg->cbs->apply(lg->data, lg->applied, p + FRAME_HEAD, len);
+    return 0;
+}
+
+/* Automatic snapshots are off (the threshold is the largest there is): these run only if
+ * libraft is asked for one, which nothing does yet. */
+static int
+fsm_snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsigned *n_bufs)
+{
+    (void)fsm;
+    (void)bufs;
+    (void)n_bufs;
+    return RAFT_NOTFOUND;
+}
+
+static int
+fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
+{
+    (void)fsm;
+    raft_free(buf->base);
+    return RAFT_NOTFOUND;
+}
+
+/* ---- leadership ---- */
+
+static void
+on_check(uv_check_t *h)
+{
+    cluster_log *lg = h->data;
+    uint64_t leader = cluster_log_leader(lg);
+
+    if (leader == lg->leader_seen)
+        return;
+    lg->leader_seen = leader;
+    {
+        struct tally_log l;
+        if (tally_log_begin(&l, TALLY_LOG_INFO, "cluster_leader")) {
+            tally_log_int(&l, "member", (int64_t)lg->id);
+            tally_log_int(&l, "leader", (int64_t)leader);
+            tally_log_end(&l);
+        }
+    }
+    if (lg->cbs->leader != NULL)
+        lg->cbs->leader(lg->data, leader, leader == lg->id);
+}
+
+uint64_t
+cluster_log_leader(cluster_log *lg)
+{
+    raft_id id = 0;
+    const char *address = NULL;
+
+    if (!lg->raft_live)
+        return 0;
+    raft_leader(&lg->raft, &id, &address);
+    return id;
+}
+
+uint64_t
+cluster_log_applied(const cluster_log *lg)
+{
+    return lg->applied;
+}
+
+/* ---- appends ---- */
+
+static void
+on_applied(struct raft_apply *req, int status, void *result)
+{
+    struct append_req *a = req->data;
+    int rc;
+
+    (void)result;
+    if (status == 0)
+        rc = TALLY_OK;
+    else if (status == RAFT_SHUTDOWN || status == RAFT_CANCELED)
+        rc = TALLY_ECANCELED;
+    else
+        rc = TALLY_EUNAVAIL; /* not the leader any more, or its entry was cut */
+    a->done(a->req_data, rc);
+    tally_free(a);
+}
+
+int
+cluster_log_append(cluster_log *lg, const uint8_t *batch, size_t len, cluster_log_done_fn done,
+                   void *req_data)
+{
+    struct raft_buffer buf;
+    struct append_req *a;
+    uint8_t *p;
+    int rv;
+
+    if (len > CLUSTER_CHAN_MSG_MAX / 2)
+        return TALLY_ETOOBIG;
+    if (!lg->raft_live || raft_state(&lg->raft) != RAFT_LEADER)
+        return TALLY_EUNAVAIL;
+    buf.len = (FRAME_HEAD + len + 7) / 8 * 8;
+    buf.base = raft_calloc(1, buf.len);
+    a = tally_calloc(1, sizeof(*a));
+    if (buf.base == NULL || a == NULL) {
+        raft_free(buf.base);
+        tally_free(a);
+        return TALLY_ENOMEM;
+    }
+    p = buf.base;
+    p[0] = (uint8_t)(len >> 24);
+    p[1] = (uint8_t)(len >> 16);
+    p[2] = (uint8_t)(len >> 8);
+    p[3] = (uint8_t)len;
+    if (len > 0)
+        memcpy(p + FRAME_HEAD, batch, len);
+    a->lg = lg;
+    a->done = done;
+    a->req_data = req_data;
+    a->req.data = a;
+    rv = raft_apply(&lg->raft, &a->req, &buf, 1, on_applied);
+    if (rv != 0) {
+        raft_free(buf.base);
+        tally_free(a);
+        return rv == RAFT_NOMEM ? TALLY_ENOMEM : TALLY_EUNAVAIL;
+    }
+    return TALLY_OK;
+}
+
+/* ---- open and close ---- */
+
+static void
+free_log(cluster_log *lg)
+{
+    void (*cb)(void *) = lg->close_cb;
+    void *data = lg->close_data;
+
+    if (lg->io_live)
+        raft_uv_close(&lg->io);
+    if (lg->transport_live)
+        cluster_transport_release(&lg->transport);
+    tally_free(lg);
+    if (cb != NULL)
+        cb(data);
+}
+
+static void
+on_check_closed(uv_handle_t *h)
+{
+    free_log(h->data);
+}
+
+static void
+on_raft_closed(struct raft *r)
+{
+    cluster_log *lg = r->data;
+
+    lg->raft_live = false;
+    uv_close((uv_handle_t *)&lg->check, on_check_closed);
+}
+
+void
+cluster_log_close(cluster_log *lg, void (*cb)(void *data), void *data)
+{
+    lg->close_cb = cb;
+    lg->close_data = data;
+    uv_check_stop(&lg->check);
+    raft_close(&lg->raft, on_raft_closed);
+}
+
+int
+cluster_log_open(const struct cluster_log_opts *o, cluster_log **out)
+{
+    struct cluster_net_cfg net;
+    struct raft_configuration conf;
+    const struct cluster_member *me = NULL;
+    cluster_log *lg = NULL;
+    unsigned election = o != NULL && o->election_ms > 0 ? o->election_ms : 1000;
+    int rc = TALLY_EINVAL, rv;
+
+    *out = NULL;
+    if (o == NULL || o->loop == NULL || o->dir == NULL || o->self == NULL || o->cbs == NULL ||
+        o->cbs->apply == NULL || o->n_members == 0 || o->id == 0)
+        return TALLY_EINVAL;
+    for (size_t i = 0; i < o->n_members; i++)
+        if (o->members[i].id == o->id)
+            me = &o->members[i];
+    if (me == NULL)
+        return TALLY_EINVAL;
+    lg = tally_calloc(1, sizeof(*lg));
+    if (lg == NULL)
+        return TALLY_ENOMEM;
+    lg->loop = o->loop;
+    lg->cbs = o->cbs;
+    lg->data = o->data;
+    lg->id = o->id;
+    memset(&net, 0, sizeof(net));
+    net.loop = o->loop;
+    net.self = o->self;
+    net.members = o->members;
+    net.n_members = o->n_members;
+    net.handshake_ms = o->handshake_ms > 0 ? o->handshake_ms : 2000;
+    rc = cluster_transport_init(&lg->transport, &net);
+    if (rc != TALLY_OK)
+        goto fail;
+    lg->transport_live = true;
+    rc = TALLY_EIO;
+    rv = raft_uv_init(&lg->io, o->loop, o->dir, &lg->transport);
+    if (rv != 0) {
+        log_raft_error("cluster_log_failed", "raft_uv_init", lg->io.errmsg);
+        goto fail;
+    }
+    lg->io_live = true;
+    lg->fsm.version = 1;
+    lg->fsm.data = lg;
+    lg->fsm.apply = fsm_apply;
+    lg->fsm.snapshot = fsm_snapshot;
+    lg->fsm.restore = fsm_restore;
+    rv = raft_init(&lg->raft, &lg->io, &lg->fsm, o->id, me->address);
+    if (rv != 0) {
+        log_raft_error("cluster_log_failed", "raft_init", raft_errmsg(&lg->raft));
+        goto fail;
+    }
+    lg->raft.data = lg;
+    lg->raft_live = true;
+    raft_set_election_timeout(&lg->raft, election);
+    raft_set_heartbeat_timeout(&lg->raft, election / 10 > 0 ? election / 10 : 1);
+    raft_set_pre_vote(&lg->raft, true);
+    raft_set_snapshot_threshold(&lg->raft, UINT_MAX);
+    if (o->bootstrap) {
+        raft_configuration_init(&conf);
+        rv = 0;
+        for (size_t i = 0; i < o->n_members && rv == 0; i++)
+            rv = raft_configuration_add(&conf, o->members[i].id, o->members[i].address, RAFT_VOTER);
+        if (rv == 0)
+            rv = raft_bootstrap(&lg->raft, &conf);
+        raft_configuration_close(&conf);
+        if (rv != 0 && rv != RAFT_CANTBOOTSTRAP) { /* CANTBOOTSTRAP: it has state already */
+            log_raft_error("cluster_log_failed", "raft_bootstrap", raft_errmsg(&lg->raft));
+            goto fail_raft;
+        }
+    }
+    rv = raft_start(&lg->raft);
+    if (rv != 0) {
+        log_raft_error("cluster_log_failed", "raft_start", raft_errmsg(&lg->raft));
+        goto fail_raft;
+    }
+    uv_check_init(o->loop, &lg->check);
+    lg->check.data = lg;
+    uv_check_start(&lg->check, on_check);
+    *out = lg;
+    return TALLY_OK;
+fail_raft:
+    /* raft_close frees what raft_init made, then the rest goes; the caller gets the error
+     * now and the memory comes back on the loop. */
+    uv_check_init(o->loop, &lg->check);
+    lg->check.data = lg;
+    raft_close(&lg->raft, on_raft_closed);
+    return rc;
+fail:
+    if (lg->io_live)
+        raft_uv_close(&lg->io);
+    if (lg->transport_live)
+        cluster_transport_release(&lg->transport);
+    tally_free(lg);
+    return rc;
+}
