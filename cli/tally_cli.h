@@ -69,5 +69,7 @@ int cli_tenant(struct cli *c);
 int cli_link(struct cli *c);
 int cli_check(struct cli *c);
 int cli_stats(struct cli *c);
+/** `tally cluster init|status` (tally_cluster.c). */
+int cli_cluster(struct cli *c);
 
 #endif /* TALLY_CLI_H */

@@ -36,6 +36,8 @@ static const char usage_text[] =
     "  stats [TENANT]                         counters of the running tallyd\n"
     "  usage [TENANT] [--window current|previous] [--json]\n"
     "                                         admitted per budget and window (billing)\n"
+    "  cluster init --listen HOST:PORT        make this host the first member of a cluster\n"
+    "  cluster status                         members, leader and log of the running tallyd\n"
     "\n"
     "Limits are N/PERIOD with PERIOD one of s, m, h, d, optionally prefixed by a\n"
     "count (100/10s, 600/1m, 36000/1h); 1 <= N <= 2^32, PERIOD at most 365d; or\n"
@@ -49,7 +51,7 @@ static const char usage_text[] =
     "exit codes:\n"
     "  0 success (check: admitted)      1 failed: not found, exists, in use, cap reached\n"
     "                                     (check: refused)\n"
-    "  2 check: unauthorized            3 check: unavailable; stats: no tallyd\n"
+    "  2 check: unauthorized            3 check: unavailable; stats, cluster status: no tallyd\n"
     "  64 usage: bad syntax, name, limit or cost; nothing changed\n"
     "  65 apply: invalid file; nothing changed\n"
     "  74 storage error                 78 data dir not initialised or key unreadable\n";
@@ -142,10 +144,10 @@ static const struct {
     const char *verb;
     int (*run)(struct cli *c);
 } verbs[] = {
-    {"init", cli_init},   {"plan", cli_plan},     {"endpoint", cli_endpoint},
-    {"apply", cli_apply}, {"export", cli_export}, {"tenant", cli_tenant},
-    {"usage", cli_usage}, {"link", cli_link},     {"check", cli_check},
-    {"stats", cli_stats},
+    {"init", cli_init},   {"plan", cli_plan},       {"endpoint", cli_endpoint},
+    {"apply", cli_apply}, {"export", cli_export},   {"tenant", cli_tenant},
+    {"usage", cli_usage}, {"link", cli_link},       {"check", cli_check},
+    {"stats", cli_stats}, {"cluster", cli_cluster},
 };
 
 int

@@ -143,6 +143,7 @@ tallyd_main(int argc, char **argv)
             .keep_lease_ms = o.keep_lease,
             .child_idle_ms = o.child_idle,
             .max_open_children = (uint32_t)o.max_open,
+            .election_ms = (uint32_t)o.election,
         };
         code = sup_server_run(&so);
     }

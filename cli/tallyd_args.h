@@ -34,6 +34,7 @@ struct tallyd_opts {
     const char *child_idle_ms;
     const char *max_open_children;
     const char *keep_lease_ms;
+    const char *election_timeout_ms;
     const char *callers;     /* internal: run as caller authority N (sup_callers.h) */
     const char *fork_server; /* internal: run as the fork server; the value is spare room for
                                 the title of each supervisor it forks */
@@ -46,6 +47,7 @@ struct tallyd_opts {
     int64_t child_idle;    /* --child-idle-ms */
     int64_t max_open;      /* --max-open-children */
     int64_t keep_lease;    /* --keep-lease-ms, 0 when not given */
+    int64_t election;      /* --election-timeout-ms */
     int64_t callers_shard; /* --callers */
     char host[64];         /* from --http, without brackets */
     int port;

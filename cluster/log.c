@@ -7,6 +7,7 @@
  * change reported, since libraft 0.15 has no callback for it.
  */
 #include "cluster_log.h"
+#include "cluster_node.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -124,6 +125,37 @@ cluster_log_leader(cluster_log *lg)
         return 0;
     raft_leader(&lg->raft, &id, &address);
     return id;
+}
+
+void
+cluster_log_status(cluster_log *lg, struct cluster_log_status *out)
+{
+    const struct raft *r = &lg->raft;
+    bool leading;
+
+    memset(out, 0, sizeof(*out));
+    out->self = lg->id;
+    if (!lg->raft_live)
+        return;
+    out->leader = cluster_log_leader(lg);
+    out->term = r->current_term;
+    out->commit_index = r->commit_index;
+    out->applied_index = r->last_applied;
+    out->last_index = raft_last_index(&lg->raft);
+    leading = raft_state(&lg->raft) == RAFT_LEADER && r->leader_state.progress != NULL;
+    for (unsigned i = 0; i < r->configuration.n && out->n < CLUSTER_LOG_SERVERS_MAX; i++) {
+        const struct raft_server *sv = &r->configuration.servers[i];
+        out->servers[out->n].id = sv->id;
+        out->servers[out->n].role = sv->role == RAFT_VOTER     ? CLUSTER_LOG_VOTER
+                                    : sv->role == RAFT_STANDBY ? CLUSTER_LOG_STANDBY
+                                                               : CLUSTER_LOG_SPARE;
+        if (leading) {
+            out->servers[out->n].progress_known = true;
+            out->servers[out->n].match_index =
+                sv->id == lg->id ? out->last_index : r->leader_state.progress[i].match_index;
+        }
+        out->n++;
+    }
 }
 
 uint64_t
@@ -328,5 +360,75 @@ fail:
     if (lg->transport_live)
         cluster_transport_release(&lg->transport);
     tally_free(lg);
+    return rc;
+}
+
+/* ---- the first configuration (`tally cluster init`) ---- */
+
+static void
+on_bootstrap_closed(struct raft *r)
+{
+    *(bool *)r->data = true;
+}
+
+int
+cluster_log_bootstrap(const char *dir, const struct cluster_hostkey *key,
+                      const struct cluster_member *self)
+{
+    struct cluster_net_cfg net = {NULL, key, self, 1, 1000};
+    struct raft_uv_transport tr;
+    struct raft_configuration conf;
+    struct raft_fsm fsm;
+    struct raft_io io;
+    struct raft raft;
+    uv_loop_t loop;
+    bool closed = false;
+    int rc = TALLY_EIO, rv;
+
+    memset(&tr, 0, sizeof(tr));
+    memset(&io, 0, sizeof(io));
+    memset(&fsm, 0, sizeof(fsm));
+    fsm.version = 1;
+    fsm.apply = fsm_apply;
+    fsm.snapshot = fsm_snapshot;
+    fsm.restore = fsm_restore;
+    if (uv_loop_init(&loop) != 0)
+        return TALLY_EIO;
+    net.loop = &loop;
+    if (cluster_transport_init(&tr, &net) != TALLY_OK)
+        goto out_loop;
+    rv = raft_uv_init(&io, &loop, dir, &tr);
+    if (rv != 0) {
+        log_raft_error("cluster_init_failed", "raft_uv_init", io.errmsg);
+        goto out_tr;
+    }
+    rv = raft_init(&raft, &io, &fsm, self->id, self->address);
+    if (rv != 0) {
+        log_raft_error("cluster_init_failed", "raft_init", raft_errmsg(&raft));
+        raft_uv_close(&io);
+        goto out_tr;
+    }
+    raft.data = &closed;
+    raft_configuration_init(&conf);
+    rv = raft_configuration_add(&conf, self->id, self->address, RAFT_VOTER);
+    if (rv == 0)
+        rv = raft_bootstrap(&raft, &conf);
+    raft_configuration_close(&conf);
+    if (rv == 0)
+        rc = TALLY_OK;
+    else if (rv == RAFT_CANTBOOTSTRAP)
+        rc = TALLY_EEXIST;
+    else
+        log_raft_error("cluster_init_failed", "raft_bootstrap", raft_errmsg(&raft));
+    raft_close(&raft, on_bootstrap_closed);
+    while (!closed)
+        uv_run(&loop, UV_RUN_ONCE);
+    raft_uv_close(&io);
+out_tr:
+    cluster_transport_release(&tr);
+out_loop:
+    uv_run(&loop, UV_RUN_DEFAULT);
+    if (uv_loop_close(&loop) != 0)
+        rc = TALLY_EIO;
     return rc;
 }

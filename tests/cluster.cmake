@@ -7,3 +7,7 @@ target_link_libraries(test_cluster_conn PRIVATE tally_cluster)
 
 tally_add_test(test_cluster_log test_cluster_log.c LABELS unit)
 target_link_libraries(test_cluster_log PRIVATE tally_cluster)
+
+# Cluster mode through tallyd and tally: init, status, restarts, the port's handshake.
+tally_add_test(test_e2e_cluster test_e2e_cluster.c LABELS e2e)
+add_dependencies(test_e2e_cluster tallyd tally_cli)

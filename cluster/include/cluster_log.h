@@ -60,6 +60,29 @@ TALLY_MUST_CHECK int cluster_log_open(const struct cluster_log_opts *o,
  *  TALLY_ENOMEM. */
 TALLY_MUST_CHECK int cluster_log_append(cluster_log *lg, const uint8_t *batch, size_t len,
                                         cluster_log_done_fn done, void *req_data);
+#define CLUSTER_LOG_SERVERS_MAX 16
+
+/* A server's role in the log's current configuration. */
+enum cluster_log_role {
+    CLUSTER_LOG_VOTER = 0,
+    CLUSTER_LOG_STANDBY = 1, /* replicates, does not vote */
+    CLUSTER_LOG_SPARE = 2,   /* neither */
+};
+
+struct cluster_log_status {
+    uint64_t self, leader, term;
+    uint64_t commit_index, applied_index, last_index;
+    size_t n; /* servers in the current configuration */
+    struct {
+        uint64_t id;
+        enum cluster_log_role role;
+        bool progress_known; /* this member leads: match_index is what it knows */
+        uint64_t match_index;
+    } servers[CLUSTER_LOG_SERVERS_MAX];
+};
+
+/** What this member knows of the log now. */
+void cluster_log_status(cluster_log *lg, struct cluster_log_status *out /* OUT */);
 /** The leader's id as this member knows it (0: none known). */
 uint64_t cluster_log_leader(cluster_log *lg);
 /** Batches applied here so far. */

@@ -7,6 +7,7 @@
  * actually bound, so --http 127.0.0.1:0 can be discovered) and one at stop
  * (tally_log.h), never one per request. Errors are one plain line on stderr.
  */
+#include "cluster_node.h"
 #include "front_http.h"
 #include "proto_http.h"
 #include "store.h"
@@ -35,6 +36,7 @@ struct server {
     proto_http_server *http;
     sup_front *front;
     sup_sock *sock;
+    cluster_node *cluster; /* in a cluster only */
     struct sup_http *routes;
     char socket_path[STORE_PATH_MAX];
     const struct sup_server_opts *o;
@@ -130,12 +132,31 @@ stop_rest(struct server *d)
 }
 
 static void
+on_cluster_closed(void *data)
+{
+    struct server *d = data;
+
+    d->cluster = NULL;
+    stop_rest(d);
+}
+
+/* The cluster goes last but for the rest: its log is closed by libraft, not by a walk. */
+static void
+stop_cluster(struct server *d)
+{
+    if (d->cluster != NULL)
+        cluster_node_close(d->cluster, on_cluster_closed, d);
+    else
+        stop_rest(d);
+}
+
+static void
 on_front_closed(void *data)
 {
     struct server *d = data;
 
     d->front = NULL;
-    stop_rest(d);
+    stop_cluster(d);
 }
 
 static void
@@ -144,7 +165,7 @@ stop_front(struct server *d)
     if (d->front != NULL)
         sup_front_close(d->front, on_front_closed, d);
     else
-        stop_rest(d);
+        stop_cluster(d);
 }
 
 static void
@@ -263,6 +284,36 @@ start_front(struct server *d)
 }
 
 static void
+cluster_status(void *ctx, struct proto_cluster_status *out)
+{
+    struct server *d = ctx;
+
+    if (d->cluster != NULL)
+        cluster_node_status(d->cluster, out);
+}
+
+/* In a cluster (DATA/cluster/members): the replicated log on this loop, listening on the
+ * host's cluster port. */
+static int
+start_cluster(struct server *d)
+{
+    int rc;
+
+    if (!cluster_state_exists(d->o->data))
+        return SUP_SERVER_OK;
+    rc = cluster_node_open(&d->loop, d->o->data, d->o->election_ms, &d->cluster);
+    if (rc == TALLY_EKEYMODE)
+        return fail(SUP_SERVER_CONFIG, "%s/cluster/host.key is readable by others: chmod 600 it",
+                    d->o->data);
+    if (rc == TALLY_ECORRUPT)
+        return fail(SUP_SERVER_CONFIG, "the cluster files in %s/cluster do not parse", d->o->data);
+    if (rc != TALLY_OK)
+        return fail(SUP_SERVER_FAIL, "cannot join the cluster of %s: %s (see the log)", d->o->data,
+                    tally_strerror(rc));
+    return SUP_SERVER_OK;
+}
+
+static void
 on_signal(uv_signal_t *s, int signum)
 {
     struct server *d = s->data;
@@ -357,9 +408,14 @@ sup_server_run(const struct sup_server_opts *o)
         fail(SUP_SERVER_FAIL, "cannot watch SIGINT and SIGTERM");
         goto out;
     }
-    code = start_front(d); /* its exit code: 78 for a bad key or socket directory */
+    /* The cluster first: a host whose cluster files are wrong never answers on its socket. */
+    code = start_cluster(d);
+    if (code == SUP_SERVER_OK)
+        code = start_front(d); /* its exit code: 78 for a bad key or socket directory */
     if (code != SUP_SERVER_OK)
         goto out;
+    if (d->cluster != NULL)
+        sup_sock_set_cluster(d->sock, cluster_status, d);
     log_start(d, port);
     code = SUP_SERVER_OK;
 out:

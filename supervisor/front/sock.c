@@ -9,6 +9,8 @@
  */
 #include "sup_sock.h"
 
+#include "proto_cluster.h"
+
 #include <sodium.h>
 #include <string.h>
 
@@ -58,6 +60,8 @@ struct sup_sock {
     struct sup_sock_stats stats;
     uint32_t max_connections;
     struct sock_refusal refusals[SUP_SOCK_REFUSALS_MAX];
+    sup_sock_cluster_fn cluster_fn; /* NULL: not in a cluster */
+    void *cluster_ctx;
     int pending;
     bool closing;
     void (*close_cb)(void *data);
@@ -192,6 +196,40 @@ handle_stats(struct sock_conn *sc, const struct proto_frame *f)
     tally_free(m);
 }
 
+/* CLUSTER: how this host sees its cluster (in_cluster 0 when it is in none). */
+static void
+handle_cluster(struct sock_conn *sc, const struct proto_frame *f)
+{
+    struct proto_cluster_status *st = NULL;
+    uint8_t *out = NULL;
+    size_t len = 0;
+
+    if (proto_cluster_decode(f) != TALLY_OK) {
+        protocol_error(sc, f->request_id, TALLY_EPROTO, "malformed CLUSTER");
+        return;
+    }
+    st = tally_calloc(1, sizeof(*st));
+    out = tally_malloc(PROTO_CLUSTER_REPLY_MAX);
+    if (st != NULL && out != NULL) {
+        if (sc->s->cluster_fn != NULL)
+            sc->s->cluster_fn(sc->s->cluster_ctx, st);
+        len = proto_cluster_reply_encode(out, PROTO_CLUSTER_REPLY_MAX, f->request_id, st);
+    }
+    if (len > 0 && !sc->closed)
+        (void)proto_conn_send(sc->c, out, len);
+    else
+        protocol_error(sc, f->request_id, TALLY_ENOMEM, "cannot answer CLUSTER");
+    tally_free(out);
+    tally_free(st);
+}
+
+void
+sup_sock_set_cluster(sup_sock *s, sup_sock_cluster_fn fn, void *ctx)
+{
+    s->cluster_fn = fn;
+    s->cluster_ctx = ctx;
+}
+
 static void
 on_frame(proto_conn *c, const struct proto_frame *f, void *data)
 {
@@ -242,6 +280,9 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
     }
     case PROTO_C_STATS:
         handle_stats(sc, f);
+        return;
+    case PROTO_C_CLUSTER:
+        handle_cluster(sc, f);
         return;
     case PROTO_C_FLUSH: {
         char tenant[TENANT_NAME_MAX + 1];

@@ -45,6 +45,11 @@ TALLY_MUST_CHECK int sup_sock_listen_tcp(sup_sock *s, const char *host, int port
  *  "too many connections" carrying that frame's request id, then closed; open
  *  ones are served on. */
 void sup_sock_set_max_connections(sup_sock *s, uint32_t max);
+struct proto_cluster_status;
+/** Fills the answer to CLUSTER (`tally cluster status`). */
+typedef void (*sup_sock_cluster_fn)(void *ctx, struct proto_cluster_status *out);
+/** CLUSTER is answered by fn(ctx, ...) from now on; NULL: "not in a cluster". */
+void sup_sock_set_cluster(sup_sock *s, sup_sock_cluster_fn fn, void *ctx);
 /** The bound TCP port, or -1 when not listening on TCP. */
 int sup_sock_tcp_port(const sup_sock *s);
 void sup_sock_stats(const sup_sock *s, struct sup_sock_stats *out /* OUT */);

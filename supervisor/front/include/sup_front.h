@@ -48,6 +48,7 @@ struct sup_server_opts {
     int64_t keep_lease_ms;         /* 0 = the supervisors' default (1 h) */
     int64_t child_idle_ms;         /* 0 = the front's default (60000) */
     uint32_t max_open_children;    /* 0 = the front's default (1024) */
+    uint32_t election_ms;          /* in a cluster: the log's election timeout */
 };
 
 /** Serves `o` (borrowed) until SIGINT or SIGTERM, then shuts down in order (HTTP, the

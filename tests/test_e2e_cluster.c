@@ -1,0 +1,238 @@
+/*
+ * Cluster mode through the real binaries. `tally cluster init --listen` makes
+ * a data dir the first member of a cluster (its host key private, its member
+ * list, the log's first configuration) and refuses to do it twice or with an
+ * address nobody can dial; tallyd then serves the log on that port and
+ * `tally cluster status` shows this host as the leader of a one-voter cluster
+ * with nothing to replicate; after kill -9 and a restart it leads again from
+ * its log on disk; a host key others can read stops tallyd with exit 78; the port
+ * refuses a connection that does not complete the channel's handshake.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test_daemon.h"
+#include "test_support.h"
+
+struct fx {
+    char dir[128];
+    char data[200];
+    char listen[64];
+};
+
+static int
+free_port(void)
+{
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static int
+setup(void **state)
+{
+    static struct fx f;
+    struct test_out o;
+
+    test_tmpdir(f.dir, sizeof(f.dir));
+    snprintf(f.data, sizeof(f.data), "%s/a", f.dir);
+    snprintf(f.listen, sizeof(f.listen), "127.0.0.1:%d", free_port());
+    assert_int_equal(test_tally(f.data, &o, "init", NULL), 0);
+    *state = &f;
+    return 0;
+}
+
+static int
+teardown(void **state)
+{
+    struct fx *f = *state;
+
+    test_rmtree(f->dir);
+    return 0;
+}
+
+/* `tally cluster status` until its output holds `want` (10 s at most). */
+static void
+status_until(const char *data, const char *want, struct test_out *o)
+{
+    for (int i = 0; i < 200; i++) {
+        test_tally(data, o, "cluster", "status", NULL);
+        if (o->code == 0 && strstr(o->out, want) != NULL)
+            return;
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
+    }
+    fail_msg("cluster status never showed '%s': exit %d\n%s%s", want, o->code, o->out, o->err);
+}
+
+static void
+test_cluster_init_makes_a_one_voter_cluster(void **state)
+{
+    struct fx *f = *state;
+    struct test_daemon d;
+    struct test_out o;
+    char path[300];
+    struct stat sb;
+
+    /* No tallyd yet: status says so (exit 3). */
+    assert_int_equal(test_tally(f->data, &o, "cluster", "init", "--listen", f->listen, NULL), 0);
+    assert_non_null(strstr(o.out, "member 1 at"));
+    snprintf(path, sizeof(path), "%s/cluster/host.key", f->data);
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 077, 0);
+    assert_true(test_dir_private(f->data));
+    assert_int_equal(test_tally(f->data, &o, "cluster", "status", NULL), 3);
+
+    /* Twice: refused, nothing changed. */
+    assert_int_equal(test_tally(f->data, &o, "cluster", "init", "--listen", "127.0.0.1:1", NULL),
+                     1);
+    assert_non_null(strstr(o.err, "in a cluster already"));
+
+    assert_int_equal(test_daemon_start(&d, f->data, "--election-timeout-ms", "300", NULL), 0);
+    status_until(f->data, "leader 1 ", &o);
+    assert_non_null(strstr(o.out, "member 1 (this host)"));
+    assert_non_null(strstr(o.out, f->listen));
+    assert_non_null(strstr(o.out, "voter  voter"));
+    assert_non_null(strstr(o.out, "(lag 0)"));
+
+    /* kill -9 and back: its log is on disk, it leads again. */
+    test_daemon_kill9(&d);
+    assert_int_equal(test_daemon_start(&d, f->data, "--election-timeout-ms", "300", NULL), 0);
+    status_until(f->data, "leader 1 ", &o);
+    assert_non_null(strstr(o.out, "commit 1"));
+    assert_int_equal(test_daemon_stop(&d), 0);
+}
+
+static void
+test_cluster_init_bad_input_changes_nothing(void **state)
+{
+    struct fx *f = *state;
+    struct test_out o;
+    char path[300];
+
+    assert_int_equal(test_tally(f->data, &o, "cluster", "init", NULL), 64);
+    assert_int_equal(test_tally(f->data, &o, "cluster", "init", "--listen", "nowhere", NULL), 64);
+    assert_int_equal(
+        test_tally(f->data, &o, "cluster", "init", "--listen", "127.0.0.1:99999", NULL), 64);
+    assert_int_equal(test_tally(f->data, &o, "cluster", "init", "--listen", "0.0.0.0:7400", NULL),
+                     64);
+    assert_non_null(strstr(o.err, "not a wildcard"));
+    assert_int_equal(test_tally(f->data, &o, "cluster", "frobnicate", NULL), 64);
+    snprintf(path, sizeof(path), "%s/cluster", f->data);
+    assert_int_not_equal(access(path, F_OK), 0);
+    /* A data dir that was never initialised. */
+    snprintf(path, sizeof(path), "%s/none", f->dir);
+    assert_int_equal(test_tally(path, &o, "cluster", "init", "--listen", f->listen, NULL), 78);
+}
+
+static void
+test_cluster_status_of_a_single_host(void **state)
+{
+    struct fx *f = *state;
+    struct test_daemon d;
+    struct test_out o;
+
+    assert_int_equal(test_daemon_start(&d, f->data, NULL), 0);
+    assert_int_equal(test_tally(f->data, &o, "cluster", "status", NULL), 1);
+    assert_non_null(strstr(o.err, "not in a cluster"));
+    assert_int_equal(test_daemon_stop(&d), 0);
+}
+
+static void
+test_cluster_host_key_readable_by_others_stops_tallyd(void **state)
+{
+    struct fx *f = *state;
+    struct test_out o;
+    char path[300], tallyd[256], sock[300];
+
+    assert_int_equal(test_tally(f->data, &o, "cluster", "init", "--listen", f->listen, NULL), 0);
+    snprintf(path, sizeof(path), "%s/cluster/host.key", f->data);
+    assert_int_equal(chmod(path, 0644), 0);
+    test_bin("tallyd", tallyd, sizeof(tallyd));
+    snprintf(sock, sizeof(sock), "%s/tally.sock", f->data);
+    {
+        char *argv[] = {tallyd, "--data", f->data, "--http", "127.0.0.1:0", NULL};
+        assert_int_equal(test_run(argv, NULL, &o), 78);
+    }
+    assert_non_null(strstr(o.err, "host.key is readable by others"));
+    assert_int_not_equal(access(sock, F_OK), 0); /* it never answered */
+}
+
+/* The cluster port speaks only the channel: bytes of anything else are dropped with the
+ * connection, unanswered. */
+static void
+test_cluster_port_answers_nothing_in_the_clear(void **state)
+{
+    struct fx *f = *state;
+    struct test_daemon d;
+    struct test_out o;
+    struct sockaddr_in a;
+    char buf[256];
+    const char *http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+                       "................................................................";
+    int fd;
+    ssize_t n, total = 0;
+    char *log;
+    size_t log_len = 0;
+
+    assert_int_equal(test_tally(f->data, &o, "cluster", "init", "--listen", f->listen, NULL), 0);
+    assert_int_equal(test_daemon_start(&d, f->data, NULL), 0);
+    status_until(f->data, "leader 1 ", &o);
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)atoi(strchr(f->listen, ':') + 1));
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(write(fd, http, strlen(http)), (ssize_t)strlen(http));
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+        total += n;
+    assert_int_equal(total, 0); /* closed, unanswered */
+    close(fd);
+    assert_int_equal(test_daemon_stop(&d), 0);
+    log = test_read_file(d.log, &log_len);
+    assert_non_null(log);
+    assert_non_null(strstr(log, "\"event\":\"cluster_peer_lost\""));
+    assert_non_null(strstr(log, "protocol error"));
+    free(log);
+}
+
+int
+main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_cluster_init_makes_a_one_voter_cluster, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_init_bad_input_changes_nothing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_status_of_a_single_host, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_host_key_readable_by_others_stops_tallyd,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_port_answers_nothing_in_the_clear, setup,
+                                        teardown),
+    };
+
+    return cmocka_run_group_tests_name("e2e_cluster", tests, NULL, NULL);
+}
