@@ -12,14 +12,21 @@
 #include "tally_cli.h"
 #include "tenant_config.h"
 
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define STATUS_TIMEOUT_MS 5000
 
-static const char cluster_usage[] = "usage: tally cluster init --listen HOST:PORT\n"
-                                    "       tally cluster status [--socket PATH]";
+static const char cluster_usage[] =
+    "usage: tally cluster init --listen HOST:PORT\n"
+    "       tally cluster invite [--ttl DURATION]\n"
+    "       tally cluster join CODE --listen HOST:PORT [--role voter|front]\n"
+    "       tally cluster status [--socket PATH]";
+
+#define JOIN_TIMEOUT_MS 10000
 
 /* An address other hosts can dial: a port, and not the unspecified address. */
 static int
@@ -91,6 +98,128 @@ cluster_init(struct cli *c)
            "restart tallyd to serve it on %s\n",
            listen, fp, listen);
     return EXIT_OK;
+}
+
+static int64_t
+now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int
+cluster_invite(struct cli *c)
+{
+    struct cluster_hostkey key;
+    struct cluster_state st;
+    struct cluster_invite inv;
+    const struct cluster_member *self;
+    int64_t ttl_ms = 3600 * 1000;
+    char code[256];
+    int rc;
+
+    for (int i = 0; i < c->argc; i++) {
+        bool missing = false;
+        const char *v = tenant_opt_value(c->argc, c->argv, &i, "--ttl", &missing);
+        if (v == NULL)
+            return cli_fail(EXIT_USAGE, "%s", missing ? "--ttl needs a value" : cluster_usage);
+        if (tenant_duration_parse(v, &ttl_ms) != TALLY_OK || ttl_ms < 1000 ||
+            ttl_ms > 7LL * 24 * 3600 * 1000)
+            return cli_fail(EXIT_USAGE, "invalid --ttl '%s': 1s to 7d (90s, 15m, 12h)", v);
+    }
+    rc = cluster_state_load(c->data, &key, &st);
+    cluster_hostkey_wipe(&key);
+    if (rc == TALLY_ENOTFOUND)
+        return cli_fail(EXIT_FAIL, "%s is not in a cluster (tally cluster init)", c->data);
+    if (rc != TALLY_OK)
+        return cli_fail(EXIT_CONFIG, "cannot read the cluster files of %s: %s", c->data,
+                        tally_strerror(rc));
+    self = cluster_state_member(&st, st.self);
+    memset(&inv, 0, sizeof(inv));
+    snprintf(inv.address, sizeof(inv.address), "%s", self->address);
+    memcpy(inv.pk, self->pk, CLUSTER_KEY_BYTES);
+    randombytes_buf(inv.secret, sizeof(inv.secret));
+    rc = cluster_invite_add(c->data, inv.secret, now_ms(), now_ms() + ttl_ms);
+    if (rc == TALLY_OK)
+        cluster_invite_code(&inv, code, sizeof(code));
+    sodium_memzero(&inv, sizeof(inv));
+    if (rc != TALLY_OK)
+        return cli_fail(EXIT_IOERR, "cannot write the invite: %s", tally_strerror(rc));
+    printf("%s\n", code);
+    fprintf(stderr,
+            "tally: one host may join with this code within %lld s: "
+            "tally cluster join CODE --listen HOST:PORT (while this host leads)\n",
+            (long long)(ttl_ms / 1000));
+    sodium_memzero(code, sizeof(code));
+    return EXIT_OK;
+}
+
+static int
+cluster_join_cmd(struct cli *c)
+{
+    const char *code = NULL, *listen = NULL;
+    enum cluster_role role = CLUSTER_ROLE_VOTER;
+    struct cluster_invite inv;
+    struct cluster_hostkey key;
+    struct cluster_join_result *res;
+    int rc, exit_code;
+
+    for (int i = 0; i < c->argc; i++) {
+        bool missing = false;
+        const char *v;
+
+        if ((v = tenant_opt_value(c->argc, c->argv, &i, "--listen", &missing)) != NULL) {
+            listen = v;
+        } else if (!missing &&
+                   (v = tenant_opt_value(c->argc, c->argv, &i, "--role", &missing)) != NULL) {
+            if (cluster_role_parse(v, &role) != TALLY_OK)
+                return cli_fail(EXIT_USAGE, "invalid --role '%s': voter or front", v);
+        } else if (!missing && c->argv[i][0] != '-' && code == NULL) {
+            code = c->argv[i];
+        } else {
+            return cli_fail(EXIT_USAGE, "%s", missing ? "an option needs a value" : cluster_usage);
+        }
+    }
+    if (code == NULL || listen == NULL)
+        return cli_fail(EXIT_USAGE, "%s", cluster_usage);
+    if (cluster_invite_parse(code, &inv) != TALLY_OK)
+        return cli_fail(EXIT_USAGE, "invalid join code: copy it whole from `tally cluster invite`");
+    exit_code = check_listen(listen);
+    if (exit_code != EXIT_OK)
+        return exit_code;
+    if (store_datadir_check(c->data) == TALLY_OK || cluster_state_exists(c->data))
+        return cli_fail(EXIT_FAIL, "%s is initialised already: a host joins with an empty data dir",
+                        c->data);
+    res = calloc(1, sizeof(*res));
+    if (res == NULL)
+        return cli_fail(EXIT_IOERR, "out of memory");
+    cluster_hostkey_generate(&key);
+    rc = cluster_join(&inv, &key, listen, role, JOIN_TIMEOUT_MS, res);
+    sodium_memzero(&inv, sizeof(inv));
+    if (rc == TALLY_EUNAUTH)
+        exit_code = cli_fail(EXIT_FAIL, "join refused: %s",
+                             res->message[0] != '\0' ? res->message : "the key was not let in");
+    else if (rc != TALLY_OK)
+        exit_code = cli_fail(EXIT_UNAVAIL, "no answer to the join: %s", tally_strerror(rc));
+    else if ((rc = store_datadir_init_key(c->data, res->deployment_key)) != TALLY_OK ||
+             (rc = cluster_state_create(c->data, &key, &res->st)) != TALLY_OK)
+        exit_code = cli_fail(EXIT_IOERR,
+                             "joined as member %llu, but cannot write %s: %s (tally cluster leave "
+                             "%llu on a member, then join again)",
+                             (unsigned long long)res->id, c->data, tally_strerror(rc),
+                             (unsigned long long)res->id);
+    else {
+        printf("joined the cluster as member %llu (%s), %zu members\n"
+               "start tallyd to serve it on %s\n",
+               (unsigned long long)res->id, cluster_role_name(role), res->st.n, listen);
+        exit_code = EXIT_OK;
+    }
+    cluster_hostkey_wipe(&key);
+    sodium_memzero(res, sizeof(*res));
+    free(res);
+    return exit_code;
 }
 
 static const char *
@@ -183,5 +312,9 @@ cli_cluster(struct cli *c)
         return cluster_init(&sub);
     if (strcmp(c->argv[0], "status") == 0)
         return cluster_status(&sub);
+    if (strcmp(c->argv[0], "invite") == 0)
+        return cluster_invite(&sub);
+    if (strcmp(c->argv[0], "join") == 0)
+        return cluster_join_cmd(&sub);
     return cli_fail(EXIT_USAGE, "%s", cluster_usage);
 }

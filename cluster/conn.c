@@ -13,6 +13,7 @@
 #include "tally_log.h"
 
 #define READ_CHUNK 65536
+#define DRAIN_MS   1000 /* a closing connection's queued bytes get this long to leave */
 
 enum conn_state {
     CONN_CONNECTING, /* a dial waits for TCP */
@@ -27,10 +28,11 @@ struct cluster_conn {
     uv_connect_t connect;
     uv_write_t wreq;
     enum conn_state state;
-    int pending;  /* handles not closed yet */
-    int close_rc; /* for on_close */
-    bool writing; /* wreq in flight, its bytes in wbuf */
-    bool quiet;   /* an accept that failed: no on_close (the caller got an error) */
+    int pending;   /* handles not closed yet */
+    int close_rc;  /* for on_close */
+    bool writing;  /* wreq in flight, its bytes in wbuf */
+    bool quiet;    /* an accept that failed: no on_close (the caller got an error) */
+    bool draining; /* closing: what is queued (the final message last) goes out first */
     cluster_chan *chan;
     struct cluster_hostkey self;
     const struct cluster_conn_cbs *cbs;
@@ -96,6 +98,20 @@ close_handles(cluster_conn *c, int rc)
 
 static void flush(cluster_conn *c);
 
+/* A draining connection closes once nothing waits any more. */
+static void
+drained(cluster_conn *c)
+{
+    const uint8_t *p;
+    size_t n;
+
+    if (!c->draining || c->writing || c->state == CONN_CLOSING)
+        return;
+    cluster_chan_output(c->chan, &p, &n);
+    if (n == 0)
+        close_handles(c, TALLY_OK);
+}
+
 static void
 on_write(uv_write_t *w, int status)
 {
@@ -109,6 +125,7 @@ on_write(uv_write_t *w, int status)
         return;
     }
     flush(c);
+    drained(c);
 }
 
 /* Moves what the channel holds into one write (after a try_write of it). */
@@ -176,7 +193,7 @@ on_chan_msg(void *ctx, const uint8_t *msg, size_t len)
 
     if (c->state == CONN_HANDSHAKE) /* the proof and a first message came in one read */
         became_ready(c);
-    if (c->state == CONN_READY) /* nothing after a close asked from a callback */
+    if (c->state == CONN_READY && !c->draining) /* nothing after a close asked */
         c->cbs->on_msg(c, msg, len, c->data);
 }
 
@@ -243,7 +260,12 @@ on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 static void
 on_timeout(uv_timer_t *t)
 {
-    conn_fail(t->data, TALLY_ETIMEDOUT);
+    cluster_conn *c = t->data;
+
+    if (c->draining) /* the peer does not read what is left: cut */
+        close_handles(c, TALLY_OK);
+    else
+        conn_fail(c, TALLY_ETIMEDOUT);
 }
 
 static void
@@ -291,7 +313,7 @@ on_connect(uv_connect_t *req, int status)
     if (c->state == CONN_CLOSING) /* cancelled: libuv calls this before the close callbacks */
         return;
     if (status != 0) {
-        conn_fail(c, TALLY_EIO);
+        conn_fail(c, TALLY_EUNAVAIL); /* nobody listens there, or unreachable */
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
@@ -414,16 +436,14 @@ cluster_conn_send(cluster_conn *c, const uint8_t *msg, size_t len)
 void
 cluster_conn_close(cluster_conn *c)
 {
-    const uint8_t *p;
-    size_t n;
-    uv_buf_t b;
-
-    if (c->state == CONN_CLOSING)
+    if (c->state == CONN_CLOSING || c->draining)
         return;
-    if (c->state == CONN_READY && !c->writing && cluster_chan_finish(c->chan) == TALLY_OK) {
-        cluster_chan_output(c->chan, &p, &n);
-        b = uv_buf_init((char *)p, (unsigned)n);
-        (void)uv_try_write((uv_stream_t *)&c->tcp, &b, 1); /* best effort */
+    if (c->state == CONN_READY && cluster_chan_finish(c->chan) == TALLY_OK) {
+        c->draining = true;
+        uv_timer_start(&c->timer, on_timeout, DRAIN_MS, 0);
+        flush(c);
+        drained(c);
+        return;
     }
     close_handles(c, TALLY_OK);
 }

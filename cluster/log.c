@@ -224,6 +224,109 @@ cluster_log_append(cluster_log *lg, const uint8_t *batch, size_t len, cluster_lo
     return TALLY_OK;
 }
 
+/* ---- membership ---- */
+
+struct change_req {
+    struct raft_change req;
+    cluster_log_change_fn done;
+    void *req_data;
+};
+
+static void
+on_changed(struct raft_change *req, int status)
+{
+    struct change_req *c = req->data;
+
+    if (c->done != NULL)
+        c->done(c->req_data, status == 0                                          ? TALLY_OK
+                             : status == RAFT_SHUTDOWN || status == RAFT_CANCELED ? TALLY_ECANCELED
+                                                                                  : TALLY_EUNAVAIL);
+    tally_free(c);
+}
+
+static struct change_req *
+change_new(cluster_log_change_fn done, void *req_data)
+{
+    struct change_req *c = tally_calloc(1, sizeof(*c));
+
+    if (c != NULL) {
+        c->done = done;
+        c->req_data = req_data;
+        c->req.data = c;
+    }
+    return c;
+}
+
+int
+cluster_log_add(cluster_log *lg, uint64_t id, const char *address, cluster_log_change_fn done,
+                void *req_data)
+{
+    struct change_req *c;
+
+    if (!cluster_log_leading(lg))
+        return TALLY_EUNAVAIL;
+    c = change_new(done, req_data);
+    if (c == NULL)
+        return TALLY_ENOMEM;
+    if (raft_add(&lg->raft, &c->req, id, address, on_changed) != 0) {
+        tally_free(c);
+        return TALLY_EUNAVAIL;
+    }
+    return TALLY_OK;
+}
+
+int
+cluster_log_assign(cluster_log *lg, uint64_t id, enum cluster_log_role role,
+                   cluster_log_change_fn done, void *req_data)
+{
+    struct change_req *c;
+    int r = role == CLUSTER_LOG_VOTER     ? RAFT_VOTER
+            : role == CLUSTER_LOG_STANDBY ? RAFT_STANDBY
+                                          : RAFT_SPARE;
+
+    if (!cluster_log_leading(lg))
+        return TALLY_EUNAVAIL;
+    c = change_new(done, req_data);
+    if (c == NULL)
+        return TALLY_ENOMEM;
+    if (raft_assign(&lg->raft, &c->req, id, r, on_changed) != 0) {
+        tally_free(c);
+        return TALLY_EUNAVAIL;
+    }
+    return TALLY_OK;
+}
+
+int
+cluster_log_role_of(cluster_log *lg, uint64_t id)
+{
+    const struct raft_configuration *c = &lg->raft.configuration;
+
+    for (unsigned i = 0; lg->raft_live && i < c->n; i++)
+        if (c->servers[i].id == id)
+            return c->servers[i].role == RAFT_VOTER     ? CLUSTER_LOG_VOTER
+                   : c->servers[i].role == RAFT_STANDBY ? CLUSTER_LOG_STANDBY
+                                                        : CLUSTER_LOG_SPARE;
+    return -1;
+}
+
+bool
+cluster_log_leading(cluster_log *lg)
+{
+    return lg->raft_live && raft_state(&lg->raft) == RAFT_LEADER;
+}
+
+int
+cluster_log_set_members(cluster_log *lg, const struct cluster_member *m, size_t n)
+{
+    return cluster_transport_set_members(&lg->transport, m, n);
+}
+
+int
+cluster_log_join_answer(cluster_log *lg, uint64_t token, const uint8_t *msg, size_t len)
+{
+    return cluster_transport_join_answer(&lg->transport, token, msg, len);
+}
+
 /* ---- open and close ---- */
 
 static void
@@ -297,6 +400,7 @@ cluster_log_open(const struct cluster_log_opts *o, cluster_log **out)
     net.members = o->members;
     net.n_members = o->n_members;
     net.handshake_ms = o->handshake_ms > 0 ? o->handshake_ms : 2000;
+    net.hooks = o->hooks;
     rc = cluster_transport_init(&lg->transport, &net);
     if (rc != TALLY_OK)
         goto fail;
@@ -375,7 +479,7 @@ int
 cluster_log_bootstrap(const char *dir, const struct cluster_hostkey *key,
                       const struct cluster_member *self)
 {
-    struct cluster_net_cfg net = {NULL, key, self, 1, 1000};
+    struct cluster_net_cfg net = {NULL, key, self, 1, 1000, NULL};
     struct raft_uv_transport tr;
     struct raft_configuration conf;
     struct raft_fsm fsm;

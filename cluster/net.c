@@ -21,8 +21,7 @@
 
 #include "tally_log.h"
 
-#define HELLO_RAFT 1 /* the connection carries raft: kind | id (8, big-endian) | len | address */
-#define HELLO_MIN  10
+#define HELLO_MIN  10 /* CLUSTER_CLUSTER_HELLO_RAFT: kind | id (8, big-endian) | len | address */
 #define READ_CHUNK 65536
 
 struct transport;
@@ -35,6 +34,7 @@ struct proxy {
     bool local_open, local_closing;
     bool dialer;
     bool handed;                 /* libraft has its end */
+    uint64_t join_token;         /* a stranger's JOIN waits for its answer (0: none) */
     struct raft_uv_connect *req; /* a dial libraft waits for */
     uint64_t id;                 /* the member at the other end */
     char address[CLUSTER_ADDR_MAX];
@@ -53,6 +53,8 @@ struct transport {
     bool listening, listener_closing;
     raft_uv_accept_cb accept_cb;
     struct proxy *proxies;
+    const struct cluster_net_hooks *hooks;
+    uint64_t next_token;
     bool closing;
     raft_uv_transport_close_cb close_cb;
     uint8_t rbuf[READ_CHUNK]; /* one read at a time on this loop */
@@ -246,7 +248,7 @@ send_hello(struct proxy *p)
     uint8_t b[HELLO_MIN + CLUSTER_ADDR_MAX];
     size_t al = strlen(t->address);
 
-    b[0] = HELLO_RAFT;
+    b[0] = CLUSTER_HELLO_RAFT;
     for (int i = 0; i < 8; i++)
         b[1 + i] = (uint8_t)(t->id >> (56 - 8 * i));
     b[9] = (uint8_t)al;
@@ -285,7 +287,14 @@ on_hello(struct proxy *p, const uint8_t *msg, size_t len)
     char address[CLUSTER_ADDR_MAX];
     int rc;
 
-    if (len < HELLO_MIN || msg[0] != HELLO_RAFT || msg[9] >= CLUSTER_ADDR_MAX ||
+    if (len >= 1 && msg[0] == CLUSTER_HELLO_JOIN) {
+        if (t->hooks == NULL || t->hooks->on_join == NULL || t->closing)
+            return TALLY_EUNAUTH;
+        p->join_token = ++t->next_token;
+        return t->hooks->on_join(t->hooks->ctx, p->join_token, cluster_conn_peer(p->conn), msg + 1,
+                                 len - 1);
+    }
+    if (len < HELLO_MIN || msg[0] != CLUSTER_HELLO_RAFT || msg[9] >= CLUSTER_ADDR_MAX ||
         len != HELLO_MIN + (size_t)msg[9])
         return TALLY_EPROTO;
     for (int i = 0; i < 8; i++)
@@ -311,6 +320,10 @@ on_msg(cluster_conn *c, const uint8_t *msg, size_t len, void *data)
     uv_buf_t b;
     int rc;
 
+    if (p->join_token != 0) { /* a stranger says one thing only */
+        cluster_conn_close(c);
+        return;
+    }
     if (!p->handed) {
         rc = on_hello(p, msg, len);
         if (rc != TALLY_OK) {
@@ -385,10 +398,18 @@ tr_init(struct raft_uv_transport *rt, raft_id id, const char *address)
     return 0;
 }
 
+/* Members, and strangers while someone may join (they can only say JOIN: on_hello). */
 static int
 peer_ok(void *ctx, const uint8_t pk[CLUSTER_KEY_BYTES])
 {
-    return member_by_key(ctx, pk) != NULL ? TALLY_OK : TALLY_EUNAUTH;
+    struct transport *t = ctx;
+
+    if (member_by_key(t, pk) != NULL)
+        return TALLY_OK;
+    if (t->hooks != NULL && t->hooks->strangers_welcome != NULL &&
+        t->hooks->strangers_welcome(t->hooks->ctx))
+        return TALLY_OK;
+    return TALLY_EUNAUTH;
 }
 
 static void
@@ -527,6 +548,7 @@ cluster_transport_init(struct raft_uv_transport *rt, const struct cluster_net_cf
     t->loop = cfg->loop;
     t->self = *cfg->self;
     t->handshake_ms = cfg->handshake_ms;
+    t->hooks = cfg->hooks;
     t->t = rt;
     rt->impl = t;
     rt->init = tr_init;
@@ -534,6 +556,40 @@ cluster_transport_init(struct raft_uv_transport *rt, const struct cluster_net_cf
     rt->connect = tr_connect;
     rt->close = tr_close;
     return TALLY_OK;
+}
+
+int
+cluster_transport_set_members(struct raft_uv_transport *rt, const struct cluster_member *m,
+                              size_t n)
+{
+    struct transport *t = rt->impl;
+    struct cluster_member *copy = tally_calloc(n > 0 ? n : 1, sizeof(*copy));
+
+    if (copy == NULL)
+        return TALLY_ENOMEM;
+    memcpy(copy, m, n * sizeof(*copy));
+    tally_free(t->members);
+    t->members = copy;
+    t->n_members = n;
+    return TALLY_OK;
+}
+
+int
+cluster_transport_join_answer(struct raft_uv_transport *rt, uint64_t token, const uint8_t *msg,
+                              size_t len)
+{
+    struct transport *t = rt->impl;
+    struct proxy *p;
+    int rc;
+
+    for (p = t->proxies; p != NULL; p = p->next) {
+        if (p->join_token != token || p->conn == NULL)
+            continue;
+        rc = cluster_conn_send(p->conn, msg, len);
+        cluster_conn_close(p->conn); /* after the answer is out */
+        return rc;
+    }
+    return TALLY_ENOTFOUND;
 }
 
 void

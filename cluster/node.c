@@ -1,31 +1,363 @@
 /*
  * tallyd's place in its cluster (cluster_node.h): the files, the log, the
- * status. Committed batches have no reader yet: configuration and ledger
- * records come with the next layers, and each will register its own kind.
+ * status, and membership. A stranger with an invite asks to join (JOIN over
+ * the cluster port): the leader takes the invite, appends a MEMBER record
+ * (id, address, role, static key) and, once it is committed, answers with the
+ * member id, the deployment key and the members. Every member applies MEMBER
+ * records to its member list (the keys it lets in). The leader then brings
+ * the log's configuration in line with the member list, one change at a time:
+ * a new member is added, then made a voter once it caught up (a front: a
+ * standby, which replicates but never votes).
  */
 #include "cluster_node.h"
 
+#include <sodium.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+
+#include "store.h"
+#include "tally_log.h"
+
+#define RECORD_MEMBER 'M'
+#define RECONCILE_MS  500
+#define JOINS_MAX     4
+
+struct pending_join {
+    uint64_t token; /* the stranger's connection */
+    uint64_t id;    /* the member id it will get */
+};
 
 struct cluster_node {
+    char data[512];
     struct cluster_state st;
     struct cluster_hostkey key;
     cluster_log *lg;
+    struct cluster_net_hooks hooks;
+    uv_timer_t reconcile;
+    bool change_busy;
+    struct pending_join joins[JOINS_MAX];
     void (*close_cb)(void *data);
     void *close_data;
 };
 
-static void
-on_apply(void *data, uint64_t n, const uint8_t *batch, size_t len)
+static int64_t
+wall_ms(void)
 {
-    (void)data;
-    (void)n;
-    (void)batch;
-    (void)len;
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static const struct cluster_log_cbs node_cbs = {on_apply, NULL};
+static void
+log_member(const char *event, uint64_t id, const char *address, const char *detail)
+{
+    struct tally_log l;
+
+    if (tally_log_begin(&l, TALLY_LOG_INFO, event)) {
+        tally_log_int(&l, "member", (int64_t)id);
+        if (address != NULL)
+            tally_log_str(&l, "address", address);
+        if (detail != NULL)
+            tally_log_str(&l, "detail", detail);
+        tally_log_end(&l);
+    }
+}
+
+/* ---- wire: JOIN, its answer, MEMBER ---- */
+
+static void
+put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (56 - 8 * i));
+}
+
+static uint64_t
+get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+size_t
+cluster_member_encode(uint8_t *out, const struct cluster_member *m, enum cluster_role role)
+{
+    size_t al = strlen(m->address);
+
+    put_u64(out, m->id);
+    out[8] = (uint8_t)role;
+    out[9] = (uint8_t)al;
+    memcpy(out + 10, m->address, al);
+    memcpy(out + 10 + al, m->pk, CLUSTER_KEY_BYTES);
+    return 10 + al + CLUSTER_KEY_BYTES;
+}
+
+int
+cluster_member_decode(const uint8_t *p, size_t len, struct cluster_member *m,
+                      enum cluster_role *role, size_t *used)
+{
+    struct sockaddr_storage ss;
+    size_t al;
+
+    if (len < 10)
+        return TALLY_EPROTO;
+    al = p[9];
+    if (al == 0 || al >= CLUSTER_ADDR_MAX || len < 10 + al + CLUSTER_KEY_BYTES || p[8] > 1)
+        return TALLY_EPROTO;
+    memset(m, 0, sizeof(*m));
+    m->id = get_u64(p);
+    *role = (enum cluster_role)p[8];
+    memcpy(m->address, p + 10, al);
+    m->address[al] = '\0';
+    memcpy(m->pk, p + 10 + al, CLUSTER_KEY_BYTES);
+    if (m->id == 0 || memchr(m->address, '\0', al) != NULL ||
+        cluster_addr_parse(m->address, &ss) != TALLY_OK)
+        return TALLY_EPROTO;
+    *used = 10 + al + CLUSTER_KEY_BYTES;
+    return TALLY_OK;
+}
+
+/* A refusal to a stranger: status, then a short message. */
+static void
+join_refuse(cluster_node *n, uint64_t token, uint8_t status, const char *why)
+{
+    uint8_t b[256];
+    size_t ml = strlen(why) < 200 ? strlen(why) : 200;
+
+    b[0] = status;
+    b[1] = (uint8_t)ml;
+    memcpy(b + 2, why, ml);
+    (void)cluster_log_join_answer(n->lg, token, b, 2 + ml);
+}
+
+/* The answer once the stranger's MEMBER record is committed: its id, the deployment key and
+ * every member. */
+static void
+join_accept(cluster_node *n, uint64_t token, uint64_t id)
+{
+    uint8_t b[64 + CLUSTER_MEMBERS_MAX * (10 + CLUSTER_ADDR_MAX + CLUSTER_KEY_BYTES)];
+    unsigned char *key = NULL;
+    size_t off = 0;
+
+    if (store_key_load(n->data, &key) != TALLY_OK) {
+        join_refuse(n, token, CLUSTER_JOIN_BUSY, "the inviting host cannot read its key");
+        return;
+    }
+    b[off++] = CLUSTER_JOIN_OK;
+    put_u64(b + off, id);
+    off += 8;
+    memcpy(b + off, key, 32);
+    off += 32;
+    store_key_free(key);
+    b[off++] = (uint8_t)n->st.n;
+    for (size_t i = 0; i < n->st.n; i++)
+        off += cluster_member_encode(b + off, &n->st.members[i], n->st.roles[i]);
+    (void)cluster_log_join_answer(n->lg, token, b, off);
+    sodium_memzero(b, sizeof(b));
+}
+
+/* ---- joins ---- */
+
+static bool
+strangers_welcome(void *ctx)
+{
+    cluster_node *n = ctx;
+
+    return cluster_invites_pending(n->data, wall_ms());
+}
+
+static uint64_t
+next_id(const cluster_node *n)
+{
+    uint64_t id = 0;
+
+    for (size_t i = 0; i < n->st.n; i++)
+        if (n->st.members[i].id > id)
+            id = n->st.members[i].id;
+    for (int i = 0; i < JOINS_MAX; i++)
+        if (n->joins[i].id > id)
+            id = n->joins[i].id;
+    return id + 1;
+}
+
+static void
+on_member_appended(void *req_data, int rc)
+{
+    (void)req_data;
+    (void)rc; /* committed or not, the apply callback is the truth */
+}
+
+/* JOIN: secret (32) | role (1) | address length (1) | address. Answered with a refusal at once,
+ * or once the MEMBER record is committed (on_apply). */
+static int
+on_join(void *ctx, uint64_t token, const uint8_t pk[CLUSTER_KEY_BYTES], const uint8_t *msg,
+        size_t len)
+{
+    cluster_node *n = ctx;
+    struct cluster_member m;
+    struct sockaddr_storage ss;
+    uint8_t rec[1 + 10 + CLUSTER_ADDR_MAX + CLUSTER_KEY_BYTES];
+    enum cluster_role role;
+    size_t al, rl;
+    int slot = -1, rc;
+    char leader[160];
+
+    if (len < 34 || msg[32] > 1 || (al = msg[33]) == 0 || al >= CLUSTER_ADDR_MAX || len != 34 + al)
+        return TALLY_EPROTO;
+    memset(&m, 0, sizeof(m));
+    memcpy(m.address, msg + 34, al);
+    m.address[al] = '\0';
+    memcpy(m.pk, pk, CLUSTER_KEY_BYTES);
+    role = (enum cluster_role)msg[32];
+    if (memchr(msg + 34, '\0', al) != NULL || cluster_addr_parse(m.address, &ss) != TALLY_OK)
+        return TALLY_EPROTO;
+    if (!cluster_log_leading(n->lg)) {
+        const struct cluster_member *l = cluster_state_member(&n->st, cluster_log_leader(n->lg));
+        snprintf(leader, sizeof(leader), "not the leader now: invite from the leader (%s)",
+                 l != NULL ? l->address : "none elected");
+        join_refuse(n, token, CLUSTER_JOIN_NOT_LEADER, leader);
+        return TALLY_OK;
+    }
+    for (size_t i = 0; i < n->st.n; i++)
+        if (strcmp(n->st.members[i].address, m.address) == 0 ||
+            sodium_memcmp(n->st.members[i].pk, m.pk, CLUSTER_KEY_BYTES) == 0) {
+            join_refuse(n, token, CLUSTER_JOIN_CONFLICT, "a member has this address or key");
+            return TALLY_OK;
+        }
+    for (int i = 0; i < JOINS_MAX && slot < 0; i++)
+        if (n->joins[i].token == 0)
+            slot = i;
+    if (slot < 0 || n->st.n >= CLUSTER_MEMBERS_MAX) {
+        join_refuse(n, token, CLUSTER_JOIN_BUSY, "too many members or joins at once");
+        return TALLY_OK;
+    }
+    rc = cluster_invite_take(n->data, msg, wall_ms());
+    if (rc != TALLY_OK) {
+        log_member("cluster_join_refused", 0, m.address, "unknown, used or expired invite");
+        join_refuse(n, token, CLUSTER_JOIN_REFUSED, "unknown, used or expired invite");
+        return TALLY_OK;
+    }
+    m.id = next_id(n);
+    rec[0] = RECORD_MEMBER;
+    rl = 1 + cluster_member_encode(rec + 1, &m, role);
+    rc = cluster_log_append(n->lg, rec, rl, on_member_appended, NULL);
+    if (rc != TALLY_OK) {
+        join_refuse(n, token, CLUSTER_JOIN_BUSY, "the log did not take the new member");
+        return TALLY_OK;
+    }
+    n->joins[slot].token = token;
+    n->joins[slot].id = m.id;
+    log_member("cluster_join", m.id, m.address, cluster_role_name(role));
+    return TALLY_OK;
+}
+
+/* ---- the log's configuration follows the member list (leader) ---- */
+
+static void reconcile(cluster_node *n);
+
+static void
+on_changed(void *req_data, int rc)
+{
+    cluster_node *n = req_data;
+
+    n->change_busy = false;
+    if (rc == TALLY_OK)
+        reconcile(n); /* the next change, if any, now */
+}
+
+static void
+reconcile(cluster_node *n)
+{
+    if (n->change_busy || n->lg == NULL || !cluster_log_leading(n->lg))
+        return;
+    for (size_t i = 0; i < n->st.n; i++) {
+        const struct cluster_member *m = &n->st.members[i];
+        enum cluster_log_role want =
+            n->st.roles[i] == CLUSTER_ROLE_FRONT ? CLUSTER_LOG_STANDBY : CLUSTER_LOG_VOTER;
+        int now = cluster_log_role_of(n->lg, m->id);
+        int rc;
+
+        if (now == (int)want)
+            continue;
+        rc = now < 0 ? cluster_log_add(n->lg, m->id, m->address, on_changed, n)
+                     : cluster_log_assign(n->lg, m->id, want, on_changed, n);
+        if (rc == TALLY_OK)
+            n->change_busy = true;
+        return; /* one change at a time; a refused one is tried again on the next tick */
+    }
+}
+
+static void
+on_reconcile_tick(uv_timer_t *t)
+{
+    reconcile(t->data);
+}
+
+/* ---- committed records ---- */
+
+static void
+apply_member(cluster_node *n, const uint8_t *p, size_t len)
+{
+    struct cluster_member m;
+    enum cluster_role role;
+    size_t used = 0;
+
+    if (cluster_member_decode(p, len, &m, &role, &used) != TALLY_OK || used != len)
+        return; /* not a record this version writes: ignored everywhere alike */
+    if (cluster_state_member(&n->st, m.id) == NULL && n->st.n < CLUSTER_MEMBERS_MAX) {
+        n->st.members[n->st.n] = m;
+        n->st.roles[n->st.n] = role;
+        n->st.n++;
+        if (cluster_state_save(n->data, &n->st) != TALLY_OK)
+            log_member("cluster_members_unsaved", m.id, m.address, "members file not written");
+        if (cluster_log_set_members(n->lg, n->st.members, n->st.n) != TALLY_OK)
+            log_member("cluster_members_unsaved", m.id, m.address, "out of memory");
+        log_member("cluster_member_added", m.id, m.address, cluster_role_name(role));
+    }
+    for (int i = 0; i < JOINS_MAX; i++) {
+        if (n->joins[i].token == 0 || n->joins[i].id != m.id)
+            continue;
+        join_accept(n, n->joins[i].token, m.id);
+        n->joins[i].token = 0;
+        n->joins[i].id = 0;
+    }
+    reconcile(n);
+}
+
+static void
+on_apply(void *data, uint64_t count, const uint8_t *batch, size_t len)
+{
+    cluster_node *n = data;
+
+    (void)count;
+    if (len >= 1 && batch[0] == RECORD_MEMBER)
+        apply_member(n, batch + 1, len - 1);
+}
+
+static void
+on_leader(void *data, uint64_t leader, bool self)
+{
+    cluster_node *n = data;
+
+    (void)leader;
+    if (!self) { /* joins in flight cannot be answered by this host any more */
+        for (int i = 0; i < JOINS_MAX; i++)
+            if (n->joins[i].token != 0)
+                join_refuse(n, n->joins[i].token, CLUSTER_JOIN_BUSY,
+                            "leadership moved during the join: try again");
+        memset(n->joins, 0, sizeof(n->joins));
+    }
+    n->change_busy = false;
+}
+
+static const struct cluster_log_cbs node_cbs = {on_apply, on_leader};
+
+/* ---- open, status, close ---- */
 
 int
 cluster_node_open(uv_loop_t *loop, const char *data, unsigned election_ms, cluster_node **out)
@@ -36,11 +368,16 @@ cluster_node_open(uv_loop_t *loop, const char *data, unsigned election_ms, clust
     int rc;
 
     *out = NULL;
-    if (cluster_path(data, "raft", raft, sizeof(raft)) != TALLY_OK)
+    if (cluster_path(data, "raft", raft, sizeof(raft)) != TALLY_OK ||
+        strlen(data) >= sizeof(n->data))
         return TALLY_ETOOBIG;
     n = tally_calloc(1, sizeof(*n));
     if (n == NULL)
         return TALLY_ENOMEM;
+    snprintf(n->data, sizeof(n->data), "%s", data);
+    n->hooks.strangers_welcome = strangers_welcome;
+    n->hooks.on_join = on_join;
+    n->hooks.ctx = n;
     rc = cluster_state_load(data, &n->key, &n->st);
     if (rc == TALLY_OK) {
         memset(&o, 0, sizeof(o));
@@ -53,6 +390,7 @@ cluster_node_open(uv_loop_t *loop, const char *data, unsigned election_ms, clust
         o.election_ms = election_ms;
         o.cbs = &node_cbs;
         o.data = n;
+        o.hooks = &n->hooks;
         rc = cluster_log_open(&o, &n->lg);
     }
     if (rc != TALLY_OK) {
@@ -60,6 +398,9 @@ cluster_node_open(uv_loop_t *loop, const char *data, unsigned election_ms, clust
         tally_free(n);
         return rc;
     }
+    uv_timer_init(loop, &n->reconcile);
+    n->reconcile.data = n;
+    uv_timer_start(&n->reconcile, on_reconcile_tick, RECONCILE_MS, RECONCILE_MS);
     *out = n;
     return TALLY_OK;
 }
@@ -109,10 +450,18 @@ on_log_closed(void *data)
         cb(cb_data);
 }
 
+static void
+on_reconcile_closed(uv_handle_t *h)
+{
+    cluster_node *n = h->data;
+
+    cluster_log_close(n->lg, on_log_closed, n);
+}
+
 void
 cluster_node_close(cluster_node *n, void (*cb)(void *data), void *data)
 {
     n->close_cb = cb;
     n->close_data = data;
-    cluster_log_close(n->lg, on_log_closed, n);
+    uv_close((uv_handle_t *)&n->reconcile, on_reconcile_closed);
 }

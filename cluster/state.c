@@ -276,3 +276,105 @@ cluster_state_load(const char *data, struct cluster_hostkey *key, struct cluster
         rc = TALLY_ECORRUPT; /* the key is not the one this host is known by */
     return rc;
 }
+
+/* ---- invites ---- */
+
+#define INVITES_HEADER "tally-invites 1\n"
+
+/* The invites file without expired entries and without `drop` (a hash, or NULL), into out;
+ * *found says whether `drop` was there. */
+static int
+invites_filter(const char *data, const char *drop, int64_t now_ms, char *out, size_t cap,
+               size_t *len, bool *found)
+{
+    char text[FILE_MAX], *save = NULL, *line;
+    struct stat sb;
+    int rc = read_file(data, "invites", text, sizeof(text), &sb);
+    size_t off;
+
+    *found = false;
+    if (rc == TALLY_ENOTFOUND) {
+        text[0] = '\0';
+        rc = TALLY_OK;
+    } else if (rc == TALLY_OK && strncmp(text, INVITES_HEADER, strlen(INVITES_HEADER)) != 0) {
+        rc = TALLY_ECORRUPT;
+    }
+    if (rc != TALLY_OK)
+        return rc;
+    off = (size_t)snprintf(out, cap, INVITES_HEADER);
+    line = text[0] != '\0' ? strtok_r(text + strlen(INVITES_HEADER), "\n", &save) : NULL;
+    for (; line != NULL; line = strtok_r(NULL, "\n", &save)) {
+        char hash[65];
+        long long exp;
+        int n;
+
+        if (sscanf(line, "%64s %lld", hash, &exp) != 2 || strlen(hash) != 64)
+            continue; /* not ours: dropped */
+        if (exp <= now_ms)
+            continue;
+        if (drop != NULL && strcmp(hash, drop) == 0) {
+            *found = true;
+            continue;
+        }
+        n = snprintf(out + off, cap - off, "%s %lld\n", hash, exp);
+        if (n < 0 || (size_t)n >= cap - off)
+            return TALLY_ETOOBIG;
+        off += (size_t)n;
+    }
+    *len = off;
+    return TALLY_OK;
+}
+
+static void
+invite_hash(const uint8_t secret[32], char hex[65])
+{
+    uint8_t h[32];
+
+    crypto_generichash(h, sizeof(h), secret, 32, NULL, 0);
+    sodium_bin2hex(hex, 65, h, sizeof(h));
+}
+
+int
+cluster_invite_add(const char *data, const uint8_t secret[32], int64_t now_ms, int64_t expires_ms)
+{
+    char text[FILE_MAX], hex[65];
+    size_t len = 0;
+    bool found;
+    int n, rc = invites_filter(data, NULL, now_ms, text, sizeof(text), &len, &found);
+
+    if (rc != TALLY_OK)
+        return rc;
+    invite_hash(secret, hex);
+    n = snprintf(text + len, sizeof(text) - len, "%s %lld\n", hex, (long long)expires_ms);
+    if (n < 0 || (size_t)n >= sizeof(text) - len)
+        return TALLY_ETOOBIG;
+    return write_file(data, "invites", text, len + (size_t)n);
+}
+
+int
+cluster_invite_take(const char *data, const uint8_t secret[32], int64_t now_ms)
+{
+    char text[FILE_MAX], hex[65];
+    size_t len = 0;
+    bool found = false;
+    int rc;
+
+    invite_hash(secret, hex);
+    rc = invites_filter(data, hex, now_ms, text, sizeof(text), &len, &found);
+    if (rc == TALLY_OK)
+        rc = write_file(data, "invites", text, len);
+    if (rc != TALLY_OK)
+        return rc;
+    return found ? TALLY_OK : TALLY_ENOTFOUND;
+}
+
+bool
+cluster_invites_pending(const char *data, int64_t now_ms)
+{
+    char text[FILE_MAX];
+    size_t len = 0;
+    bool found;
+
+    return invites_filter(data, NULL, now_ms, text, sizeof(text), &len, &found) == TALLY_OK &&
+           len > strlen(INVITES_HEADER);
+}

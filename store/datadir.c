@@ -62,10 +62,10 @@ key_path(const char *dir, char *path, size_t len)
     return TALLY_OK;
 }
 
-/* Writes a fresh key with O_EXCL so two concurrent inits cannot both succeed,
+/* Writes a fresh key (or `given`) with O_EXCL so two concurrent inits cannot both succeed,
  * and fsyncs it: a key lost after init would orphan every stored hash. */
 static int
-key_create(const char *path)
+key_create(const char *path, const unsigned char *given)
 {
     unsigned char key[TENANT_KEY_BYTES];
     int fd = -1;
@@ -74,7 +74,10 @@ key_create(const char *path)
     fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return errno_rc(errno);
-    randombytes_buf(key, sizeof(key));
+    if (given != NULL)
+        memcpy(key, given, sizeof(key));
+    else
+        randombytes_buf(key, sizeof(key));
     if (write(fd, key, sizeof(key)) != (ssize_t)sizeof(key) || fsync(fd) != 0)
         rc = errno_rc(errno);
     sodium_memzero(key, sizeof(key));
@@ -86,6 +89,12 @@ key_create(const char *path)
 
 int
 store_datadir_init(const char *dir)
+{
+    return store_datadir_init_key(dir, NULL);
+}
+
+int
+store_datadir_init_key(const char *dir, const unsigned char *key)
 {
     char path[STORE_PATH_MAX];
     store_db *db = NULL;
@@ -101,7 +110,7 @@ store_datadir_init(const char *dir)
         return rc;
     if (access(path, F_OK) == 0)
         return TALLY_EEXIST;
-    rc = key_create(path);
+    rc = key_create(path, key);
     if (rc != TALLY_OK)
         return rc;
     rc = store_config_open(dir, true, &db);

@@ -377,7 +377,7 @@ test_conn_dial_to_a_closed_port_fails(void **state)
                                        &fx.dialer.c),
                      TALLY_OK);
     RUN_UNTIL(fx.dialer.closed);
-    assert_int_equal(fx.dialer.close_rc, TALLY_EIO);
+    assert_int_equal(fx.dialer.close_rc, TALLY_EUNAVAIL);
     assert_false(fx.dialer.ready);
 }
 

@@ -7,6 +7,12 @@
  * with nothing to replicate; after kill -9 and a restart it leads again from
  * its log on disk; a host key others can read stops tallyd with exit 78; the port
  * refuses a connection that does not complete the channel's handshake.
+ * Three hosts (three data dirs and tallyds on 127.0.0.1): `tally cluster
+ * invite` on the first, `tally cluster join` with an empty data dir on the
+ * others; every member lists all three as voters with the log replicated; a
+ * used code is refused; kill -9 of the leader's tallyd: the two others elect
+ * another within the election bound, and the old leader comes back as a
+ * follower of the same log.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -219,6 +225,163 @@ test_cluster_port_answers_nothing_in_the_clear(void **state)
     free(log);
 }
 
+/* ---- three hosts ---- */
+
+struct host {
+    char data[200];
+    char listen[64];
+    struct test_daemon d;
+};
+
+static void
+start_host(struct host *h)
+{
+    assert_int_equal(test_daemon_start(&h->d, h->data, "--election-timeout-ms", "300", NULL), 0);
+}
+
+/* The leader's id in `tally cluster status` of h (0: none or no answer). */
+static unsigned long long
+leader_of(struct host *h)
+{
+    struct test_out o;
+    unsigned long long self = 0, leader = 0;
+
+    if (test_tally(h->data, &o, "cluster", "status", NULL) != 0 ||
+        sscanf(o.out, "member %llu (this host)  leader %llu", &self, &leader) != 2)
+        return 0;
+    return leader;
+}
+
+/* Joins h to inviter's cluster; the code it used into code[256]. */
+static void
+join_host(struct host *inviter, struct host *h, const char *role, char *code)
+{
+    struct test_out o;
+
+    assert_int_equal(test_tally(inviter->data, &o, "cluster", "invite", NULL), 0);
+    snprintf(code, 256, "%.200s", o.out);
+    code[strcspn(code, "\n")] = '\0';
+    assert_int_equal(test_tally(h->data, &o, "cluster", "join", code, "--listen", h->listen,
+                                "--role", role, NULL),
+                     0);
+    assert_non_null(strstr(o.out, "joined the cluster as member"));
+}
+
+static void
+test_cluster_three_hosts_join_and_survive_their_leader(void **state)
+{
+    struct fx *f = *state;
+    static struct host h[4];
+    struct test_out o;
+    char code[256], want[64];
+    unsigned long long leader = 0, again = 0;
+    uint64_t t0;
+    int li = -1;
+
+    for (int i = 0; i < 4; i++) {
+        snprintf(h[i].data, sizeof(h[i].data), "%s/h%d", f->dir, i + 1);
+        snprintf(h[i].listen, sizeof(h[i].listen), "127.0.0.1:%d", free_port());
+    }
+    assert_int_equal(test_tally(h[0].data, &o, "init", NULL), 0);
+    assert_int_equal(test_tally(h[0].data, &o, "cluster", "init", "--listen", h[0].listen, NULL),
+                     0);
+    start_host(&h[0]);
+    status_until(h[0].data, "leader 1 ", &o);
+    join_host(&h[0], &h[1], "voter", code);
+    start_host(&h[1]);
+    join_host(&h[0], &h[2], "voter", code);
+    start_host(&h[2]);
+    /* Every member: three voters in the log, all caught up (the leader knows). */
+    status_until(h[0].data, "(lag 0)", &o);
+    for (int i = 0; i < 3; i++) {
+        status_until(h[i].data, "leader 1 ", &o);
+        for (int k = 0; k < 3; k++)
+            status_until(h[i].data, h[k].listen, &o); /* the MEMBER records applied there */
+    }
+    for (int tries = 0; tries < 200; tries++) {
+        test_tally(h[0].data, &o, "cluster", "status", NULL);
+        if (strstr(o.out, "voter  voter") != NULL && strstr(o.out, "spare") == NULL &&
+            strstr(o.out, "  -  ") == NULL) {
+            int n = 0;
+            for (const char *p = o.out; (p = strstr(p, "(lag 0)")) != NULL; p++)
+                n++;
+            if (n == 3)
+                break;
+        }
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
+    }
+    {
+        int n = 0;
+        for (const char *p = o.out; (p = strstr(p, "voter  voter")) != NULL; p++)
+            n++;
+        if (n != 3)
+            fail_msg("not three voters:\n%s", o.out);
+    }
+    /* The data dirs of the joined hosts hold the cluster's deployment key. */
+    {
+        char ka[300], kb[300];
+        size_t la = 0, lb = 0;
+        char *a, *b;
+        snprintf(ka, sizeof(ka), "%s/secret.key", h[0].data);
+        snprintf(kb, sizeof(kb), "%s/secret.key", h[2].data);
+        a = test_read_file(ka, &la);
+        b = test_read_file(kb, &lb);
+        assert_non_null(a);
+        assert_non_null(b);
+        assert_int_equal(la, lb);
+        assert_memory_equal(a, b, la);
+        free(a);
+        free(b);
+    }
+
+    /* A code serves once: the third host's, again from a fourth. */
+    assert_int_equal(
+        test_tally(h[3].data, &o, "cluster", "join", code, "--listen", h[3].listen, NULL), 1);
+    assert_non_null(strstr(o.err, "used or expired"));
+    assert_int_not_equal(access(h[3].data, F_OK), 0); /* nothing written */
+    /* ... and while another invite is outstanding (the stranger may say JOIN), its JOIN is
+     * refused by name. */
+    assert_int_equal(test_tally(h[0].data, &o, "cluster", "invite", NULL), 0);
+    assert_int_equal(
+        test_tally(h[3].data, &o, "cluster", "join", code, "--listen", h[3].listen, NULL), 1);
+    assert_non_null(strstr(o.err, "join refused: unknown, used or expired invite"));
+    assert_int_not_equal(access(h[3].data, F_OK), 0);
+    assert_int_equal(
+        test_tally(h[3].data, &o, "cluster", "join", "tlyj1-AAAA", "--listen", "127.0.0.1:1", NULL),
+        64);
+
+    /* kill -9 of the leader's tallyd: the others elect another within the bound. */
+    leader = leader_of(&h[0]);
+    assert_true(leader >= 1 && leader <= 4);
+    li = (int)leader - 1;
+    test_daemon_kill9(&h[li].d);
+    t0 = (uint64_t)time(NULL);
+    for (;;) {
+        unsigned long long a = 0, b = 0;
+        int i1 = (li + 1) % 3, i2 = (li + 2) % 3;
+        if (li == 3) {
+            i1 = 0;
+            i2 = 1;
+        }
+        a = leader_of(&h[i1]);
+        b = leader_of(&h[i2]);
+        if (a != 0 && a == b && a != leader) {
+            again = a;
+            break;
+        }
+        if ((uint64_t)time(NULL) - t0 > 5)
+            fail_msg("no new leader 5 s after kill -9 of member %llu", leader);
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
+    }
+    /* The old leader comes back as a follower of the new one. */
+    start_host(&h[li]);
+    snprintf(want, sizeof(want), "leader %llu ", again);
+    status_until(h[li].data, want, &o);
+    for (int i = 0; i < 4; i++)
+        if (h[i].d.pid > 0)
+            test_daemon_stop(&h[i].d);
+}
+
 int
 main(void)
 {
@@ -232,6 +395,8 @@ main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_cluster_port_answers_nothing_in_the_clear, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_three_hosts_join_and_survive_their_leader,
+                                        setup, teardown),
     };
 
     return cmocka_run_group_tests_name("e2e_cluster", tests, NULL, NULL);

@@ -23,8 +23,9 @@ struct cluster_conn_cbs {
     /** One message from the peer (valid until return). */
     void (*on_msg)(cluster_conn *c, const uint8_t *msg, size_t len, void *data);
     /** The connection is gone: TALLY_OK after cluster_conn_close or the peer's finish,
-     *  else why (TALLY_EUNAUTH, TALLY_EPROTO, TALLY_ETIMEDOUT, TALLY_EIO for a cut or a
-     *  refused dial, TALLY_ENOMEM). Called once; c is freed when it returns. */
+     *  else why (TALLY_EUNAUTH, TALLY_EPROTO, TALLY_ETIMEDOUT, TALLY_EIO for a cut,
+     *  TALLY_EUNAVAIL for a dial nobody answered, TALLY_ENOMEM). Called once; c is freed
+     *  when it returns. */
     void (*on_close)(cluster_conn *c, int rc, void *data);
 };
 

@@ -41,6 +41,7 @@ struct cluster_log_opts {
     bool bootstrap;        /* a pristine dir starts with members[] as its configuration */
     unsigned election_ms;  /* 0: 1000; heartbeats every tenth of it */
     uint32_t handshake_ms; /* 0: 2000 */
+    const struct cluster_net_hooks *hooks; /* strangers that come to join (optional) */
     const struct cluster_log_cbs *cbs;
     void *data;
 };
@@ -83,6 +84,29 @@ struct cluster_log_status {
 
 /** What this member knows of the log now. */
 void cluster_log_status(cluster_log *lg, struct cluster_log_status *out /* OUT */);
+/** The outcome of a membership change (TALLY_OK once the new configuration is committed,
+ *  else TALLY_EUNAVAIL: not the leader, another change in flight, the server did not catch
+ *  up in time). */
+typedef void (*cluster_log_change_fn)(void *req_data, int rc);
+/** Leader: adds server id at address to the configuration, as a spare (it neither votes
+ *  nor replicates until assigned a role). TALLY_OK (done comes later) or TALLY_EUNAVAIL. */
+TALLY_MUST_CHECK int cluster_log_add(cluster_log *lg, uint64_t id, const char *address,
+                                     cluster_log_change_fn done, void *req_data);
+/** Leader: gives server id a role; to voter only once it caught up with the log.
+ *  TALLY_OK (done comes later) or TALLY_EUNAVAIL. */
+TALLY_MUST_CHECK int cluster_log_assign(cluster_log *lg, uint64_t id, enum cluster_log_role role,
+                                        cluster_log_change_fn done, void *req_data);
+/** Server id's role in the current configuration, or -1 when it is not in it. */
+int cluster_log_role_of(cluster_log *lg, uint64_t id);
+/** True iff this member leads. */
+bool cluster_log_leading(cluster_log *lg);
+/** The members the network knows from now on (keys let in, addresses dialed); copied.
+ *  TALLY_OK or TALLY_ENOMEM (the old table stays). */
+TALLY_MUST_CHECK int cluster_log_set_members(cluster_log *lg, const struct cluster_member *m,
+                                             size_t n);
+/** Answers a stranger's JOIN (cluster_net_hooks) and ends its connection: TALLY_OK or
+ *  TALLY_ENOTFOUND (it left; nothing to do). */
+int cluster_log_join_answer(cluster_log *lg, uint64_t token, const uint8_t *msg, size_t len);
 /** The leader's id as this member knows it (0: none known). */
 uint64_t cluster_log_leader(cluster_log *lg);
 /** Batches applied here so far. */

@@ -24,12 +24,29 @@ struct cluster_member {
     uint8_t pk[CLUSTER_KEY_BYTES];  /* its static key, pinned at join */
 };
 
+/* What a connection carries, said by its first message. */
+#define CLUSTER_HELLO_RAFT 1 /* a member's raft stream: id (8, big-endian), len, address */
+#define CLUSTER_HELLO_JOIN 2 /* a stranger asking to join with an invite (cluster_node.h) */
+
+/* Strangers: who runs the port decides whether a key that is not a member may come in to
+ * ask to join, and answers its JOIN. */
+struct cluster_net_hooks {
+    /** A key that is not a member dialed: may it say JOIN? (invites are outstanding) */
+    bool (*strangers_welcome)(void *ctx);
+    /** A stranger's JOIN (msg: what follows its kind byte) on connection `token`; answer
+     *  later with cluster_transport_join_answer(). An error closes the connection. */
+    int (*on_join)(void *ctx, uint64_t token, const uint8_t pk[CLUSTER_KEY_BYTES],
+                   const uint8_t *msg, size_t len);
+    void *ctx;
+};
+
 struct cluster_net_cfg {
     uv_loop_t *loop;
     const struct cluster_hostkey *self;   /* copied */
     const struct cluster_member *members; /* copied: every member, this host included */
     size_t n_members;
-    uint32_t handshake_ms; /* a peer that has not proved its key by then is cut */
+    uint32_t handshake_ms;                 /* a peer that has not proved its key by then is cut */
+    const struct cluster_net_hooks *hooks; /* NULL: strangers are refused */
 };
 
 /** Parses "host:port" (IPv4 or [IPv6]) into *out. TALLY_OK or TALLY_EINVAL. */
@@ -40,6 +57,14 @@ TALLY_MUST_CHECK int cluster_addr_parse(const char *s, struct sockaddr_storage *
  *  raft_close's callback). TALLY_OK, TALLY_EINVAL or TALLY_ENOMEM. */
 TALLY_MUST_CHECK int cluster_transport_init(struct raft_uv_transport *t,
                                             const struct cluster_net_cfg *cfg);
+/** The members from now on (copied): keys let in, ids dialed. TALLY_OK or TALLY_ENOMEM (the
+ *  old table stays). Connections already open stay. */
+TALLY_MUST_CHECK int cluster_transport_set_members(struct raft_uv_transport *t,
+                                                   const struct cluster_member *m, size_t n);
+/** Answers the JOIN of connection `token` with msg, then ends the connection.
+ *  TALLY_OK, TALLY_ENOTFOUND (the stranger left) or as cluster_conn_send. */
+TALLY_MUST_CHECK int cluster_transport_join_answer(struct raft_uv_transport *t, uint64_t token,
+                                                   const uint8_t *msg, size_t len);
 /** Frees what cluster_transport_init allocated. */
 void cluster_transport_release(struct raft_uv_transport *t);
 

@@ -13,6 +13,54 @@
 
 typedef struct cluster_node cluster_node;
 
+/* The answer to a JOIN: its first byte. */
+enum cluster_join_status {
+    CLUSTER_JOIN_OK = 0,
+    CLUSTER_JOIN_REFUSED = 1,    /* the invite is unknown, used or expired */
+    CLUSTER_JOIN_NOT_LEADER = 2, /* invites are taken by the leader: invite from there */
+    CLUSTER_JOIN_CONFLICT = 3,   /* a member has this address or key */
+    CLUSTER_JOIN_BUSY = 4,       /* too many members or joins, or leadership moved: retry */
+};
+
+/** A member as MEMBER records and JOIN answers carry it: id (8, big-endian), role (1),
+ *  address length (1), address, key (32). Its length; out has room for
+ *  10 + CLUSTER_ADDR_MAX + CLUSTER_KEY_BYTES bytes. */
+size_t cluster_member_encode(uint8_t *out, const struct cluster_member *m, enum cluster_role role);
+/** The reverse; *used the bytes it took. TALLY_OK or TALLY_EPROTO. */
+TALLY_MUST_CHECK int cluster_member_decode(const uint8_t *p, size_t len,
+                                           struct cluster_member *m /* OUT */,
+                                           enum cluster_role *role /* OUT */,
+                                           size_t *used /* OUT */);
+
+/* A join code: the inviting host's address and key, and a one-time secret. */
+struct cluster_invite {
+    char address[CLUSTER_ADDR_MAX];
+    uint8_t pk[CLUSTER_KEY_BYTES];
+    uint8_t secret[32];
+};
+
+/** The printable code of inv ("tlyj1-" and URL-safe base64) into out. */
+void cluster_invite_code(const struct cluster_invite *inv, char *out, size_t cap);
+/** Parses a join code. TALLY_OK or TALLY_EINVAL. */
+TALLY_MUST_CHECK int cluster_invite_parse(const char *code, struct cluster_invite *out /* OUT */);
+
+/* What a join brings home. */
+struct cluster_join_result {
+    uint64_t id;
+    uint8_t deployment_key[32];
+    struct cluster_state st; /* every member, this host included; st.self = id */
+    char message[256];       /* a refusal's reason */
+};
+
+/** `tally cluster join`: dials the inviting host, proves `key`, presents the invite and waits
+ *  for the answer (a loop of its own, timeout_ms at most). TALLY_OK (out filled),
+ *  TALLY_EUNAUTH (refused: out->message says why), TALLY_EUNAVAIL (no answer) or
+ *  TALLY_EPROTO. */
+TALLY_MUST_CHECK int cluster_join(const struct cluster_invite *inv,
+                                  const struct cluster_hostkey *key, const char *listen,
+                                  enum cluster_role role, uint32_t timeout_ms,
+                                  struct cluster_join_result *out /* OUT */);
+
 /** Joins the cluster DATA belongs to. *out is the caller's, release with
  *  cluster_node_close(). TALLY_OK, TALLY_ENOTFOUND (DATA is not in a cluster),
  *  TALLY_EKEYMODE, TALLY_ECORRUPT, TALLY_EIO (the log's files or its port: logged) or

@@ -48,6 +48,16 @@ TALLY_MUST_CHECK int cluster_state_load(const char *data, struct cluster_hostkey
                                         struct cluster_state *s /* OUT */);
 /** Replaces members with s. TALLY_OK or TALLY_EIO. */
 TALLY_MUST_CHECK int cluster_state_save(const char *data, const struct cluster_state *s);
+/** Adds a one-time invite: BLAKE2b of `secret` and its expiry (Unix ms) to DATA/cluster/invites
+ *  (expired ones are dropped). TALLY_OK or TALLY_EIO. */
+TALLY_MUST_CHECK int cluster_invite_add(const char *data, const uint8_t secret[32], int64_t now_ms,
+                                        int64_t expires_ms);
+/** Uses up the invite of `secret`: TALLY_OK (it was there and unexpired: removed),
+ *  TALLY_ENOTFOUND (unknown, used or expired) or TALLY_EIO. */
+TALLY_MUST_CHECK int cluster_invite_take(const char *data, const uint8_t secret[32],
+                                         int64_t now_ms);
+/** True iff an unexpired invite waits. */
+bool cluster_invites_pending(const char *data, int64_t now_ms);
 /** The entry of member id in s, or NULL. */
 const struct cluster_member *cluster_state_member(const struct cluster_state *s, uint64_t id);
 

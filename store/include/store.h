@@ -115,6 +115,9 @@ const char *store_datadir_pick(const char *arg, const char *fallback);
  *  config database (tally.db, 0600). An initialised dir is TALLY_EEXIST and is
  *  left untouched. */
 TALLY_MUST_CHECK int store_datadir_init(const char *dir);
+/** As store_datadir_init with `key` (TENANT_KEY_BYTES, borrowed) as its key rather than a
+ *  random one: a host joining a cluster gets the cluster's. */
+TALLY_MUST_CHECK int store_datadir_init_key(const char *dir, const unsigned char *key);
 /** TALLY_OK when `dir` holds a key and a config database, else TALLY_ENODATA. */
 TALLY_MUST_CHECK int store_datadir_check(const char *dir);
 /** Loads the deployment key into sodium_malloc'd memory made read-only.
