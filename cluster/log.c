@@ -437,7 +437,9 @@ cluster_log_open(const struct cluster_log_opts *o, cluster_log **out)
             rv = raft_bootstrap(&lg->raft, &conf);
         raft_configuration_close(&conf);
         if (rv != 0 && rv != RAFT_CANTBOOTSTRAP) { /* CANTBOOTSTRAP: it has state already */
-            log_raft_error("cluster_log_failed", "raft_bootstrap", raft_errmsg(&lg->raft));
+            log_raft_error("cluster_log_failed", "raft_bootstrap",
+                           raft_errmsg(&lg->raft)[0] != '\0' ? raft_errmsg(&lg->raft)
+                                                             : raft_strerror(rv));
             goto fail_raft;
         }
     }
