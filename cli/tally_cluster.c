@@ -24,7 +24,8 @@ static const char cluster_usage[] =
     "usage: tally cluster init --listen HOST:PORT\n"
     "       tally cluster invite [--ttl DURATION]\n"
     "       tally cluster join CODE --listen HOST:PORT [--role voter|front]\n"
-    "       tally cluster status [--socket PATH]";
+    "       tally cluster status [--socket PATH]\n"
+    "       tally cluster leave [MEMBER] [--socket PATH]";
 
 #define JOIN_TIMEOUT_MS 10000
 
@@ -259,26 +260,17 @@ print_status(const struct proto_cluster_status *s)
     }
 }
 
+/* CLUSTER over the local tallyd's socket (sock: NULL for DATA/tally.sock). */
 static int
-cluster_status(struct cli *c)
+fetch_status(struct cli *c, const char *sock, struct proto_cluster_status *s)
 {
-    struct proto_cluster_status s;
     uint8_t msg[PROTO_CLIENT_MSG_MAX];
     char path[512];
-    const char *sock = NULL;
     tally_client *client = NULL;
     struct proto_frame f;
     uint32_t id;
     int rc;
 
-    for (int i = 0; i < c->argc; i++) {
-        bool missing = false;
-        const char *v = tenant_opt_value(c->argc, c->argv, &i, "--socket", &missing);
-        if (v != NULL)
-            sock = v;
-        else
-            return cli_fail(EXIT_USAGE, "%s", missing ? "--socket needs a value" : cluster_usage);
-    }
     if (sock != NULL)
         snprintf(path, sizeof(path), "%s", sock);
     else
@@ -288,15 +280,97 @@ cluster_status(struct cli *c)
         return cli_fail(EXIT_UNAVAIL, "tallyd is not running (no answer on %s)", path);
     id = proto_client_next_id(client);
     rc = proto_client_request(client, msg, proto_cluster_encode(msg, id), id, &f);
-    if (rc == TALLY_OK && proto_cluster_reply_decode(&f, &s) != TALLY_OK)
+    if (rc == TALLY_OK && proto_cluster_reply_decode(&f, s) != TALLY_OK)
         rc = TALLY_EPROTO;
     tally_client_close(client);
     if (rc != TALLY_OK)
         return cli_fail(EXIT_UNAVAIL, "tallyd did not answer CLUSTER: %s", tally_strerror(rc));
-    if (!s.in_cluster)
+    if (!s->in_cluster)
         return cli_fail(EXIT_FAIL, "this host is not in a cluster (tally cluster init)");
-    print_status(&s);
     return EXIT_OK;
+}
+
+static int
+cluster_leave(struct cli *c)
+{
+    const char *sock = NULL;
+    unsigned long long id = 0;
+    struct proto_cluster_status s;
+    struct cluster_hostkey key;
+    struct cluster_state st;
+    const struct cluster_member *leader;
+    char message[256];
+    int rc, code;
+
+    for (int i = 0; i < c->argc; i++) {
+        bool missing = false;
+        const char *v = tenant_opt_value(c->argc, c->argv, &i, "--socket", &missing);
+        char *end = NULL;
+        if (v != NULL) {
+            sock = v;
+        } else if (!missing && c->argv[i][0] != '-' && id == 0) {
+            id = strtoull(c->argv[i], &end, 10);
+            if (*end != '\0' || id == 0)
+                return cli_fail(EXIT_USAGE,
+                                "invalid member '%s': a member id (tally cluster "
+                                "status)",
+                                c->argv[i]);
+        } else {
+            return cli_fail(EXIT_USAGE, "%s", missing ? "--socket needs a value" : cluster_usage);
+        }
+    }
+    rc = cluster_state_load(c->data, &key, &st);
+    if (rc == TALLY_ENOTFOUND)
+        return cli_fail(EXIT_FAIL, "%s is not in a cluster", c->data);
+    if (rc != TALLY_OK)
+        return cli_fail(EXIT_CONFIG, "cannot read the cluster files of %s: %s", c->data,
+                        tally_strerror(rc));
+    if (id == 0)
+        id = st.self;
+    code = fetch_status(c, sock, &s);
+    if (code != EXIT_OK) {
+        cluster_hostkey_wipe(&key);
+        return code;
+    }
+    leader = cluster_state_member(&st, s.leader);
+    if (leader == NULL) {
+        cluster_hostkey_wipe(&key);
+        return cli_fail(EXIT_UNAVAIL, "no leader known now: a majority is needed to remove a "
+                                      "member");
+    }
+    rc = cluster_admin_leave(leader, &key, id, 10000, message, sizeof(message));
+    cluster_hostkey_wipe(&key);
+    if (rc == TALLY_EUNAUTH)
+        return cli_fail(EXIT_FAIL, "refused: %s", message);
+    if (rc != TALLY_OK)
+        return cli_fail(EXIT_UNAVAIL, "the leader at %s did not answer: %s", leader->address,
+                        tally_strerror(rc));
+    printf("member %llu removed from the cluster%s\n", id,
+           id == st.self ? ": this host is no longer a member (stop tallyd; to use it again, "
+                           "remove DATA/cluster and join anew)"
+                         : "");
+    return EXIT_OK;
+}
+
+static int
+cluster_status(struct cli *c)
+{
+    struct proto_cluster_status s;
+    const char *sock = NULL;
+    int code;
+
+    for (int i = 0; i < c->argc; i++) {
+        bool missing = false;
+        const char *v = tenant_opt_value(c->argc, c->argv, &i, "--socket", &missing);
+        if (v != NULL)
+            sock = v;
+        else
+            return cli_fail(EXIT_USAGE, "%s", missing ? "--socket needs a value" : cluster_usage);
+    }
+    code = fetch_status(c, sock, &s);
+    if (code == EXIT_OK)
+        print_status(&s);
+    return code;
 }
 
 int
@@ -316,5 +390,7 @@ cli_cluster(struct cli *c)
         return cluster_invite(&sub);
     if (strcmp(c->argv[0], "join") == 0)
         return cluster_join_cmd(&sub);
+    if (strcmp(c->argv[0], "leave") == 0)
+        return cluster_leave(&sub);
     return cli_fail(EXIT_USAGE, "%s", cluster_usage);
 }

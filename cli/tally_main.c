@@ -41,6 +41,7 @@ static const char usage_text[] =
     "  cluster join CODE --listen HOST:PORT [--role voter|front]\n"
     "                                         join with an empty data dir\n"
     "  cluster status                         members, leader and log of the running tallyd\n"
+    "  cluster leave [MEMBER]                 remove this host, or member MEMBER\n"
     "\n"
     "Limits are N/PERIOD with PERIOD one of s, m, h, d, optionally prefixed by a\n"
     "count (100/10s, 600/1m, 36000/1h); 1 <= N <= 2^32, PERIOD at most 365d; or\n"

@@ -68,18 +68,120 @@ out:
     return rc;
 }
 
-/* ---- the exchange ---- */
+/* ---- one request, one answer ---- */
 
-struct join_run {
-    const struct cluster_invite *inv;
-    const char *listen;
-    enum cluster_role role;
-    struct cluster_join_result *out;
+struct ask_run {
+    const uint8_t *req;
+    size_t req_len;
+    uint8_t *answer;
+    size_t answer_cap, answer_len;
     uv_timer_t timer;
     cluster_conn *conn;
     int rc;
-    bool answered, closed;
+    bool answered;
 };
+
+static void
+on_ready(cluster_conn *c, void *data)
+{
+    struct ask_run *a = data;
+
+    if (cluster_conn_send(c, a->req, a->req_len) != TALLY_OK) {
+        a->rc = TALLY_EUNAVAIL;
+        cluster_conn_close(c);
+    }
+}
+
+static void
+on_msg(cluster_conn *c, const uint8_t *msg, size_t len, void *data)
+{
+    struct ask_run *a = data;
+
+    if (!a->answered && len <= a->answer_cap) {
+        memcpy(a->answer, msg, len);
+        a->answer_len = len;
+        a->answered = true;
+        a->rc = TALLY_OK;
+    } else if (!a->answered) {
+        a->rc = TALLY_EPROTO;
+    }
+    cluster_conn_close(c);
+}
+
+static void
+on_close(cluster_conn *c, int rc, void *data)
+{
+    struct ask_run *a = data;
+
+    (void)c;
+    a->conn = NULL;
+    if (!a->answered && a->rc != TALLY_EPROTO)
+        /* Nobody listens there (EUNAVAIL), or connected and cut before an answer: the
+         * host did not let this key in (EUNAUTH). */
+        a->rc = rc == TALLY_EUNAVAIL || rc == TALLY_ETIMEDOUT ? TALLY_EUNAVAIL : TALLY_EUNAUTH;
+    uv_close((uv_handle_t *)&a->timer, NULL);
+}
+
+static void
+on_timeout(uv_timer_t *t)
+{
+    struct ask_run *a = t->data;
+
+    if (a->conn != NULL)
+        cluster_conn_close(a->conn);
+}
+
+static const struct cluster_conn_cbs ask_cbs = {on_ready, on_msg, on_close};
+
+/* Dials address (whose key is pk) as `key`, sends req, waits for one answer (timeout_ms at
+ * most) into answer (cap bytes): TALLY_OK (*answer_len set), TALLY_EUNAUTH (not let in),
+ * TALLY_EUNAVAIL (no answer) or TALLY_EPROTO. */
+static int
+ask(const char *address, const uint8_t pk[CLUSTER_KEY_BYTES], const struct cluster_hostkey *key,
+    const uint8_t *req, size_t req_len, uint32_t timeout_ms, uint8_t *answer, size_t cap,
+    size_t *answer_len)
+{
+    struct cluster_conn_opts o = {key, timeout_ms, &ask_cbs, NULL};
+    struct sockaddr_storage ss;
+    struct ask_run a;
+    uv_loop_t loop;
+
+    memset(&a, 0, sizeof(a));
+    *answer_len = 0;
+    if (cluster_addr_parse(address, &ss) != TALLY_OK)
+        return TALLY_EINVAL;
+    if (uv_loop_init(&loop) != 0)
+        return TALLY_EUNAVAIL;
+    a.req = req;
+    a.req_len = req_len;
+    a.answer = answer;
+    a.answer_cap = cap;
+    a.rc = TALLY_EUNAVAIL;
+    o.data = &a;
+    uv_timer_init(&loop, &a.timer);
+    a.timer.data = &a;
+    if (cluster_conn_dial(&loop, (const struct sockaddr *)&ss, pk, &o, &a.conn) != TALLY_OK)
+        uv_close((uv_handle_t *)&a.timer, NULL);
+    else
+        uv_timer_start(&a.timer, on_timeout, timeout_ms, 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    if (uv_loop_close(&loop) != 0 && a.rc == TALLY_OK)
+        a.rc = TALLY_EUNAVAIL;
+    *answer_len = a.answer_len;
+    return a.rc;
+}
+
+/* A refusal's text into out->message; TALLY_EUNAUTH, or TALLY_EPROTO if malformed. */
+static int
+refusal(const uint8_t *p, size_t len, char *msg, size_t cap)
+{
+    size_t ml = len >= 2 ? p[1] : 0;
+
+    if (len != 2 + ml)
+        return TALLY_EPROTO;
+    snprintf(msg, cap, "%.*s", (int)ml, (const char *)p + 2);
+    return TALLY_EUNAUTH;
+}
 
 static int
 decode_answer(const uint8_t *p, size_t len, struct cluster_join_result *out)
@@ -88,13 +190,8 @@ decode_answer(const uint8_t *p, size_t len, struct cluster_join_result *out)
 
     if (len < 1)
         return TALLY_EPROTO;
-    if (p[0] != CLUSTER_JOIN_OK) {
-        size_t ml = len >= 2 ? p[1] : 0;
-        if (len != 2 + ml)
-            return TALLY_EPROTO;
-        snprintf(out->message, sizeof(out->message), "%.*s", (int)ml, (const char *)p + 2);
-        return TALLY_EUNAUTH;
-    }
+    if (p[0] != CLUSTER_JOIN_OK)
+        return refusal(p, len, out->message, sizeof(out->message));
     if (len < 1 + 8 + 32 + 1)
         return TALLY_EPROTO;
     off = 1;
@@ -120,101 +217,54 @@ decode_answer(const uint8_t *p, size_t len, struct cluster_join_result *out)
     return TALLY_OK;
 }
 
-static void
-on_ready(cluster_conn *c, void *data)
-{
-    struct join_run *j = data;
-    uint8_t b[1 + 32 + 2 + CLUSTER_ADDR_MAX];
-    size_t al = strlen(j->listen);
-
-    b[0] = CLUSTER_HELLO_JOIN;
-    memcpy(b + 1, j->inv->secret, 32);
-    b[33] = (uint8_t)j->role;
-    b[34] = (uint8_t)al;
-    memcpy(b + 35, j->listen, al);
-    if (cluster_conn_send(c, b, 35 + al) != TALLY_OK) {
-        j->rc = TALLY_EUNAVAIL;
-        cluster_conn_close(c);
-    }
-    sodium_memzero(b, sizeof(b));
-}
-
-static void
-on_msg(cluster_conn *c, const uint8_t *msg, size_t len, void *data)
-{
-    struct join_run *j = data;
-
-    j->answered = true;
-    j->rc = decode_answer(msg, len, j->out);
-    cluster_conn_close(c);
-}
-
-static void
-on_close(cluster_conn *c, int rc, void *data)
-{
-    struct join_run *j = data;
-
-    (void)c;
-    j->conn = NULL;
-    j->closed = true;
-    if (!j->answered && rc == TALLY_EUNAVAIL) {
-        j->rc = TALLY_EUNAVAIL; /* nobody listens at the inviting host's address */
-    } else if (!j->answered) {
-        /* Connected, then cut before an answer: the inviting host let this key in only while
-         * an invite of its own was outstanding, or its key is not the code's. */
-        j->rc = TALLY_EUNAUTH;
-        snprintf(j->out->message, sizeof(j->out->message),
-                 "the inviting host did not let this host in: the code is used or expired, "
-                 "or that host is not the one that made it");
-    }
-    uv_close((uv_handle_t *)&j->timer, NULL);
-}
-
-static void
-on_timeout(uv_timer_t *t)
-{
-    struct join_run *j = t->data;
-
-    if (j->conn != NULL)
-        cluster_conn_close(j->conn);
-}
-
-static const struct cluster_conn_cbs join_cbs = {on_ready, on_msg, on_close};
-
 int
 cluster_join(const struct cluster_invite *inv, const struct cluster_hostkey *key,
              const char *listen, enum cluster_role role, uint32_t timeout_ms,
              struct cluster_join_result *out)
 {
-    struct cluster_conn_opts o = {key, timeout_ms, &join_cbs, NULL};
-    struct sockaddr_storage ss;
-    struct join_run j;
-    uv_loop_t loop;
+    uint8_t req[1 + 32 + 2 + CLUSTER_ADDR_MAX];
+    static uint8_t answer[64 + CLUSTER_MEMBERS_MAX * (10 + CLUSTER_ADDR_MAX + CLUSTER_KEY_BYTES)];
+    size_t al = strlen(listen), n = 0;
     int rc;
 
     memset(out, 0, sizeof(*out));
-    memset(&j, 0, sizeof(j));
-    if (cluster_addr_parse(inv->address, &ss) != TALLY_OK || strlen(listen) >= CLUSTER_ADDR_MAX)
+    if (al == 0 || al >= CLUSTER_ADDR_MAX)
         return TALLY_EINVAL;
-    if (uv_loop_init(&loop) != 0)
-        return TALLY_EUNAVAIL;
-    j.inv = inv;
-    j.listen = listen;
-    j.role = role;
-    j.out = out;
-    j.rc = TALLY_EUNAVAIL;
-    o.data = &j;
-    uv_timer_init(&loop, &j.timer);
-    j.timer.data = &j;
-    rc = cluster_conn_dial(&loop, (const struct sockaddr *)&ss, inv->pk, &o, &j.conn);
-    if (rc != TALLY_OK) {
-        uv_close((uv_handle_t *)&j.timer, NULL);
-        j.rc = rc;
-    } else {
-        uv_timer_start(&j.timer, on_timeout, timeout_ms, 0);
-    }
-    uv_run(&loop, UV_RUN_DEFAULT);
-    if (uv_loop_close(&loop) != 0 && j.rc == TALLY_OK)
-        j.rc = TALLY_EUNAVAIL;
-    return j.rc;
+    req[0] = CLUSTER_HELLO_JOIN;
+    memcpy(req + 1, inv->secret, 32);
+    req[33] = (uint8_t)role;
+    req[34] = (uint8_t)al;
+    memcpy(req + 35, listen, al);
+    rc = ask(inv->address, inv->pk, key, req, 35 + al, timeout_ms, answer, sizeof(answer), &n);
+    sodium_memzero(req, sizeof(req));
+    if (rc == TALLY_OK)
+        rc = decode_answer(answer, n, out);
+    else if (rc == TALLY_EUNAUTH)
+        snprintf(out->message, sizeof(out->message),
+                 "the inviting host did not let this host in: the code is used or expired, "
+                 "or that host is not the one that made it");
+    sodium_memzero(answer, sizeof(answer));
+    return rc;
+}
+
+int
+cluster_admin_leave(const struct cluster_member *leader, const struct cluster_hostkey *key,
+                    uint64_t id, uint32_t timeout_ms, char *message, size_t cap)
+{
+    uint8_t req[10], answer[256];
+    size_t n = 0;
+    int rc;
+
+    message[0] = '\0';
+    req[0] = CLUSTER_HELLO_ADMIN;
+    req[1] = 1; /* LEAVE */
+    for (int i = 0; i < 8; i++)
+        req[2 + i] = (uint8_t)(id >> (56 - 8 * i));
+    rc = ask(leader->address, leader->pk, key, req, sizeof(req), timeout_ms, answer, sizeof(answer),
+             &n);
+    if (rc == TALLY_OK && (n < 1 || answer[0] != CLUSTER_JOIN_OK))
+        rc = n >= 1 ? refusal(answer, n, message, cap) : TALLY_EPROTO;
+    else if (rc == TALLY_EUNAUTH)
+        snprintf(message, cap, "the leader did not let this host in: is it still a member?");
+    return rc;
 }

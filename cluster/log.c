@@ -297,6 +297,23 @@ cluster_log_assign(cluster_log *lg, uint64_t id, enum cluster_log_role role,
 }
 
 int
+cluster_log_remove(cluster_log *lg, uint64_t id, cluster_log_change_fn done, void *req_data)
+{
+    struct change_req *c;
+
+    if (!cluster_log_leading(lg))
+        return TALLY_EUNAVAIL;
+    c = change_new(done, req_data);
+    if (c == NULL)
+        return TALLY_ENOMEM;
+    if (raft_remove(&lg->raft, &c->req, id, on_changed) != 0) {
+        tally_free(c);
+        return TALLY_EUNAVAIL;
+    }
+    return TALLY_OK;
+}
+
+int
 cluster_log_role_of(cluster_log *lg, uint64_t id)
 {
     const struct raft_configuration *c = &lg->raft.configuration;

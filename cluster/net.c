@@ -34,7 +34,7 @@ struct proxy {
     bool local_open, local_closing;
     bool dialer;
     bool handed;                 /* libraft has its end */
-    uint64_t join_token;         /* a stranger's JOIN waits for its answer (0: none) */
+    uint64_t join_token;         /* a JOIN or ADMIN waits for its answer (0: none) */
     struct raft_uv_connect *req; /* a dial libraft waits for */
     uint64_t id;                 /* the member at the other end */
     char address[CLUSTER_ADDR_MAX];
@@ -287,6 +287,13 @@ on_hello(struct proxy *p, const uint8_t *msg, size_t len)
     char address[CLUSTER_ADDR_MAX];
     int rc;
 
+    if (len >= 1 && msg[0] == CLUSTER_HELLO_ADMIN) { /* members only */
+        if (t->hooks == NULL || t->hooks->on_admin == NULL || t->closing || m == NULL)
+            return TALLY_EUNAUTH;
+        p->join_token = ++t->next_token;
+        return t->hooks->on_admin(t->hooks->ctx, p->join_token, cluster_conn_peer(p->conn), msg + 1,
+                                  len - 1);
+    }
     if (len >= 1 && msg[0] == CLUSTER_HELLO_JOIN) {
         if (t->hooks == NULL || t->hooks->on_join == NULL || t->closing)
             return TALLY_EUNAUTH;
@@ -320,7 +327,7 @@ on_msg(cluster_conn *c, const uint8_t *msg, size_t len, void *data)
     uv_buf_t b;
     int rc;
 
-    if (p->join_token != 0) { /* a stranger says one thing only */
+    if (p->join_token != 0) { /* a JOIN or an ADMIN connection says one thing only */
         cluster_conn_close(c);
         return;
     }

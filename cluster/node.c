@@ -20,8 +20,13 @@
 #include "tally_log.h"
 
 #define RECORD_MEMBER 'M'
+#define RECORD_LEAVE  'L'
+#define ADMIN_LEAVE   1
 #define RECONCILE_MS  500
 #define JOINS_MAX     4
+/* A member that left stays in the log's configuration this long after its LEAVE applied here,
+ * so that heartbeats carry the commit to it and it learns it left. */
+#define REMOVE_GRACE_MS 1500
 
 struct pending_join {
     uint64_t token; /* the stranger's connection */
@@ -37,6 +42,12 @@ struct cluster_node {
     uv_timer_t reconcile;
     bool change_busy;
     struct pending_join joins[JOINS_MAX];
+    struct pending_join leaves[JOINS_MAX]; /* ADMIN leave requests waiting for their commit */
+    struct {
+        uint64_t id;
+        uint64_t at_ms; /* uv_now when its LEAVE applied */
+    } departed[JOINS_MAX];
+    uv_loop_t *loop;
     void (*close_cb)(void *data);
     void *close_data;
 };
@@ -256,6 +267,61 @@ on_join(void *ctx, uint64_t token, const uint8_t pk[CLUSTER_KEY_BYTES], const ui
     return TALLY_OK;
 }
 
+/* ADMIN from a member: LEAVE (1) | id (8). Refused at once, or answered once the LEAVE
+ * record is committed (apply_leave). */
+static int
+on_admin(void *ctx, uint64_t token, const uint8_t pk[CLUSTER_KEY_BYTES], const uint8_t *msg,
+         size_t len)
+{
+    cluster_node *n = ctx;
+    uint8_t rec[9];
+    uint64_t id;
+    size_t voters = 0;
+    int slot = -1;
+    char why[160];
+
+    (void)pk;
+    if (len != 9 || msg[0] != ADMIN_LEAVE)
+        return TALLY_EPROTO;
+    id = get_u64(msg + 1);
+    if (!cluster_log_leading(n->lg)) {
+        join_refuse(n, token, CLUSTER_JOIN_NOT_LEADER, "not the leader now: try again");
+        return TALLY_OK;
+    }
+    if (cluster_state_member(&n->st, id) == NULL) {
+        snprintf(why, sizeof(why), "no member %llu", (unsigned long long)id);
+        join_refuse(n, token, CLUSTER_JOIN_CONFLICT, why);
+        return TALLY_OK;
+    }
+    if (id == n->st.self) {
+        snprintf(why, sizeof(why),
+                 "member %llu leads: stop its tallyd so that another leads, then remove it",
+                 (unsigned long long)id);
+        join_refuse(n, token, CLUSTER_JOIN_CONFLICT, why);
+        return TALLY_OK;
+    }
+    for (size_t i = 0; i < n->st.n; i++)
+        voters += n->st.roles[i] == CLUSTER_ROLE_VOTER && n->st.members[i].id != id;
+    for (int i = 0; i < JOINS_MAX && slot < 0; i++)
+        if (n->leaves[i].token == 0)
+            slot = i;
+    if (voters == 0 || slot < 0) {
+        join_refuse(n, token, CLUSTER_JOIN_BUSY,
+                    voters == 0 ? "the last voter cannot leave" : "too many requests at once");
+        return TALLY_OK;
+    }
+    rec[0] = RECORD_LEAVE;
+    memcpy(rec + 1, msg + 1, 8);
+    if (cluster_log_append(n->lg, rec, sizeof(rec), on_member_appended, NULL) != TALLY_OK) {
+        join_refuse(n, token, CLUSTER_JOIN_BUSY, "the log did not take the change");
+        return TALLY_OK;
+    }
+    n->leaves[slot].token = token;
+    n->leaves[slot].id = id;
+    log_member("cluster_leave", id, NULL, NULL);
+    return TALLY_OK;
+}
+
 /* ---- the log's configuration follows the member list (leader) ---- */
 
 static void reconcile(cluster_node *n);
@@ -273,8 +339,26 @@ on_changed(void *req_data, int rc)
 static void
 reconcile(cluster_node *n)
 {
+    struct cluster_log_status ls;
+
     if (n->change_busy || n->lg == NULL || !cluster_log_leading(n->lg))
         return;
+    cluster_log_status(n->lg, &ls);
+    for (size_t k = 0; k < ls.n; k++) { /* a member that left goes first */
+        bool waiting = false;
+
+        if (cluster_state_member(&n->st, ls.servers[k].id) != NULL ||
+            ls.servers[k].id == n->st.self)
+            continue;
+        for (int d = 0; d < JOINS_MAX; d++)
+            waiting |= n->departed[d].id == ls.servers[k].id &&
+                       uv_now(n->loop) - n->departed[d].at_ms < REMOVE_GRACE_MS;
+        if (waiting)
+            continue; /* it learns it left first */
+        if (cluster_log_remove(n->lg, ls.servers[k].id, on_changed, n) == TALLY_OK)
+            n->change_busy = true;
+        return;
+    }
     for (size_t i = 0; i < n->st.n; i++) {
         const struct cluster_member *m = &n->st.members[i];
         enum cluster_log_role want =
@@ -329,6 +413,56 @@ apply_member(cluster_node *n, const uint8_t *p, size_t len)
     reconcile(n);
 }
 
+/* A member left (or was removed): its key is let in no more, the leader takes it out of the
+ * log's configuration. The member itself learns it here too and is cut off from then on. */
+static void
+apply_leave(cluster_node *n, const uint8_t *p, size_t len)
+{
+    uint64_t id;
+    size_t i;
+
+    if (len != 8)
+        return;
+    id = get_u64(p);
+    for (i = 0; i < n->st.n && n->st.members[i].id != id; i++)
+        ;
+    if (i < n->st.n) {
+        char address[CLUSTER_ADDR_MAX];
+
+        snprintf(address, sizeof(address), "%s", n->st.members[i].address);
+        memmove(&n->st.members[i], &n->st.members[i + 1],
+                (n->st.n - i - 1) * sizeof(n->st.members[0]));
+        memmove(&n->st.roles[i], &n->st.roles[i + 1], (n->st.n - i - 1) * sizeof(n->st.roles[0]));
+        n->st.n--;
+        if (id != n->st.self) {
+            if (cluster_state_save(n->data, &n->st) != TALLY_OK)
+                log_member("cluster_members_unsaved", id, address, "members file not written");
+            if (cluster_log_set_members(n->lg, n->st.members, n->st.n) != TALLY_OK)
+                log_member("cluster_members_unsaved", id, address, "out of memory");
+        }
+        log_member(id == n->st.self ? "cluster_left" : "cluster_member_removed", id, address,
+                   id == n->st.self ? "this host is no longer a member: stop tallyd" : NULL);
+        {
+            int d = 0, oldest = 0;
+            for (; d < JOINS_MAX && n->departed[d].id != 0; d++)
+                if (n->departed[d].at_ms < n->departed[oldest].at_ms)
+                    oldest = d;
+            d = d < JOINS_MAX ? d : oldest;
+            n->departed[d].id = id;
+            n->departed[d].at_ms = uv_now(n->loop);
+        }
+    }
+    for (int k = 0; k < JOINS_MAX; k++) {
+        uint8_t ok[2] = {CLUSTER_JOIN_OK, 0};
+        if (n->leaves[k].token == 0 || n->leaves[k].id != id)
+            continue;
+        (void)cluster_log_join_answer(n->lg, n->leaves[k].token, ok, sizeof(ok));
+        n->leaves[k].token = 0;
+        n->leaves[k].id = 0;
+    }
+    reconcile(n);
+}
+
 static void
 on_apply(void *data, uint64_t count, const uint8_t *batch, size_t len)
 {
@@ -337,6 +471,8 @@ on_apply(void *data, uint64_t count, const uint8_t *batch, size_t len)
     (void)count;
     if (len >= 1 && batch[0] == RECORD_MEMBER)
         apply_member(n, batch + 1, len - 1);
+    else if (len >= 1 && batch[0] == RECORD_LEAVE)
+        apply_leave(n, batch + 1, len - 1);
 }
 
 static void
@@ -351,6 +487,11 @@ on_leader(void *data, uint64_t leader, bool self)
                 join_refuse(n, n->joins[i].token, CLUSTER_JOIN_BUSY,
                             "leadership moved during the join: try again");
         memset(n->joins, 0, sizeof(n->joins));
+        for (int i = 0; i < JOINS_MAX; i++)
+            if (n->leaves[i].token != 0)
+                join_refuse(n, n->leaves[i].token, CLUSTER_JOIN_BUSY,
+                            "leadership moved: see tally cluster status, and try again");
+        memset(n->leaves, 0, sizeof(n->leaves));
     }
     n->change_busy = false;
 }
@@ -375,8 +516,10 @@ cluster_node_open(uv_loop_t *loop, const char *data, unsigned election_ms, clust
     if (n == NULL)
         return TALLY_ENOMEM;
     snprintf(n->data, sizeof(n->data), "%s", data);
+    n->loop = loop;
     n->hooks.strangers_welcome = strangers_welcome;
     n->hooks.on_join = on_join;
+    n->hooks.on_admin = on_admin;
     n->hooks.ctx = n;
     rc = cluster_state_load(data, &n->key, &n->st);
     if (rc == TALLY_OK) {

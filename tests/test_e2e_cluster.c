@@ -377,6 +377,54 @@ test_cluster_three_hosts_join_and_survive_their_leader(void **state)
     start_host(&h[li]);
     snprintf(want, sizeof(want), "leader %llu ", again);
     status_until(h[li].data, want, &o);
+
+    /* tally cluster leave, from a follower: the other follower is removed everywhere. */
+    {
+        int lead = (int)again - 1, f1 = -1, f2 = -1;
+        char id[16], *log;
+        size_t log_len = 0;
+
+        for (int i = 0; i < 3; i++)
+            if (i != lead) {
+                if (f1 < 0)
+                    f1 = i;
+                else
+                    f2 = i;
+            }
+        snprintf(id, sizeof(id), "%d", f2 + 1);
+        assert_int_equal(test_tally(h[f1].data, &o, "cluster", "leave", id, NULL), 0);
+        assert_non_null(strstr(o.out, "removed from the cluster"));
+        for (int tries = 0; tries < 200; tries++) {
+            test_tally(h[lead].data, &o, "cluster", "status", NULL);
+            if (strstr(o.out, h[f2].listen) == NULL)
+                break;
+            nanosleep(&(struct timespec){0, 50000000}, NULL);
+        }
+        assert_null(strstr(o.out, h[f2].listen));
+        status_until(h[f1].data, "(this host)", &o);
+        for (int tries = 0; tries < 200 && strstr(o.out, h[f2].listen) != NULL; tries++) {
+            nanosleep(&(struct timespec){0, 50000000}, NULL);
+            test_tally(h[f1].data, &o, "cluster", "status", NULL);
+        }
+        assert_null(strstr(o.out, h[f2].listen));
+        /* The member that left was told. */
+        for (int tries = 0; tries < 100; tries++) {
+            log = test_read_file(h[f2].d.log, &log_len);
+            if (log != NULL && strstr(log, "\"event\":\"cluster_left\"") != NULL)
+                break;
+            free(log);
+            log = NULL;
+            nanosleep(&(struct timespec){0, 50000000}, NULL);
+        }
+        assert_non_null(log);
+        free(log);
+        /* The leader cannot be removed while it leads; nor can a member that is not. */
+        snprintf(id, sizeof(id), "%d", lead + 1);
+        assert_int_equal(test_tally(h[f1].data, &o, "cluster", "leave", id, NULL), 1);
+        assert_non_null(strstr(o.err, "leads"));
+        assert_int_equal(test_tally(h[f1].data, &o, "cluster", "leave", "99", NULL), 1);
+        assert_non_null(strstr(o.err, "no member 99"));
+    }
     for (int i = 0; i < 4; i++)
         if (h[i].d.pid > 0)
             test_daemon_stop(&h[i].d);

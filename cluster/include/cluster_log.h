@@ -96,6 +96,10 @@ TALLY_MUST_CHECK int cluster_log_add(cluster_log *lg, uint64_t id, const char *a
  *  TALLY_OK (done comes later) or TALLY_EUNAVAIL. */
 TALLY_MUST_CHECK int cluster_log_assign(cluster_log *lg, uint64_t id, enum cluster_log_role role,
                                         cluster_log_change_fn done, void *req_data);
+/** Leader: removes server id from the configuration. TALLY_OK (done comes later) or
+ *  TALLY_EUNAVAIL. */
+TALLY_MUST_CHECK int cluster_log_remove(cluster_log *lg, uint64_t id, cluster_log_change_fn done,
+                                        void *req_data);
 /** Server id's role in the current configuration, or -1 when it is not in it. */
 int cluster_log_role_of(cluster_log *lg, uint64_t id);
 /** True iff this member leads. */

@@ -25,8 +25,9 @@ struct cluster_member {
 };
 
 /* What a connection carries, said by its first message. */
-#define CLUSTER_HELLO_RAFT 1 /* a member's raft stream: id (8, big-endian), len, address */
-#define CLUSTER_HELLO_JOIN 2 /* a stranger asking to join with an invite (cluster_node.h) */
+#define CLUSTER_HELLO_RAFT  1 /* a member's raft stream: id (8, big-endian), len, address */
+#define CLUSTER_HELLO_JOIN  2 /* a stranger asking to join with an invite (cluster_node.h) */
+#define CLUSTER_HELLO_ADMIN 3 /* a member's request to the leader (`tally cluster leave`) */
 
 /* Strangers: who runs the port decides whether a key that is not a member may come in to
  * ask to join, and answers its JOIN. */
@@ -37,6 +38,9 @@ struct cluster_net_hooks {
      *  later with cluster_transport_join_answer(). An error closes the connection. */
     int (*on_join)(void *ctx, uint64_t token, const uint8_t pk[CLUSTER_KEY_BYTES],
                    const uint8_t *msg, size_t len);
+    /** A member's ADMIN request, answered the same way. */
+    int (*on_admin)(void *ctx, uint64_t token, const uint8_t pk[CLUSTER_KEY_BYTES],
+                    const uint8_t *msg, size_t len);
     void *ctx;
 };
 

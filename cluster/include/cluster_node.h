@@ -79,4 +79,11 @@ void cluster_node_close(cluster_node *n, void (*cb)(void *data), void *data);
 TALLY_MUST_CHECK int cluster_log_bootstrap(const char *dir, const struct cluster_hostkey *key,
                                            const struct cluster_member *self);
 
+/** `tally cluster leave`: asks the leader (as this host, `key`) to remove member id, and waits
+ *  until that is committed. TALLY_OK, TALLY_EUNAUTH (refused: message says why),
+ *  TALLY_EUNAVAIL (no answer) or TALLY_EPROTO. */
+TALLY_MUST_CHECK int cluster_admin_leave(const struct cluster_member *leader,
+                                         const struct cluster_hostkey *key, uint64_t id,
+                                         uint32_t timeout_ms, char *message, size_t cap);
+
 #endif /* CLUSTER_NODE_H */
