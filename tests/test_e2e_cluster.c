@@ -380,7 +380,7 @@ test_cluster_three_hosts_join_and_survive_their_leader(void **state)
 
     /* tally cluster leave, from a follower: the other follower is removed everywhere. */
     {
-        int lead = (int)((again - 1) % 3); /* again is 1..3 (the hosts that run) */
+        int lead = (int)((again - 1) % 3);            /* again is 1..3 (the hosts that run) */
         int f1 = (lead + 1) % 3, f2 = (lead + 2) % 3; /* the two followers */
         char id[16], *log;
         size_t log_len = 0;
