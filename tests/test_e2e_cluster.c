@@ -71,11 +71,14 @@ setup(void **state)
     return 0;
 }
 
+static void kill_hosts(void);
+
 static int
 teardown(void **state)
 {
     struct fx *f = *state;
 
+    kill_hosts();
     test_rmtree(f->dir);
     return 0;
 }
@@ -233,6 +236,17 @@ struct host {
     struct test_daemon d;
 };
 
+static struct host hosts[4]; /* killed by teardown, whatever failed */
+
+static void
+kill_hosts(void)
+{
+    for (int i = 0; i < 4; i++)
+        if (hosts[i].d.pid > 0)
+            test_daemon_kill9(&hosts[i].d);
+    memset(hosts, 0, sizeof(hosts));
+}
+
 static void
 start_host(struct host *h)
 {
@@ -271,7 +285,7 @@ static void
 test_cluster_three_hosts_join_and_survive_their_leader(void **state)
 {
     struct fx *f = *state;
-    static struct host h[4];
+    struct host *h = hosts;
     struct test_out o;
     char code[256], want[64];
     unsigned long long leader = 0, again = 0;
