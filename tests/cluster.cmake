@@ -17,3 +17,6 @@ add_dependencies(test_e2e_cluster tallyd tally_cli)
 # cannot be made (not root, no iproute2).
 tally_add_test(test_netns_cluster test_netns_cluster.c LABELS e2e)
 add_dependencies(test_netns_cluster tallyd tally_cli)
+
+tally_add_test(test_cluster_state test_cluster_state.c LABELS unit)
+target_link_libraries(test_cluster_state PRIVATE tally_cluster)
