@@ -60,7 +60,15 @@ cluster_invite_parse(const char *code, struct cluster_invite *out)
         goto out;
     memcpy(out->pk, raw + 1 + al, CLUSTER_KEY_BYTES);
     memcpy(out->secret, raw + 1 + al + CLUSTER_KEY_BYTES, 32);
-    rc = TALLY_OK;
+    {
+        /* Canonical only: the code prints back to itself (no stray bits, no other spelling
+         * of the same bytes). */
+        char again[2 * CODE_RAW];
+
+        cluster_invite_code(out, again, sizeof(again));
+        rc = strcmp(again + strlen(CODE_PREFIX), code) == 0 ? TALLY_OK : TALLY_EINVAL;
+        sodium_memzero(again, sizeof(again));
+    }
 out:
     sodium_memzero(raw, sizeof(raw));
     if (rc != TALLY_OK)

@@ -13,7 +13,7 @@ set -u
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 [ $# -gt 0 ] && shift
-names=${*:-frame client lease model config http caller chan}
+names=${*:-frame client lease model config http caller chan member}
 bin=build/fuzz/fuzz
 status=0
 

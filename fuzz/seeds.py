@@ -250,3 +250,13 @@ chan_seeds = {
 }
 for k, v in chan_seeds.items():
     put("chan", k, v)
+
+# Membership (fuzz_member.c): even first byte, a join code; odd, a MEMBER record.
+member_seeds = {
+    "code": b"\x00tlyj1-DzEyNy4wLjAuMToxNzUwMQ6zUAcpuE8AE91W85M9c7ATqsZ__vGLRtZhhLdeXZk6FA7G-IrdYwbxQ3h6eYJEdBO90iBgj3DYsoFVrLqMDdk",
+    "code_bad": b"\x00tlyj1-AAAA",
+    "member": b"\x01" + u64(3) + u8(0) + u8(13) + b"10.0.0.3:7400" + bytes(range(32)),
+    "member_v6": b"\x01" + u64(9) + u8(1) + u8(9) + b"[::1]:740" + bytes(32),
+}
+for k, v in member_seeds.items():
+    put("member", k, v)
