@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -334,21 +335,52 @@ invite_hash(const uint8_t secret[32], char hex[65])
     sodium_bin2hex(hex, 65, h, sizeof(h));
 }
 
+/* The invites file is read, changed and replaced by `tally cluster invite` and by tallyd
+ * taking an invite: each holds this lock meanwhile, or an invite taken could come back (a
+ * one-time code used twice). -1 when it cannot be taken. */
+static int
+invites_lock(const char *data)
+{
+    char path[512];
+    int fd;
+
+    if (cluster_path(data, "invites.lock", path, sizeof(path)) != TALLY_OK)
+        return -1;
+    fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd >= 0 && flock(fd, LOCK_EX) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+static void
+invites_unlock(int fd)
+{
+    close(fd); /* releases the lock */
+}
+
 int
 cluster_invite_add(const char *data, const uint8_t secret[32], int64_t now_ms, int64_t expires_ms)
 {
     char text[FILE_MAX], hex[65];
     size_t len = 0;
     bool found;
-    int n, rc = invites_filter(data, NULL, now_ms, text, sizeof(text), &len, &found);
+    int n, rc, lock = invites_lock(data);
 
-    if (rc != TALLY_OK)
-        return rc;
-    invite_hash(secret, hex);
-    n = snprintf(text + len, sizeof(text) - len, "%s %lld\n", hex, (long long)expires_ms);
-    if (n < 0 || (size_t)n >= sizeof(text) - len)
-        return TALLY_ETOOBIG;
-    return write_file(data, "invites", text, len + (size_t)n);
+    if (lock < 0)
+        return TALLY_EIO;
+    rc = invites_filter(data, NULL, now_ms, text, sizeof(text), &len, &found);
+    if (rc == TALLY_OK) {
+        invite_hash(secret, hex);
+        n = snprintf(text + len, sizeof(text) - len, "%s %lld\n", hex, (long long)expires_ms);
+        if (n < 0 || (size_t)n >= sizeof(text) - len)
+            rc = TALLY_ETOOBIG;
+        else
+            rc = write_file(data, "invites", text, len + (size_t)n);
+    }
+    invites_unlock(lock);
+    return rc;
 }
 
 int
@@ -359,10 +391,15 @@ cluster_invite_take(const char *data, const uint8_t secret[32], int64_t now_ms)
     bool found = false;
     int rc;
 
+    int lock = invites_lock(data);
+
+    if (lock < 0)
+        return TALLY_EIO;
     invite_hash(secret, hex);
     rc = invites_filter(data, hex, now_ms, text, sizeof(text), &len, &found);
     if (rc == TALLY_OK)
         rc = write_file(data, "invites", text, len);
+    invites_unlock(lock);
     if (rc != TALLY_OK)
         return rc;
     return found ? TALLY_OK : TALLY_ENOTFOUND;

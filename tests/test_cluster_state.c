@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cluster_node.h"
@@ -170,6 +171,44 @@ test_invites_serve_once_and_expire(void **state)
     assert_false(cluster_invites_pending(dir, 2500));
 }
 
+/* `tally cluster invite` (another process) adding invites while tallyd takes one: the one
+ * taken never comes back (the file is changed under a lock). */
+static void
+test_invite_taken_never_comes_back(void **state)
+{
+    struct cluster_hostkey key;
+    struct cluster_state st;
+
+    (void)state;
+    two_members(&key, &st);
+    assert_int_equal(cluster_state_create(dir, &key, &st), TALLY_OK);
+    for (int round = 0; round < 40; round++) {
+        int64_t now = 1000 + 100 * round; /* each round's invites expire before the next */
+        uint8_t x[32];
+        pid_t child;
+        int status = 0;
+
+        randombytes_buf(x, sizeof(x));
+        assert_int_equal(cluster_invite_add(dir, x, now, now + 50), TALLY_OK);
+        child = fork();
+        assert_true(child >= 0);
+        if (child == 0) {
+            for (int i = 0; i < 20; i++) {
+                uint8_t y[32];
+                randombytes_buf(y, sizeof(y));
+                if (cluster_invite_add(dir, y, now, now + 50) != TALLY_OK)
+                    _exit(1);
+            }
+            _exit(0);
+        }
+        assert_int_equal(cluster_invite_take(dir, x, now), TALLY_OK);
+        assert_int_equal(waitpid(child, &status, 0), child);
+        assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (cluster_invite_take(dir, x, now) != TALLY_ENOTFOUND)
+            fail_msg("round %d: an invite taken came back", round);
+    }
+}
+
 static void
 test_codes_and_records_round_trip(void **state)
 {
@@ -234,6 +273,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_state_round_trip_and_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_members_file_altered_or_cut, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invites_serve_once_and_expire, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_invite_taken_never_comes_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_codes_and_records_round_trip, setup, teardown),
     };
 
