@@ -96,7 +96,7 @@ cluster_init(struct cli *c)
     cluster_key_hex(st.members[0].pk, fp);
     fp[16] = '\0';
     printf("cluster created: member 1 at %s, key %s\n"
-           "restart tallyd to serve it on %s\n",
+           "tallyd serves it on %s (a running tallyd within a second)\n",
            listen, fp, listen);
     return EXIT_OK;
 }

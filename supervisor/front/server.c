@@ -36,7 +36,8 @@ struct server {
     proto_http_server *http;
     sup_front *front;
     sup_sock *sock;
-    cluster_node *cluster; /* in a cluster only */
+    cluster_node *cluster;    /* in a cluster only */
+    uv_timer_t cluster_watch; /* not in a cluster: `tally cluster init` is taken up by itself */
     struct sup_http *routes;
     char socket_path[STORE_PATH_MAX];
     const struct sup_server_opts *o;
@@ -204,6 +205,9 @@ on_http_closed(proto_http_server *srv)
 static void
 stop(struct server *d)
 {
+    if (uv_is_active((uv_handle_t *)&d->cluster_watch) &&
+        !uv_is_closing((uv_handle_t *)&d->cluster_watch))
+        uv_close((uv_handle_t *)&d->cluster_watch, NULL);
     if (!uv_is_closing((uv_handle_t *)&d->sig_int))
         uv_close((uv_handle_t *)&d->sig_int, NULL);
     if (!uv_is_closing((uv_handle_t *)&d->sig_term))
@@ -313,6 +317,29 @@ start_cluster(struct server *d)
     return SUP_SERVER_OK;
 }
 
+/* Once a second while not in a cluster: a `tally cluster init` made meanwhile is served at
+ * once (a wrong file is logged, and waits for a restart). */
+static void
+on_cluster_watch(uv_timer_t *t)
+{
+    struct server *d = t->data;
+    struct tally_log l;
+    int rc;
+
+    if (d->stop_signal != 0 || d->cluster != NULL || !cluster_state_exists(d->o->data))
+        return;
+    uv_close((uv_handle_t *)t, NULL); /* once, whatever comes of it */
+    rc = cluster_node_open(&d->loop, d->o->data, d->o->election_ms, &d->cluster);
+    if (tally_log_begin(&l, rc == TALLY_OK ? TALLY_LOG_INFO : TALLY_LOG_ERROR,
+                        rc == TALLY_OK ? "cluster_started" : "cluster_start_failed")) {
+        if (rc != TALLY_OK) {
+            tally_log_str(&l, "error", tally_strerror(rc));
+            tally_log_str(&l, "hint", "fix the files in DATA/cluster, then restart tallyd");
+        }
+        tally_log_end(&l);
+    }
+}
+
 static void
 on_signal(uv_signal_t *s, int signum)
 {
@@ -414,8 +441,12 @@ sup_server_run(const struct sup_server_opts *o)
         code = start_front(d); /* its exit code: 78 for a bad key or socket directory */
     if (code != SUP_SERVER_OK)
         goto out;
-    if (d->cluster != NULL)
-        sup_sock_set_cluster(d->sock, cluster_status, d);
+    sup_sock_set_cluster(d->sock, cluster_status, d);
+    if (d->cluster == NULL) {
+        uv_timer_init(&d->loop, &d->cluster_watch);
+        d->cluster_watch.data = d;
+        uv_timer_start(&d->cluster_watch, on_cluster_watch, 1000, 1000);
+    }
     log_start(d, port);
     code = SUP_SERVER_OK;
 out:
