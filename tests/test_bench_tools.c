@@ -381,6 +381,32 @@ test_links_fill_a_data_dir(void **state)
     free(o);
 }
 
+/* tally-bench-cluster measures commits that happened: every batch committed on three
+ * members, both ways of sending, and a failover; nothing failed. */
+static void
+test_cluster_bench_commits_every_batch(void **state)
+{
+    char bin[512], dir[600];
+    struct test_out *o = malloc(sizeof(*o));
+
+    (void)state;
+    assert_non_null(o);
+    bench_bin("tally-bench-cluster", bin, sizeof(bin));
+    snprintf(dir, sizeof(dir), "%s/cluster", tmp);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    {
+        char *argv[] = {bin, "--dir",         dir,   "--batches", "60", "--inflight",
+                        "8", "--election-ms", "300", NULL};
+        assert_int_equal(test_run(argv, NULL, o), 0);
+    }
+    assert_non_null(strstr(o->out, "one host: append + fdatasync: n=60 "));
+    assert_non_null(strstr(o->out, "3 members: commit, 1 in flight: n=60 "));
+    assert_non_null(strstr(o->out, "3 members: commit, 8 in flight: n=60 "));
+    assert_non_null(strstr(o->out, "failover: a new leader after"));
+    assert_non_null(strstr(o->out, "done_errors=0"));
+    free(o);
+}
+
 int
 main(void)
 {
@@ -391,6 +417,7 @@ main(void)
         cmocka_unit_test(test_bench_seconds_bounds_the_run),
         cmocka_unit_test(test_redis_lua_limiters_decide),
         cmocka_unit_test(test_links_fill_a_data_dir),
+        cmocka_unit_test(test_cluster_bench_commits_every_batch),
     };
 
     return cmocka_run_group_tests_name("bench_tools", tests, group_setup, group_teardown);
