@@ -12,6 +12,7 @@
 #include "tally_cli.h"
 #include "tenant_config.h"
 
+#include <signal.h>
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
@@ -378,6 +379,9 @@ cli_cluster(struct cli *c)
 {
     struct cli sub = *c;
 
+    /* join and leave talk to another host over TCP: a peer that closes first is an error
+     * to report, not a reason to die of SIGPIPE. */
+    signal(SIGPIPE, SIG_IGN);
     if (c->argc < 1)
         return cli_fail(EXIT_USAGE, "%s", cluster_usage);
     sub.argc = c->argc - 1;
