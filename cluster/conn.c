@@ -338,12 +338,29 @@ addr_name(const struct sockaddr *sa, char *out, size_t cap)
     snprintf(out, cap, sa->sa_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, port);
 }
 
+static int accept_peer_ok(void *ctx, const uint8_t pk[CLUSTER_KEY_BYTES]);
+
+/* The connection's channel: a dialer pins peer_pk, a listener asks c->peer_ok. */
+static int
+open_chan(cluster_conn *c, enum cluster_chan_role role, const uint8_t *peer_pk)
+{
+    struct cluster_chan_cfg cfg;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.role = role;
+    cfg.self = &c->self;
+    cfg.peer_pk = peer_pk;
+    cfg.peer_ok = role == CLUSTER_CHAN_LISTENER ? accept_peer_ok : NULL;
+    cfg.on_msg = on_chan_msg;
+    cfg.ctx = c;
+    return cluster_chan_open(&cfg, &c->chan);
+}
+
 int
 cluster_conn_dial(uv_loop_t *loop, const struct sockaddr *addr,
                   const uint8_t peer_pk[CLUSTER_KEY_BYTES], const struct cluster_conn_opts *o,
                   cluster_conn **out)
 {
-    struct cluster_chan_cfg cfg;
     cluster_conn *c = NULL;
     int rc;
 
@@ -354,13 +371,7 @@ cluster_conn_dial(uv_loop_t *loop, const struct sockaddr *addr,
     if (rc != TALLY_OK)
         return rc;
     addr_name(addr, c->addr, sizeof(c->addr));
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.role = CLUSTER_CHAN_DIALER;
-    cfg.self = &c->self;
-    cfg.peer_pk = peer_pk;
-    cfg.on_msg = on_chan_msg;
-    cfg.ctx = c;
-    rc = cluster_chan_open(&cfg, &c->chan);
+    rc = open_chan(c, CLUSTER_CHAN_DIALER, peer_pk);
     c->state = CONN_CONNECTING;
     c->connect.data = c;
     if (rc != TALLY_OK || uv_tcp_connect(&c->connect, &c->tcp, addr, on_connect) != 0)
@@ -381,7 +392,6 @@ int
 cluster_conn_accept(uv_stream_t *server, cluster_chan_peer_fn peer_ok, void *peer_ctx,
                     const struct cluster_conn_opts *o, cluster_conn **out)
 {
-    struct cluster_chan_cfg cfg;
     struct sockaddr_storage ss;
     int len = sizeof(ss);
     cluster_conn *c = NULL;
@@ -402,13 +412,7 @@ cluster_conn_accept(uv_stream_t *server, cluster_chan_peer_fn peer_ok, void *pee
     }
     if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0)
         addr_name((struct sockaddr *)&ss, c->addr, sizeof(c->addr));
-    memset(&cfg, 0, sizeof(cfg));
-    cfg.role = CLUSTER_CHAN_LISTENER;
-    cfg.self = &c->self;
-    cfg.peer_ok = accept_peer_ok;
-    cfg.on_msg = on_chan_msg;
-    cfg.ctx = c;
-    rc = cluster_chan_open(&cfg, &c->chan);
+    rc = open_chan(c, CLUSTER_CHAN_LISTENER, NULL);
     if (rc != TALLY_OK) {
         close_handles(c, rc);
         *out = c;

@@ -257,60 +257,53 @@ change_new(cluster_log_change_fn done, void *req_data)
     return c;
 }
 
-int
-cluster_log_add(cluster_log *lg, uint64_t id, const char *address, cluster_log_change_fn done,
-                void *req_data)
+enum change_kind { CHANGE_ADD, CHANGE_ASSIGN, CHANGE_REMOVE };
+
+/* One membership change through libraft (leader only): done comes later iff TALLY_OK. */
+static int
+change(cluster_log *lg, enum change_kind kind, uint64_t id, const char *address, int role,
+       cluster_log_change_fn done, void *req_data)
 {
     struct change_req *c;
+    int rv;
 
     if (!cluster_log_leading(lg))
         return TALLY_EUNAVAIL;
     c = change_new(done, req_data);
     if (c == NULL)
         return TALLY_ENOMEM;
-    if (raft_add(&lg->raft, &c->req, id, address, on_changed) != 0) {
+    rv = kind == CHANGE_ADD      ? raft_add(&lg->raft, &c->req, id, address, on_changed)
+         : kind == CHANGE_ASSIGN ? raft_assign(&lg->raft, &c->req, id, role, on_changed)
+                                 : raft_remove(&lg->raft, &c->req, id, on_changed);
+    if (rv != 0) {
         tally_free(c);
-        return TALLY_EUNAVAIL;
+        return TALLY_EUNAVAIL; /* another change in flight, or not allowed now */
     }
     return TALLY_OK;
+}
+
+int
+cluster_log_add(cluster_log *lg, uint64_t id, const char *address, cluster_log_change_fn done,
+                void *req_data)
+{
+    return change(lg, CHANGE_ADD, id, address, 0, done, req_data);
 }
 
 int
 cluster_log_assign(cluster_log *lg, uint64_t id, enum cluster_log_role role,
                    cluster_log_change_fn done, void *req_data)
 {
-    struct change_req *c;
     int r = role == CLUSTER_LOG_VOTER     ? RAFT_VOTER
             : role == CLUSTER_LOG_STANDBY ? RAFT_STANDBY
                                           : RAFT_SPARE;
 
-    if (!cluster_log_leading(lg))
-        return TALLY_EUNAVAIL;
-    c = change_new(done, req_data);
-    if (c == NULL)
-        return TALLY_ENOMEM;
-    if (raft_assign(&lg->raft, &c->req, id, r, on_changed) != 0) {
-        tally_free(c);
-        return TALLY_EUNAVAIL;
-    }
-    return TALLY_OK;
+    return change(lg, CHANGE_ASSIGN, id, NULL, r, done, req_data);
 }
 
 int
 cluster_log_remove(cluster_log *lg, uint64_t id, cluster_log_change_fn done, void *req_data)
 {
-    struct change_req *c;
-
-    if (!cluster_log_leading(lg))
-        return TALLY_EUNAVAIL;
-    c = change_new(done, req_data);
-    if (c == NULL)
-        return TALLY_ENOMEM;
-    if (raft_remove(&lg->raft, &c->req, id, on_changed) != 0) {
-        tally_free(c);
-        return TALLY_EUNAVAIL;
-    }
-    return TALLY_OK;
+    return change(lg, CHANGE_REMOVE, id, NULL, 0, done, req_data);
 }
 
 int

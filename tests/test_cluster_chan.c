@@ -76,23 +76,34 @@ open_pair(struct side *d, struct side *l, const struct cluster_hostkey *dk, cons
     assert_int_equal(cluster_chan_open(&cl, &l->ch), TALLY_OK);
 }
 
+/* What `from` has for its peer, taken out of it (malloc'd; NULL when nothing). */
+static uint8_t *
+take_output(struct side *from, size_t *n)
+{
+    const uint8_t *p;
+    uint8_t *copy;
+
+    cluster_chan_output(from->ch, &p, n);
+    if (*n == 0)
+        return NULL;
+    copy = malloc(*n);
+    assert_non_null(copy);
+    memcpy(copy, p, *n);
+    cluster_chan_output_done(from->ch, *n);
+    return copy;
+}
+
 /* Moves what `from` has for its peer into `to`, in pieces of at most cut bytes (0: whole).
  * The copy is kept in rec (if given) as a wire recording. Returns to's result. */
 static int
 pump(struct side *from, struct side *to, size_t cut, uint8_t *rec, size_t *rec_len)
 {
-    const uint8_t *p;
     size_t n, off = 0;
-    uint8_t *copy;
+    uint8_t *copy = take_output(from, &n);
     int rc = TALLY_OK;
 
-    cluster_chan_output(from->ch, &p, &n);
-    if (n == 0)
+    if (copy == NULL)
         return TALLY_OK;
-    copy = malloc(n);
-    assert_non_null(copy);
-    memcpy(copy, p, n);
-    cluster_chan_output_done(from->ch, n);
     if (rec != NULL) {
         memcpy(rec + *rec_len, copy, n);
         *rec_len += n;
@@ -308,18 +319,12 @@ test_chan_replayed_session_gets_nowhere(void **state)
 static int
 pump_flip(struct side *from, struct side *to, size_t *sent, size_t flip_at)
 {
-    const uint8_t *p;
     size_t n;
-    uint8_t *copy;
+    uint8_t *copy = take_output(from, &n);
     int rc;
 
-    cluster_chan_output(from->ch, &p, &n);
-    if (n == 0)
+    if (copy == NULL)
         return TALLY_OK;
-    copy = malloc(n);
-    assert_non_null(copy);
-    memcpy(copy, p, n);
-    cluster_chan_output_done(from->ch, n);
     if (flip_at >= *sent && flip_at < *sent + n)
         copy[flip_at - *sent] ^= 0x5a;
     *sent += n;

@@ -220,6 +220,15 @@ agreed(unsigned mask, unsigned long long not, long timeout_ms)
     return 0;
 }
 
+static double
+ms_since(const struct timespec *t0)
+{
+    struct timespec t1;
+
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) * 1e3 + (double)(t1.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
 static void
 join(struct host *inviter, struct host *h)
 {
@@ -294,7 +303,7 @@ test_netns_leader_cut_off_and_back(void **state)
     unsigned long long l, l2;
     int li;
     unsigned others;
-    struct timespec t0, t1;
+    struct timespec t0;
     double ms;
 
     (void)state;
@@ -306,8 +315,7 @@ test_netns_leader_cut_off_and_back(void **state)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     assert_int_equal(ip("-n", net.h[li].ns, "link", "set", "eth0", "down", NULL), 0);
     l2 = agreed(others, l, 5000);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    ms = ms_since(&t0);
     print_message("leader %llu cut off: member %llu leads the other two after %.0f ms\n", l, l2,
                   ms);
     assert_true(l2 != 0);
@@ -327,7 +335,7 @@ test_netns_two_of_three_killed(void **state)
 {
     unsigned long long l;
     int a, b, c;
-    struct timespec t0, t1;
+    struct timespec t0;
     double ms;
 
     (void)state;
@@ -348,8 +356,7 @@ test_netns_two_of_three_killed(void **state)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     start(&net.h[b]);
     l = agreed((1u << b) | (1u << c), 0, 2000);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    ms = ms_since(&t0);
     print_message("one host back: member %llu leads after %.0f ms\n", l, ms);
     assert_true(l != 0);
 }
