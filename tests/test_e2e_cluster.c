@@ -443,6 +443,50 @@ test_cluster_three_hosts_join_and_survive_their_leader(void **state)
             test_daemon_stop(&h[i].d);
 }
 
+/* --role front: a member that replicates the log but never votes (a standby in the log). */
+static void
+test_cluster_front_member_does_not_vote(void **state)
+{
+    struct fx *f = *state;
+    struct host *h = hosts;
+    struct test_out o;
+    char code[256];
+
+    for (int i = 0; i < 2; i++) {
+        snprintf(h[i].data, sizeof(h[i].data), "%s/f%d", f->dir, i + 1);
+        snprintf(h[i].listen, sizeof(h[i].listen), "127.0.0.1:%d", free_port());
+    }
+    assert_int_equal(test_tally(h[0].data, &o, "init", NULL), 0);
+    assert_int_equal(test_tally(h[0].data, &o, "cluster", "init", "--listen", h[0].listen, NULL),
+                     0);
+    start_host(&h[0]);
+    status_until(h[0].data, "leader 1 ", &o);
+    join_host(&h[0], &h[1], "front", code);
+    start_host(&h[1]);
+    /* On the leader, member 2's row: a front, a standby in the log, caught up. */
+    for (int tries = 0;; tries++) {
+        const char *row;
+        test_tally(h[0].data, &o, "cluster", "status", NULL);
+        row = strstr(o.out, h[1].listen);
+        if (row != NULL) {
+            const char *eol = strchr(row, '\n');
+            size_t n = eol != NULL ? (size_t)(eol - row) : strlen(row);
+            char line[256];
+            snprintf(line, sizeof(line), "%.*s", (int)n, row);
+            if (strstr(line, "front  standby") != NULL && strstr(line, "(lag 0)") != NULL)
+                break;
+        }
+        if (tries > 200)
+            fail_msg("member 2 never showed as a caught-up front:\n%s", o.out);
+        nanosleep(&(struct timespec){0, 50000000}, NULL);
+    }
+    status_until(h[1].data, "leader 1 ", &o);
+    /* It does not vote: with it gone, the one voter still leads. */
+    test_daemon_kill9(&h[1].d);
+    nanosleep(&(struct timespec){1, 0}, NULL);
+    status_until(h[0].data, "leader 1 ", &o);
+}
+
 int
 main(void)
 {
@@ -458,6 +502,7 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_cluster_three_hosts_join_and_survive_their_leader,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cluster_front_member_does_not_vote, setup, teardown),
     };
 
     return cmocka_run_group_tests_name("e2e_cluster", tests, NULL, NULL);
