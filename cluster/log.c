@@ -73,23 +73,73 @@ fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void **result)
     return 0;
 }
 
-/* Automatic snapshots are off (the threshold is the largest there is): these run only if
- * libraft is asked for one, which nothing does yet. */
+/* Snapshots: [batches applied (8, big-endian)][the state's bytes]. The state is taken on
+ * the loop (a consistent point: between two applies); libraft writes it from its thread
+ * pool and snapshot_finalize frees it. */
 static int
 fsm_snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsigned *n_bufs)
 {
+    cluster_log *lg = fsm->data;
+    uint8_t *state = NULL, *p;
+    size_t len = 0;
+    struct raft_buffer *b;
+
+    if (lg == NULL || lg->cbs->snapshot == NULL)
+        return RAFT_NOTFOUND;
+    if (lg->cbs->snapshot(lg->data, &state, &len) != TALLY_OK)
+        return RAFT_NOMEM;
+    b = raft_malloc(sizeof(*b));
+    p = raft_malloc(8 + len);
+    if (b == NULL || p == NULL) {
+        raft_free(b);
+        raft_free(p);
+        tally_free(state);
+        return RAFT_NOMEM;
+    }
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(lg->applied >> (56 - 8 * i));
+    if (len > 0)
+        memcpy(p + 8, state, len);
+    tally_free(state);
+    b->base = p;
+    b->len = 8 + len;
+    *bufs = b;
+    *n_bufs = 1;
+    return 0;
+}
+
+static int
+fsm_snapshot_finalize(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsigned *n_bufs)
+{
     (void)fsm;
-    (void)bufs;
-    (void)n_bufs;
-    return RAFT_NOTFOUND;
+    if (*bufs != NULL) {
+        for (unsigned i = 0; i < *n_bufs; i++)
+            raft_free((*bufs)[i].base);
+        raft_free(*bufs);
+    }
+    *bufs = NULL;
+    *n_bufs = 0;
+    return 0;
 }
 
 static int
 fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
 {
-    (void)fsm;
+    cluster_log *lg = fsm->data;
+    const uint8_t *p = buf->base;
+    uint64_t applied = 0;
+    int rc = RAFT_MALFORMED;
+
+    if (lg != NULL && lg->cbs->restore != NULL && buf->len >= 8) {
+        for (int i = 0; i < 8; i++)
+            applied = applied << 8 | p[i];
+        if (lg->cbs->restore(lg->data, p + 8, buf->len - 8) == TALLY_OK) {
+            lg->applied = applied;
+            rc = 0;
+        }
+    }
     raft_free(buf->base);
-    return RAFT_NOTFOUND;
+    return rc;
 }
 
 /* ---- leadership ---- */
@@ -142,6 +192,8 @@ cluster_log_status(cluster_log *lg, struct cluster_log_status *out)
     out->commit_index = r->commit_index;
     out->applied_index = r->last_applied;
     out->last_index = raft_last_index(&lg->raft);
+    out->first_index = r->log.offset + 1;
+    out->snapshot_index = r->log.snapshot.last_index;
     leading = raft_state(&lg->raft) == RAFT_LEADER && r->leader_state.progress != NULL;
     for (unsigned i = 0; i < r->configuration.n && out->n < CLUSTER_LOG_SERVERS_MAX; i++) {
         const struct raft_server *sv = &r->configuration.servers[i];
@@ -422,11 +474,14 @@ cluster_log_open(const struct cluster_log_opts *o, cluster_log **out)
         goto fail;
     }
     lg->io_live = true;
-    lg->fsm.version = 1;
+    /* Version 2: libraft 0.15's raft_uv has no async_work, so no asynchronous snapshot
+     * (version 3); the bytes are made on the loop, libraft writes them off it. */
+    lg->fsm.version = 2;
     lg->fsm.data = lg;
     lg->fsm.apply = fsm_apply;
     lg->fsm.snapshot = fsm_snapshot;
     lg->fsm.restore = fsm_restore;
+    lg->fsm.snapshot_finalize = fsm_snapshot_finalize;
     rv = raft_init(&lg->raft, &lg->io, &lg->fsm, o->id, me->address);
     if (rv != 0) {
         log_raft_error("cluster_log_failed", "raft_init", raft_errmsg(&lg->raft));
@@ -437,7 +492,16 @@ cluster_log_open(const struct cluster_log_opts *o, cluster_log **out)
     raft_set_election_timeout(&lg->raft, election);
     raft_set_heartbeat_timeout(&lg->raft, election / 10 > 0 ? election / 10 : 1);
     raft_set_pre_vote(&lg->raft, true);
-    raft_set_snapshot_threshold(&lg->raft, UINT_MAX);
+    /* A snapshot sent and not answered (its answer lost with a connection) is sent again
+     * after this, not after libraft's 30 s. */
+    raft_set_install_snapshot_timeout(&lg->raft, election * 10 > 5000 ? election * 10 : 5000);
+    if (o->cbs->snapshot != NULL && o->cbs->restore != NULL) {
+        unsigned every = o->snapshot_every > 0 ? o->snapshot_every : 100000;
+        raft_set_snapshot_threshold(&lg->raft, every);
+        raft_set_snapshot_trailing(&lg->raft, every / 4 > 0 ? every / 4 : 1);
+    } else {
+        raft_set_snapshot_threshold(&lg->raft, UINT_MAX); /* no state to snapshot */
+    }
     if (o->bootstrap) {
         raft_configuration_init(&conf);
         rv = 0;

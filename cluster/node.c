@@ -496,7 +496,59 @@ on_leader(void *data, uint64_t leader, bool self)
     n->change_busy = false;
 }
 
-static const struct cluster_log_cbs node_cbs = {on_apply, on_leader};
+/* The state the log's records made: the member list ([n (1)] then each member as MEMBER
+ * records carry it). */
+static int
+on_snapshot(void *data, uint8_t **buf, size_t *len)
+{
+    cluster_node *n = data;
+    uint8_t *b =
+        tally_malloc(1 + CLUSTER_MEMBERS_MAX * (10 + CLUSTER_ADDR_MAX + CLUSTER_KEY_BYTES));
+    size_t off = 0;
+
+    if (b == NULL)
+        return TALLY_ENOMEM;
+    b[off++] = (uint8_t)n->st.n;
+    for (size_t i = 0; i < n->st.n; i++)
+        off += cluster_member_encode(b + off, &n->st.members[i], n->st.roles[i]);
+    *buf = b;
+    *len = off;
+    return TALLY_OK;
+}
+
+static int
+on_restore(void *data, const uint8_t *p, size_t len)
+{
+    cluster_node *n = data;
+    struct cluster_state st;
+    size_t off = 1;
+
+    memset(&st, 0, sizeof(st));
+    if (len < 1 || p[0] > CLUSTER_MEMBERS_MAX)
+        return TALLY_EPROTO;
+    st.self = n->st.self;
+    for (unsigned k = 0; k < p[0]; k++) {
+        size_t used = 0;
+        if (cluster_member_decode(p + off, len - off, &st.members[st.n], &st.roles[st.n], &used) !=
+            TALLY_OK)
+            return TALLY_EPROTO;
+        st.n++;
+        off += used;
+    }
+    if (off != len)
+        return TALLY_EPROTO;
+    if (cluster_state_member(&st, st.self) == NULL)
+        log_member("cluster_left", st.self, NULL, "not in the snapshot's members: stop tallyd");
+    else
+        n->st = st; /* a host keeps its own entry to start again from its files */
+    if (cluster_state_save(n->data, &n->st) != TALLY_OK)
+        log_member("cluster_members_unsaved", n->st.self, NULL, "members file not written");
+    if (cluster_log_set_members(n->lg, n->st.members, n->st.n) != TALLY_OK)
+        log_member("cluster_members_unsaved", n->st.self, NULL, "out of memory");
+    return TALLY_OK;
+}
+
+static const struct cluster_log_cbs node_cbs = {on_apply, on_leader, on_snapshot, on_restore};
 
 /* ---- open, status, close ---- */
 

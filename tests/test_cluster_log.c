@@ -34,6 +34,7 @@ struct node {
     uint64_t applied;
     uint64_t digest;
     uint64_t leader;
+    unsigned snapshots, restores;
     bool closed;
     char dir[256];
 };
@@ -45,6 +46,7 @@ struct fixture {
     struct cluster_member members[N];
     char root[128];
     size_t done_ok, done_err;
+    unsigned snapshot_every; /* 0: the log's default */
 };
 
 static struct fixture fx;
@@ -63,7 +65,9 @@ on_apply(void *data, uint64_t n, const uint8_t *batch, size_t len)
     struct node *nd = data;
     uint8_t l8[8];
 
-    assert_int_equal(n, nd->applied + 1);
+    if (n != nd->applied + 1)
+        fail_msg("batch %llu applied after %llu", (unsigned long long)n,
+                 (unsigned long long)nd->applied);
     nd->applied = n;
     for (int i = 0; i < 8; i++)
         l8[i] = (uint8_t)(len >> (8 * i));
@@ -79,7 +83,36 @@ on_leader(void *data, uint64_t leader, bool self)
     nd->leader = leader;
 }
 
-static const struct cluster_log_cbs cbs = {on_apply, on_leader};
+/* The state: the digest of every batch applied and their count. */
+static int
+on_snapshot(void *data, uint8_t **buf, size_t *len)
+{
+    struct node *nd = data;
+
+    *buf = tally_malloc(16);
+    if (*buf == NULL)
+        return TALLY_ENOMEM;
+    memcpy(*buf, &nd->digest, 8);
+    memcpy(*buf + 8, &nd->applied, 8);
+    *len = 16;
+    nd->snapshots++;
+    return TALLY_OK;
+}
+
+static int
+on_restore(void *data, const uint8_t *buf, size_t len)
+{
+    struct node *nd = data;
+
+    if (len != 16)
+        return TALLY_EPROTO;
+    memcpy(&nd->digest, buf, 8);
+    memcpy(&nd->applied, buf + 8, 8);
+    nd->restores++;
+    return TALLY_OK;
+}
+
+static const struct cluster_log_cbs cbs = {on_apply, on_leader, on_snapshot, on_restore};
 
 static void
 on_done(void *req_data, int rc)
@@ -128,7 +161,7 @@ free_port(void)
 }
 
 static void
-open_node(int i, const struct cluster_hostkey *key)
+open_node_as(int i, const struct cluster_hostkey *key, bool bootstrap)
 {
     struct cluster_log_opts o;
 
@@ -139,16 +172,23 @@ open_node(int i, const struct cluster_hostkey *key)
     o.self = key;
     o.members = fx.members;
     o.n_members = N;
-    o.bootstrap = true;
+    o.bootstrap = bootstrap;
     o.election_ms = ELECTION_MS;
     o.handshake_ms = 1000;
     o.cbs = &cbs;
     o.data = &fx.nodes[i];
+    o.snapshot_every = fx.snapshot_every;
     fx.nodes[i].applied = 0;
     fx.nodes[i].digest = 14695981039346656037ull;
     fx.nodes[i].leader = 0;
     fx.nodes[i].closed = false;
     assert_int_equal(cluster_log_open(&o, &fx.nodes[i].lg), TALLY_OK);
+}
+
+static void
+open_node(int i, const struct cluster_hostkey *key)
+{
+    open_node_as(i, key, true);
 }
 
 static void
@@ -298,6 +338,50 @@ test_log_member_with_another_key_is_kept_out(void **state)
     assert_true(fx.nodes[2].leader != 3);
 }
 
+static uint64_t
+first_index(int i)
+{
+    struct cluster_log_status st;
+
+    cluster_log_status(fx.nodes[i].lg, &st);
+    return st.first_index;
+}
+
+/* Snapshots every 64 batches: a member whose files were lost (its directory emptied) comes
+ * back to a leader whose log no longer holds the first entries: it gets the snapshot
+ * (InstallSnapshot over the channel), then the entries after it, and ends with the same
+ * digest and count. */
+static void
+test_log_member_behind_gets_a_snapshot(void **state)
+{
+    uint64_t leader;
+    int li, away;
+    char cmd[400];
+
+    (void)state;
+    fx.snapshot_every = 64;
+    for (int i = 0; i < N; i++)
+        open_node(i, &fx.keys[i]);
+    RUN_UNTIL((leader = agreed_leader()) != 0, 10);
+    li = (int)leader - 1;
+    away = (li + 1) % N;
+    append_batches(li, 0, 300);
+    RUN_UNTIL(fx.done_ok == 300, 20);
+    /* The leader's snapshot is on disk and the entries before it are gone from its log. */
+    RUN_UNTIL(first_index(li) > 16, 10);
+    close_node(away);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'/*", fx.nodes[away].dir);
+    assert_int_equal(system(cmd), 0);
+    open_node_as(away, &fx.keys[away], false); /* an empty log: it must not bootstrap */
+    RUN_UNTIL(fx.nodes[away].restores > 0, 20);
+    assert_int_equal(fx.nodes[away].applied, cluster_log_applied(fx.nodes[away].lg));
+    append_batches(li, 300, 10); /* and it goes on from there */
+    RUN_UNTIL(cluster_log_applied(fx.nodes[away].lg) == 310 &&
+                  cluster_log_applied(fx.nodes[li].lg) == 310,
+              20);
+    assert_true(fx.nodes[away].digest == fx.nodes[li].digest);
+}
+
 static int
 group_setup(void **state)
 {
@@ -314,6 +398,7 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_log_member_with_another_key_is_kept_out, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_log_member_behind_gets_a_snapshot, setup, teardown),
     };
 
     return cmocka_run_group_tests_name("cluster_log", tests, group_setup, NULL);

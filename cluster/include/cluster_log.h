@@ -8,8 +8,10 @@
  * engine could replace it.
  *
  * libraft's traps handled here: an entry is a multiple of 8 bytes (a batch is
- * framed and padded); automatic snapshots are off until the state above
- * provides them (they stall the log); the process must ignore SIGPIPE (a raft
+ * framed and padded); snapshots are taken rarely (every 100,000 batches by
+ * default), and only when the state above provides them: their bytes are made
+ * on the loop and written off it (raft_uv 0.15 has no asynchronous snapshots:
+ * a large state must make its bytes cheaply); the process must ignore SIGPIPE (a raft
  * stream is a socketpair, written after its peer may have closed).
  *
  * Loop thread only.
@@ -29,6 +31,14 @@ struct cluster_log_cbs {
     /** The leader changed: its id (0 when none is known), and whether it is this member.
      *  Optional. */
     void (*leader)(void *data, uint64_t leader_id, bool self);
+    /** The state every batch applied so far made, as bytes (*buf from tally_malloc, the
+     *  log frees it): a snapshot, after which the log forgets those batches. Loop thread
+     *  (keep it cheap); written to disk off the loop. Optional: without it the log keeps
+     *  everything. */
+    int (*snapshot)(void *data, uint8_t **buf /* OUT */, size_t *len /* OUT */);
+    /** Replaces the state with a snapshot's (a member that was too far behind gets one
+     *  instead of the batches). Required with snapshot. */
+    int (*restore)(void *data, const uint8_t *buf, size_t len);
 };
 
 struct cluster_log_opts {
@@ -38,9 +48,10 @@ struct cluster_log_opts {
     const struct cluster_hostkey *self;
     const struct cluster_member *members; /* the voters (copied) */
     size_t n_members;
-    bool bootstrap;        /* a pristine dir starts with members[] as its configuration */
-    unsigned election_ms;  /* 0: 1000; heartbeats every tenth of it */
-    uint32_t handshake_ms; /* 0: 2000 */
+    bool bootstrap;          /* a pristine dir starts with members[] as its configuration */
+    unsigned election_ms;    /* 0: 1000; heartbeats every tenth of it */
+    unsigned snapshot_every; /* with snapshots: batches between two (0: 100000) */
+    uint32_t handshake_ms;   /* 0: 2000 */
     const struct cluster_net_hooks *hooks; /* strangers that come to join (optional) */
     const struct cluster_log_cbs *cbs;
     void *data;
@@ -73,7 +84,9 @@ enum cluster_log_role {
 struct cluster_log_status {
     uint64_t self, leader, term;
     uint64_t commit_index, applied_index, last_index;
-    size_t n; /* servers in the current configuration */
+    uint64_t first_index;    /* the oldest entry still held (older ones are in the snapshot) */
+    uint64_t snapshot_index; /* the last snapshot's (0: none) */
+    size_t n;                /* servers in the current configuration */
     struct {
         uint64_t id;
         enum cluster_log_role role;
