@@ -58,7 +58,7 @@ on_leader(void *data, uint64_t leader, bool self)
     ((struct node *)data)->leader = leader;
 }
 
-static const struct cluster_log_cbs cbs = {on_apply, on_leader};
+static const struct cluster_log_cbs cbs = {on_apply, on_leader, NULL, NULL};
 
 static void
 on_done(void *req_data, int rc)
