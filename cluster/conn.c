@@ -41,7 +41,7 @@ struct cluster_conn {
     void *peer_ctx;
     char addr[64]; /* the peer's address, for the log */
     uint8_t *wbuf;
-    size_t wcap;
+    size_t wcap, wlen; /* wlen: the bytes of the write in flight */
     uint8_t rbuf[READ_CHUNK];
     bool rbuf_busy;
 };
@@ -126,6 +126,9 @@ on_write(uv_write_t *w, int status)
     }
     flush(c);
     drained(c);
+    if (c->state == CONN_READY && !c->draining && !c->writing && cluster_conn_queued(c) == 0 &&
+        c->cbs->on_drained != NULL)
+        c->cbs->on_drained(c, c->data);
 }
 
 /* Moves what the channel holds into one write (after a try_write of it). */
@@ -163,6 +166,7 @@ flush(cluster_conn *c)
         c->wcap = n;
     }
     memcpy(c->wbuf, p, n);
+    c->wlen = n;
     cluster_chan_output_done(c->chan, n);
     b = uv_buf_init((char *)c->wbuf, (unsigned)n);
     c->wreq.data = c;
@@ -450,6 +454,17 @@ cluster_conn_close(cluster_conn *c)
         return;
     }
     close_handles(c, TALLY_OK);
+}
+
+size_t
+cluster_conn_queued(const cluster_conn *c)
+{
+    const uint8_t *p;
+    size_t n = 0;
+
+    if (c->chan != NULL)
+        cluster_chan_output(c->chan, &p, &n);
+    return n + (c->writing ? c->wlen : 0);
 }
 
 const uint8_t *

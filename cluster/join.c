@@ -139,7 +139,7 @@ on_timeout(uv_timer_t *t)
         cluster_conn_close(a->conn);
 }
 
-static const struct cluster_conn_cbs ask_cbs = {on_ready, on_msg, on_close};
+static const struct cluster_conn_cbs ask_cbs = {on_ready, on_msg, on_close, NULL};
 
 /* Dials address (whose key is pk) as `key`, sends req, waits for one answer (timeout_ms at
  * most) into answer (cap bytes): TALLY_OK (*answer_len set), TALLY_EUNAUTH (not let in),

@@ -492,9 +492,9 @@ cluster_log_open(const struct cluster_log_opts *o, cluster_log **out)
     raft_set_election_timeout(&lg->raft, election);
     raft_set_heartbeat_timeout(&lg->raft, election / 10 > 0 ? election / 10 : 1);
     raft_set_pre_vote(&lg->raft, true);
-    /* A snapshot sent and not answered (its answer lost with a connection) is sent again
-     * after this, not after libraft's 30 s. */
-    raft_set_install_snapshot_timeout(&lg->raft, election * 10 > 5000 ? election * 10 : 5000);
+    /* A snapshot sent and not answered is sent again after this, not after libraft's 30 s
+     * (0.15 may not answer a snapshot it restored); long enough for a large one to cross. */
+    raft_set_install_snapshot_timeout(&lg->raft, election * 20 > 10000 ? election * 20 : 10000);
     if (o->cbs->snapshot != NULL && o->cbs->restore != NULL) {
         unsigned every = o->snapshot_every > 0 ? o->snapshot_every : 100000;
         raft_set_snapshot_threshold(&lg->raft, every);

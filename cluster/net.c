@@ -23,6 +23,7 @@
 
 #define HELLO_MIN  10 /* CLUSTER_CLUSTER_HELLO_RAFT: kind | id (8, big-endian) | len | address */
 #define READ_CHUNK 65536
+#define FLOW_HIGH  (1u << 20) /* queued for a peer beyond this, libraft's end is not read */
 
 struct transport;
 
@@ -35,6 +36,7 @@ struct proxy {
     bool dialer;
     bool handed;                 /* libraft has its end */
     uint64_t join_token;         /* a JOIN or ADMIN waits for its answer (0: none) */
+    bool paused;                 /* libraft's end is not read: the peer is behind */
     struct raft_uv_connect *req; /* a dial libraft waits for */
     uint64_t id;                 /* the member at the other end */
     char address[CLUSTER_ADDR_MAX];
@@ -196,10 +198,16 @@ on_local_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (p->conn == NULL)
         return;
     if (cluster_conn_send(p->conn, (const uint8_t *)buf->base, (size_t)nread) != TALLY_OK) {
-        /* The peer does not keep up (or is gone): libraft reconnects. */
+        /* Gone, or out of memory: libraft reconnects. */
         close_local(p);
         cluster_conn_close(p->conn);
+        return;
     }
+    /* Flow control: past FLOW_HIGH bytes waiting for the peer (a snapshot, a long catch-up),
+     * libraft's end is not read until they are written; libraft then waits on its own
+     * socket. The channel's own cap is never reached. */
+    if (cluster_conn_queued(p->conn) > FLOW_HIGH && uv_read_stop(s) == 0)
+        p->paused = true;
 }
 
 static void
@@ -371,7 +379,19 @@ on_conn_close(cluster_conn *c, int rc, void *data)
     proxy_maybe_free(p);
 }
 
-static const struct cluster_conn_cbs proxy_cbs = {on_ready, on_msg, on_conn_close};
+/* The peer read what was queued: libraft's bytes flow again. */
+static void
+on_drained(cluster_conn *c, void *data)
+{
+    struct proxy *p = data;
+
+    (void)c;
+    if (p->paused && p->local_open && !p->local_closing &&
+        uv_read_start((uv_stream_t *)&p->local, on_local_alloc, on_local_read) == 0)
+        p->paused = false;
+}
+
+static const struct cluster_conn_cbs proxy_cbs = {on_ready, on_msg, on_conn_close, on_drained};
 
 static struct proxy *
 proxy_new(struct transport *t, bool dialer)

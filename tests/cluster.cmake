@@ -5,7 +5,7 @@ target_link_libraries(test_cluster_chan PRIVATE tally_cluster)
 tally_add_test(test_cluster_conn test_cluster_conn.c LABELS unit)
 target_link_libraries(test_cluster_conn PRIVATE tally_cluster)
 
-tally_add_test(test_cluster_log test_cluster_log.c LABELS unit)
+tally_add_test(test_cluster_log test_cluster_log.c LABELS unit slow)
 target_link_libraries(test_cluster_log PRIVATE tally_cluster)
 
 # Cluster mode through tallyd and tally: init, status, restarts, the port's handshake.

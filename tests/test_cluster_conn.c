@@ -119,7 +119,7 @@ on_close(cluster_conn *c, int rc, void *data)
     e->c = NULL;
 }
 
-static const struct cluster_conn_cbs cbs = {on_ready, on_msg, on_close};
+static const struct cluster_conn_cbs cbs = {on_ready, on_msg, on_close, NULL};
 
 static int
 peer_ok(void *ctx, const uint8_t pk[CLUSTER_KEY_BYTES])

@@ -6,7 +6,9 @@
  * is closed the other two elect another within the election bound and go on;
  * the old member, opened again on its files, catches up to the same digest;
  * an append on a follower is refused; a member whose key the others do not
- * hold is never let in. Every test ends with uv_loop_close() == 0.
+ * hold is never let in; a member whose files were lost is restored from a
+ * snapshot (a small one and a 24 MiB one). Every test ends with
+ * uv_loop_close() == 0.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -47,6 +49,8 @@ struct fixture {
     char root[128];
     size_t done_ok, done_err;
     unsigned snapshot_every; /* 0: the log's default */
+    size_t snapshot_pad;     /* bytes of filler in each snapshot (a large state) */
+    unsigned election_ms;    /* 0: ELECTION_MS */
 };
 
 static struct fixture fx;
@@ -89,12 +93,14 @@ on_snapshot(void *data, uint8_t **buf, size_t *len)
 {
     struct node *nd = data;
 
-    *buf = tally_malloc(16);
+    *buf = tally_malloc(16 + fx.snapshot_pad);
     if (*buf == NULL)
         return TALLY_ENOMEM;
     memcpy(*buf, &nd->digest, 8);
     memcpy(*buf + 8, &nd->applied, 8);
-    *len = 16;
+    for (size_t i = 0; i < fx.snapshot_pad; i++) /* a pattern the restore checks */
+        (*buf)[16 + i] = (uint8_t)(i * 7 + (i >> 13));
+    *len = 16 + fx.snapshot_pad;
     nd->snapshots++;
     return TALLY_OK;
 }
@@ -104,8 +110,11 @@ on_restore(void *data, const uint8_t *buf, size_t len)
 {
     struct node *nd = data;
 
-    if (len != 16)
+    if (len != 16 + fx.snapshot_pad)
         return TALLY_EPROTO;
+    for (size_t i = 0; i < fx.snapshot_pad; i++)
+        if (buf[16 + i] != (uint8_t)(i * 7 + (i >> 13)))
+            return TALLY_EPROTO;
     memcpy(&nd->digest, buf, 8);
     memcpy(&nd->applied, buf + 8, 8);
     nd->restores++;
@@ -173,7 +182,7 @@ open_node_as(int i, const struct cluster_hostkey *key, bool bootstrap)
     o.members = fx.members;
     o.n_members = N;
     o.bootstrap = bootstrap;
-    o.election_ms = ELECTION_MS;
+    o.election_ms = fx.election_ms > 0 ? fx.election_ms : ELECTION_MS;
     o.handshake_ms = 1000;
     o.cbs = &cbs;
     o.data = &fx.nodes[i];
@@ -373,13 +382,25 @@ test_log_member_behind_gets_a_snapshot(void **state)
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'/*", fx.nodes[away].dir);
     assert_int_equal(system(cmd), 0);
     open_node_as(away, &fx.keys[away], false); /* an empty log: it must not bootstrap */
-    RUN_UNTIL(fx.nodes[away].restores > 0, 20);
+    RUN_UNTIL(fx.nodes[away].restores > 0, 40);
     assert_int_equal(fx.nodes[away].applied, cluster_log_applied(fx.nodes[away].lg));
+    RUN_UNTIL((leader = agreed_leader()) != 0, 10); /* a long transfer may have moved it */
+    li = (int)leader - 1;
     append_batches(li, 300, 10); /* and it goes on from there */
     RUN_UNTIL(cluster_log_applied(fx.nodes[away].lg) == 310 &&
                   cluster_log_applied(fx.nodes[li].lg) == 310,
-              20);
+              40);
     assert_true(fx.nodes[away].digest == fx.nodes[li].digest);
+}
+
+/* The same with a 24 MiB state, three times the 8 MiB a channel queues for a peer: it crosses
+ * in 64 KiB messages, whole (its every byte checked by the restore). */
+static void
+test_log_large_snapshot_crosses(void **state)
+{
+    fx.snapshot_pad = 24u << 20;
+    fx.election_ms = 1000; /* three members share this loop: a long transfer holds it */
+    test_log_member_behind_gets_a_snapshot(state);
 }
 
 static int
@@ -399,6 +420,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_log_member_with_another_key_is_kept_out, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_log_member_behind_gets_a_snapshot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_log_large_snapshot_crosses, setup, teardown),
     };
 
     return cmocka_run_group_tests_name("cluster_log", tests, group_setup, NULL);

@@ -27,6 +27,9 @@ struct cluster_conn_cbs {
      *  TALLY_EUNAVAIL for a dial nobody answered, TALLY_ENOMEM). Called once; c is freed
      *  when it returns. */
     void (*on_close)(cluster_conn *c, int rc, void *data);
+    /** Everything queued for the peer has been written (see cluster_conn_queued): a sender
+     *  that paused can go on. Optional. */
+    void (*on_drained)(cluster_conn *c, void *data);
 };
 
 struct cluster_conn_opts {
@@ -53,6 +56,9 @@ TALLY_MUST_CHECK int cluster_conn_send(cluster_conn *c, const uint8_t *msg, size
 /** Ends the connection: an established one sends its final message first (best
  *  effort, not waited for). on_close follows with TALLY_OK. Twice is a no-op. */
 void cluster_conn_close(cluster_conn *c);
+/** Bytes queued for the peer and not written yet (a sender pauses above its own mark and
+ *  resumes at on_drained). */
+size_t cluster_conn_queued(const cluster_conn *c);
 /** The peer's static key (NULL while a listener has not learnt it). */
 const uint8_t *cluster_conn_peer(const cluster_conn *c);
 
