@@ -19,7 +19,7 @@ FUZZ_TEST_SECONDS ?= 8
 # Static analysis (`make analyze`): cppcheck over every source folder with the
 # project's include dirs; reasons for each suppression in cppcheck.suppressions.
 ANALYZE_DIRS := tenant store proto cluster supervisor cli fuzz bench tests examples
-ANALYZE_INCLUDES := $(addprefix -I,tenant/include store/include proto/include cluster/include \
+ANALYZE_INCLUDES := $(addprefix -I,tenant/include store/include proto/include cluster/include cluster \
                     supervisor/child/include supervisor/child supervisor/ledger/include \
                     supervisor/ledger supervisor/front/include supervisor/front proto cli \
                     tests/support fuzz)

@@ -6,8 +6,7 @@
  * apply. Leadership is read back after every loop turn (a uv_check) and a
  * change reported, since libraft 0.15 has no callback for it.
  */
-#include "cluster_log.h"
-#include "cluster_node.h"
+#include "cluster_log_int.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -17,23 +16,6 @@
 
 #define FRAME_HEAD 8
 
-struct cluster_log {
-    uv_loop_t *loop;
-    struct raft raft;
-    struct raft_io io;
-    struct raft_uv_transport transport;
-    struct raft_fsm fsm;
-    uv_check_t check;
-    const struct cluster_log_cbs *cbs;
-    void *data;
-    uint64_t id;
-    uint64_t applied;
-    uint64_t leader_seen;
-    bool io_live, transport_live, raft_live;
-    void (*close_cb)(void *data);
-    void *close_data;
-};
-
 struct append_req {
     struct raft_apply req;
     cluster_log *lg;
@@ -41,8 +23,8 @@ struct append_req {
     void *req_data;
 };
 
-static void
-log_raft_error(const char *event, const char *what, const char *msg)
+void
+cluster__log_raft_error(const char *event, const char *what, const char *msg)
 {
     struct tally_log l;
 
@@ -140,6 +122,20 @@ fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
     }
     raft_free(buf->base);
     return rc;
+}
+
+void
+cluster__fsm_setup(struct raft_fsm *fsm, cluster_log *lg)
+{
+    /* Version 2: libraft 0.15's raft_uv has no async_work, so no asynchronous snapshot
+     * (version 3); the bytes are made on the loop, libraft writes them off it. */
+    memset(fsm, 0, sizeof(*fsm));
+    fsm->version = 2;
+    fsm->data = lg;
+    fsm->apply = fsm_apply;
+    fsm->snapshot = fsm_snapshot;
+    fsm->restore = fsm_restore;
+    fsm->snapshot_finalize = fsm_snapshot_finalize;
 }
 
 /* ---- leadership ---- */
@@ -276,119 +272,6 @@ cluster_log_append(cluster_log *lg, const uint8_t *batch, size_t len, cluster_lo
     return TALLY_OK;
 }
 
-/* ---- membership ---- */
-
-struct change_req {
-    struct raft_change req;
-    cluster_log_change_fn done;
-    void *req_data;
-};
-
-static void
-on_changed(struct raft_change *req, int status)
-{
-    struct change_req *c = req->data;
-
-    if (c->done != NULL)
-        c->done(c->req_data, status == 0                                          ? TALLY_OK
-                             : status == RAFT_SHUTDOWN || status == RAFT_CANCELED ? TALLY_ECANCELED
-                                                                                  : TALLY_EUNAVAIL);
-    tally_free(c);
-}
-
-static struct change_req *
-change_new(cluster_log_change_fn done, void *req_data)
-{
-    struct change_req *c = tally_calloc(1, sizeof(*c));
-
-    if (c != NULL) {
-        c->done = done;
-        c->req_data = req_data;
-        c->req.data = c;
-    }
-    return c;
-}
-
-enum change_kind { CHANGE_ADD, CHANGE_ASSIGN, CHANGE_REMOVE };
-
-/* One membership change through libraft (leader only): done comes later iff TALLY_OK. */
-static int
-change(cluster_log *lg, enum change_kind kind, uint64_t id, const char *address, int role,
-       cluster_log_change_fn done, void *req_data)
-{
-    struct change_req *c;
-    int rv;
-
-    if (!cluster_log_leading(lg))
-        return TALLY_EUNAVAIL;
-    c = change_new(done, req_data);
-    if (c == NULL)
-        return TALLY_ENOMEM;
-    rv = kind == CHANGE_ADD      ? raft_add(&lg->raft, &c->req, id, address, on_changed)
-         : kind == CHANGE_ASSIGN ? raft_assign(&lg->raft, &c->req, id, role, on_changed)
-                                 : raft_remove(&lg->raft, &c->req, id, on_changed);
-    if (rv != 0) {
-        tally_free(c);
-        return TALLY_EUNAVAIL; /* another change in flight, or not allowed now */
-    }
-    return TALLY_OK;
-}
-
-int
-cluster_log_add(cluster_log *lg, uint64_t id, const char *address, cluster_log_change_fn done,
-                void *req_data)
-{
-    return change(lg, CHANGE_ADD, id, address, 0, done, req_data);
-}
-
-int
-cluster_log_assign(cluster_log *lg, uint64_t id, enum cluster_log_role role,
-                   cluster_log_change_fn done, void *req_data)
-{
-    int r = role == CLUSTER_LOG_VOTER     ? RAFT_VOTER
-            : role == CLUSTER_LOG_STANDBY ? RAFT_STANDBY
-                                          : RAFT_SPARE;
-
-    return change(lg, CHANGE_ASSIGN, id, NULL, r, done, req_data);
-}
-
-int
-cluster_log_remove(cluster_log *lg, uint64_t id, cluster_log_change_fn done, void *req_data)
-{
-    return change(lg, CHANGE_REMOVE, id, NULL, 0, done, req_data);
-}
-
-int
-cluster_log_role_of(cluster_log *lg, uint64_t id)
-{
-    const struct raft_configuration *c = &lg->raft.configuration;
-
-    for (unsigned i = 0; lg->raft_live && i < c->n; i++)
-        if (c->servers[i].id == id)
-            return c->servers[i].role == RAFT_VOTER     ? CLUSTER_LOG_VOTER
-                   : c->servers[i].role == RAFT_STANDBY ? CLUSTER_LOG_STANDBY
-                                                        : CLUSTER_LOG_SPARE;
-    return -1;
-}
-
-bool
-cluster_log_leading(cluster_log *lg)
-{
-    return lg->raft_live && raft_state(&lg->raft) == RAFT_LEADER;
-}
-
-int
-cluster_log_set_members(cluster_log *lg, const struct cluster_member *m, size_t n)
-{
-    return cluster_transport_set_members(&lg->transport, m, n);
-}
-
-int
-cluster_log_join_answer(cluster_log *lg, uint64_t token, const uint8_t *msg, size_t len)
-{
-    return cluster_transport_join_answer(&lg->transport, token, msg, len);
-}
-
 /* ---- open and close ---- */
 
 static void
@@ -434,7 +317,6 @@ int
 cluster_log_open(const struct cluster_log_opts *o, cluster_log **out)
 {
     struct cluster_net_cfg net;
-    struct raft_configuration conf;
     const struct cluster_member *me = NULL;
     cluster_log *lg = NULL;
     unsigned election = o != NULL && o->election_ms > 0 ? o->election_ms : 1000;
@@ -470,21 +352,14 @@ cluster_log_open(const struct cluster_log_opts *o, cluster_log **out)
     rc = TALLY_EIO;
     rv = raft_uv_init(&lg->io, o->loop, o->dir, &lg->transport);
     if (rv != 0) {
-        log_raft_error("cluster_log_failed", "raft_uv_init", lg->io.errmsg);
+        cluster__log_raft_error("cluster_log_failed", "raft_uv_init", lg->io.errmsg);
         goto fail;
     }
     lg->io_live = true;
-    /* Version 2: libraft 0.15's raft_uv has no async_work, so no asynchronous snapshot
-     * (version 3); the bytes are made on the loop, libraft writes them off it. */
-    lg->fsm.version = 2;
-    lg->fsm.data = lg;
-    lg->fsm.apply = fsm_apply;
-    lg->fsm.snapshot = fsm_snapshot;
-    lg->fsm.restore = fsm_restore;
-    lg->fsm.snapshot_finalize = fsm_snapshot_finalize;
+    cluster__fsm_setup(&lg->fsm, lg);
     rv = raft_init(&lg->raft, &lg->io, &lg->fsm, o->id, me->address);
     if (rv != 0) {
-        log_raft_error("cluster_log_failed", "raft_init", raft_errmsg(&lg->raft));
+        cluster__log_raft_error("cluster_log_failed", "raft_init", raft_errmsg(&lg->raft));
         goto fail;
     }
     lg->raft.data = lg;
@@ -503,23 +378,17 @@ cluster_log_open(const struct cluster_log_opts *o, cluster_log **out)
         raft_set_snapshot_threshold(&lg->raft, UINT_MAX); /* no state to snapshot */
     }
     if (o->bootstrap) {
-        raft_configuration_init(&conf);
-        rv = 0;
-        for (size_t i = 0; i < o->n_members && rv == 0; i++)
-            rv = raft_configuration_add(&conf, o->members[i].id, o->members[i].address, RAFT_VOTER);
-        if (rv == 0)
-            rv = raft_bootstrap(&lg->raft, &conf);
-        raft_configuration_close(&conf);
+        rv = cluster__bootstrap_conf(&lg->raft, o->members, o->n_members);
         if (rv != 0 && rv != RAFT_CANTBOOTSTRAP) { /* CANTBOOTSTRAP: it has state already */
-            log_raft_error("cluster_log_failed", "raft_bootstrap",
-                           raft_errmsg(&lg->raft)[0] != '\0' ? raft_errmsg(&lg->raft)
-                                                             : raft_strerror(rv));
+            cluster__log_raft_error("cluster_log_failed", "raft_bootstrap",
+                                    raft_errmsg(&lg->raft)[0] != '\0' ? raft_errmsg(&lg->raft)
+                                                                      : raft_strerror(rv));
             goto fail_raft;
         }
     }
     rv = raft_start(&lg->raft);
     if (rv != 0) {
-        log_raft_error("cluster_log_failed", "raft_start", raft_errmsg(&lg->raft));
+        cluster__log_raft_error("cluster_log_failed", "raft_start", raft_errmsg(&lg->raft));
         goto fail_raft;
     }
     uv_check_init(o->loop, &lg->check);
@@ -540,75 +409,5 @@ fail:
     if (lg->transport_live)
         cluster_transport_release(&lg->transport);
     tally_free(lg);
-    return rc;
-}
-
-/* ---- the first configuration (`tally cluster init`) ---- */
-
-static void
-on_bootstrap_closed(struct raft *r)
-{
-    *(bool *)r->data = true;
-}
-
-int
-cluster_log_bootstrap(const char *dir, const struct cluster_hostkey *key,
-                      const struct cluster_member *self)
-{
-    struct cluster_net_cfg net = {NULL, key, self, 1, 1000, NULL};
-    struct raft_uv_transport tr;
-    struct raft_configuration conf;
-    struct raft_fsm fsm;
-    struct raft_io io;
-    struct raft raft;
-    uv_loop_t loop;
-    bool closed = false;
-    int rc = TALLY_EIO, rv;
-
-    memset(&tr, 0, sizeof(tr));
-    memset(&io, 0, sizeof(io));
-    memset(&fsm, 0, sizeof(fsm));
-    fsm.version = 1;
-    fsm.apply = fsm_apply;
-    fsm.snapshot = fsm_snapshot;
-    fsm.restore = fsm_restore;
-    if (uv_loop_init(&loop) != 0)
-        return TALLY_EIO;
-    net.loop = &loop;
-    if (cluster_transport_init(&tr, &net) != TALLY_OK)
-        goto out_loop;
-    rv = raft_uv_init(&io, &loop, dir, &tr);
-    if (rv != 0) {
-        log_raft_error("cluster_init_failed", "raft_uv_init", io.errmsg);
-        goto out_tr;
-    }
-    rv = raft_init(&raft, &io, &fsm, self->id, self->address);
-    if (rv != 0) {
-        log_raft_error("cluster_init_failed", "raft_init", raft_errmsg(&raft));
-        raft_uv_close(&io);
-        goto out_tr;
-    }
-    raft.data = &closed;
-    raft_configuration_init(&conf);
-    rv = raft_configuration_add(&conf, self->id, self->address, RAFT_VOTER);
-    if (rv == 0)
-        rv = raft_bootstrap(&raft, &conf);
-    raft_configuration_close(&conf);
-    if (rv == 0)
-        rc = TALLY_OK;
-    else if (rv == RAFT_CANTBOOTSTRAP)
-        rc = TALLY_EEXIST;
-    else
-        log_raft_error("cluster_init_failed", "raft_bootstrap", raft_errmsg(&raft));
-    raft_close(&raft, on_bootstrap_closed);
-    while (!closed)
-        uv_run(&loop, UV_RUN_ONCE);
-    raft_uv_close(&io);
-out_tr:
-    cluster_transport_release(&tr);
-out_loop:
-    uv_run(&loop, UV_RUN_DEFAULT);
-    if (uv_loop_close(&loop) != 0)
-        rc = TALLY_EIO;
     return rc;
 }
