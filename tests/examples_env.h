@@ -45,8 +45,6 @@ void examples_env_init(struct examples_env *e, int limit);
 /** Stops every child (SIGTERM, then SIGKILL after 5 s), stops tallyd, removes root. */
 void examples_env_release(struct examples_env *e);
 
-/** A free loopback TCP port (bound once and released). */
-int examples_free_port(void);
 /** Copies template `src` to `dst`, replacing each "@KEY@" of the NULL-terminated
  *  (key, value) pairs; fails the test if a placeholder is left. */
 void examples_fill_template(const char *src, const char *dst, ...);

@@ -41,23 +41,6 @@ struct fx {
 };
 
 static int
-free_port(void)
-{
-    struct sockaddr_in a;
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    port = ntohs(a.sin_port);
-    close(fd);
-    return port;
-}
-
-static int
 setup(void **state)
 {
     static struct fx f;
@@ -65,7 +48,7 @@ setup(void **state)
 
     test_tmpdir(f.dir, sizeof(f.dir));
     snprintf(f.data, sizeof(f.data), "%s/a", f.dir);
-    snprintf(f.listen, sizeof(f.listen), "127.0.0.1:%d", free_port());
+    snprintf(f.listen, sizeof(f.listen), "127.0.0.1:%d", test_free_port());
     assert_int_equal(test_tally(f.data, &o, "init", NULL), 0);
     *state = &f;
     return 0;
@@ -270,6 +253,24 @@ leader_of(struct host *h)
     return leader;
 }
 
+/* hosts[0..n) get data dirs DIR/PREFIXi and free ports; the first is made a one-voter
+ * cluster, its tallyd started and leading. */
+static void
+first_host(const char *dir, const char *prefix, int n)
+{
+    struct test_out o;
+
+    for (int i = 0; i < n; i++) {
+        snprintf(hosts[i].data, sizeof(hosts[i].data), "%s/%s%d", dir, prefix, i + 1);
+        snprintf(hosts[i].listen, sizeof(hosts[i].listen), "127.0.0.1:%d", test_free_port());
+    }
+    assert_int_equal(test_tally(hosts[0].data, &o, "init", NULL), 0);
+    assert_int_equal(
+        test_tally(hosts[0].data, &o, "cluster", "init", "--listen", hosts[0].listen, NULL), 0);
+    start_host(&hosts[0]);
+    status_until(hosts[0].data, "leader 1 ", &o);
+}
+
 /* Joins h to inviter's cluster; the code it used into code[256]. */
 static void
 join_host(struct host *inviter, struct host *h, const char *role, char *code)
@@ -296,15 +297,7 @@ test_cluster_three_hosts_join_and_survive_their_leader(void **state)
     uint64_t t0;
     int li = -1;
 
-    for (int i = 0; i < 4; i++) {
-        snprintf(h[i].data, sizeof(h[i].data), "%s/h%d", f->dir, i + 1);
-        snprintf(h[i].listen, sizeof(h[i].listen), "127.0.0.1:%d", free_port());
-    }
-    assert_int_equal(test_tally(h[0].data, &o, "init", NULL), 0);
-    assert_int_equal(test_tally(h[0].data, &o, "cluster", "init", "--listen", h[0].listen, NULL),
-                     0);
-    start_host(&h[0]);
-    status_until(h[0].data, "leader 1 ", &o);
+    first_host(f->dir, "h", 4);
     join_host(&h[0], &h[1], "voter", code);
     start_host(&h[1]);
     join_host(&h[0], &h[2], "voter", code);
@@ -452,15 +445,7 @@ test_cluster_front_member_does_not_vote(void **state)
     struct test_out o;
     char code[256];
 
-    for (int i = 0; i < 2; i++) {
-        snprintf(h[i].data, sizeof(h[i].data), "%s/f%d", f->dir, i + 1);
-        snprintf(h[i].listen, sizeof(h[i].listen), "127.0.0.1:%d", free_port());
-    }
-    assert_int_equal(test_tally(h[0].data, &o, "init", NULL), 0);
-    assert_int_equal(test_tally(h[0].data, &o, "cluster", "init", "--listen", h[0].listen, NULL),
-                     0);
-    start_host(&h[0]);
-    status_until(h[0].data, "leader 1 ", &o);
+    first_host(f->dir, "f", 2);
     join_host(&h[0], &h[1], "front", code);
     start_host(&h[1]);
     /* On the leader, member 2's row: a front, a standby in the log, caught up. */

@@ -53,7 +53,7 @@ start_caddy(struct examples_env *e)
 {
     char dir[300], conf[400], port_s[16], tallyd[32];
     char home[320], data_home[340], config_home[340];
-    int port = examples_free_port();
+    int port = test_free_port();
     char *argv[] = {"/usr/bin/caddy", "run", "--config", conf, "--adapter", "caddyfile", NULL};
     char *envp[] = {home, data_home, config_home, "PATH=/usr/bin:/bin", NULL};
 

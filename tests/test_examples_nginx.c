@@ -52,7 +52,7 @@ start_nginx(struct examples_env *e)
 {
     char prefix[300], conf[400], listen[32], tallyd[32], app[32], pid[400];
     char globals[600];
-    int port = examples_free_port();
+    int port = test_free_port();
     char *argv[] = {"/usr/sbin/nginx", "-p", prefix,  "-c", conf, "-e",
                     "stderr",          "-g", globals, NULL};
 
@@ -62,7 +62,7 @@ start_nginx(struct examples_env *e)
     snprintf(pid, sizeof(pid), "%s/nginx.pid", prefix);
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
     snprintf(tallyd, sizeof(tallyd), "127.0.0.1:%d", e->http_port);
-    snprintf(app, sizeof(app), "127.0.0.1:%d", examples_free_port());
+    snprintf(app, sizeof(app), "127.0.0.1:%d", test_free_port());
     examples_fill_template(TALLY_SOURCE_DIR "/examples/nginx/nginx.conf", conf, "LISTEN", listen,
                            "TALLYD", tallyd, "APP", app, "PREFIX", prefix, NULL);
     /* As root, nginx runs its workers as nobody: they only need the network. */

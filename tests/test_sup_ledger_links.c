@@ -20,6 +20,21 @@
 #include "sup_sim_fx.h"
 #include "test_support.h"
 
+/* Link `link` takes a lease of 1 at t and returns it used. */
+static void
+use_one(struct fx *f, const char *link, int64_t t)
+{
+    struct proto_lease_msg g, m, r;
+
+    g = fx_acquire(f, 0, 1, link, 1, 1, t);
+    assert_int_equal(g.type, PROTO_LEASE_GRANT);
+    fx_origin(f, &m, PROTO_LEASE_RETURN, 0, 1);
+    m.ret.lease_id = g.grant.lease_id;
+    m.ret.used = 1;
+    r = fx_send(f, t, &m, NULL);
+    assert_int_equal(r.type, PROTO_LEASE_RETURN_ACK);
+}
+
 /* More live leases and links than the tables were sized for: they grow, every
  * ACQUIRE is granted, and the journal and a snapshot replay into ledgers sized
  * just as small. */
@@ -77,16 +92,8 @@ test_ledger_links_grow_before_eviction(void **state)
         fx_start(&f);
         fx_hello(&f, 0, 1, T0);
         for (int i = 0; i < 200; i++) {
-            struct proto_lease_msg g, m, r;
-
             snprintf(link, sizeof(link), "lnk_%016x", (unsigned)i + 1000);
-            g = fx_acquire(&f, 0, 1, link, 1, 1, T0 + i);
-            assert_int_equal(g.type, PROTO_LEASE_GRANT);
-            fx_origin(&f, &m, PROTO_LEASE_RETURN, 0, 1);
-            m.ret.lease_id = g.grant.lease_id;
-            m.ret.used = 1;
-            r = fx_send(&f, T0 + i, &m, NULL);
-            assert_int_equal(r.type, PROTO_LEASE_RETURN_ACK);
+            use_one(&f, link, T0 + i);
         }
         sup_ledger_stats(f.l, &st);
         assert_int_equal(st.links, maxes[c] == 0 ? 200 : maxes[c]);
@@ -141,16 +148,9 @@ test_ledger_debt_on_new_links_in_a_full_table(void **state)
     /* Two links that are idle ten minutes later: the table is full of idle links. */
     for (int i = 0; i < 2; i++) {
         char link[32];
-        struct proto_lease_msg g;
 
         snprintf(link, sizeof(link), "lnk_%016x", (unsigned)i + 0x100);
-        g = fx_acquire(&f, 0, 1, link, 1, 1, T0 + i);
-        assert_int_equal(g.type, PROTO_LEASE_GRANT);
-        fx_origin(&f, &m, PROTO_LEASE_RETURN, 0, 1);
-        m.ret.lease_id = g.grant.lease_id;
-        m.ret.used = 1;
-        r = fx_send(&f, T0 + i, &m, NULL);
-        assert_int_equal(r.type, PROTO_LEASE_RETURN_ACK);
+        use_one(&f, link, T0 + i);
     }
     fx_heartbeat(&f, &m, LINK_A, 7, LINK_B, 3);
     r = fx_send(&f, later, &m, &recs);

@@ -6,14 +6,17 @@
 #define _DEFAULT_SOURCE
 #include "test_support.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -262,4 +265,25 @@ int64_t
 test_rand_range(uint64_t *state, int64_t lo, int64_t hi)
 {
     return lo + (int64_t)(test_rand(state) % (uint64_t)(hi - lo + 1));
+}
+
+int
+test_free_port(void)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int port;
+
+    if (fd < 0)
+        return -1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    port = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+                   getsockname(fd, (struct sockaddr *)&sa, &len) == 0
+               ? ntohs(sa.sin_port)
+               : -1;
+    close(fd);
+    return port;
 }

@@ -40,6 +40,9 @@ bool test_dir_private(const char *dir);
 uint64_t test_rand(uint64_t *state);
 /** Uniform enough in lo..hi inclusive (the modulo bias is irrelevant here); lo <= hi. */
 int64_t test_rand_range(uint64_t *state, int64_t lo, int64_t hi);
+/** A TCP port on 127.0.0.1 that was free a moment ago (bound, read back, closed); -1 when
+ *  none could be had. */
+int test_free_port(void);
 /** Seed for property tests: $TALLY_SEED or the time; printed once. */
 uint64_t test_seed(void);
 
