@@ -23,6 +23,7 @@ struct proxy {
     bool dialer;
     bool handed;                 /* libraft has its end */
     uint64_t join_token;         /* a JOIN or ADMIN waits for its answer (0: none) */
+    uint64_t lease_token;        /* a member's lease connection (0: not one) */
     bool paused;                 /* libraft's end is not read: the peer is behind */
     struct raft_uv_connect *req; /* a dial libraft waits for */
     uint64_t id;                 /* the member at the other end */

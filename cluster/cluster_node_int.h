@@ -36,6 +36,17 @@ struct cluster_node {
         uint64_t id;
         uint64_t at_ms; /* uv_now when its LEAVE applied */
     } departed[JOINS_MAX];
+    /* Lease frames (node_lease.c): a follower's link to the leader; the leader's links from
+     * the members. */
+    struct cluster_lease_cbs lease_cbs;
+    cluster_conn *lease_out;
+    uint64_t lease_out_to; /* the leader it dials */
+    bool lease_out_ready;
+    struct {
+        uint64_t token, member;
+    } lease_in[CLUSTER_MEMBERS_MAX];
+    bool role_known, role_leading, role_link; /* as last told */
+    bool closing, log_closed;
     uv_loop_t *loop;
     void (*close_cb)(void *data);
     void *close_data;
@@ -51,6 +62,17 @@ uint64_t cluster__get_u64(const uint8_t *p);
 void cluster__join_refuse(cluster_node *n, uint64_t token, uint8_t status, const char *why);
 /** Answers a JOIN whose MEMBER record (member id) is committed. */
 void cluster__join_accept(cluster_node *n, uint64_t token, uint64_t id);
+/** Lease links (node_lease.c): dials or drops the link to the leader as leadership says and
+ *  tells the front where its leases come from. */
+void cluster__lease_tick(cluster_node *n);
+/** Closes the lease links; true when nothing is left open (else cluster__node_maybe_free
+ *  runs again once the link to the leader is closed). */
+bool cluster__lease_close(cluster_node *n);
+/** Frees n once its log and its lease link are both closed. */
+void cluster__node_maybe_free(cluster_node *n);
+int cluster__on_lease_open(void *ctx, uint64_t token, uint64_t member);
+void cluster__on_lease_msg(void *ctx, uint64_t token, const uint8_t *msg, size_t len);
+void cluster__on_lease_close(void *ctx, uint64_t token);
 /** cluster_net_hooks (ctx: the node). */
 bool cluster__strangers_welcome(void *ctx);
 int cluster__on_join(void *ctx, uint64_t token, const uint8_t pk[CLUSTER_KEY_BYTES],

@@ -130,6 +130,18 @@ cluster_log_set_members(cluster_log *lg, const struct cluster_member *m, size_t 
 }
 
 int
+cluster_log_lease_send(cluster_log *lg, uint64_t token, const uint8_t *msg, size_t len)
+{
+    return cluster_transport_lease_send(&lg->transport, token, msg, len);
+}
+
+void
+cluster_log_lease_close(cluster_log *lg, uint64_t token)
+{
+    cluster_transport_lease_close(&lg->transport, token);
+}
+
+int
 cluster_log_join_answer(cluster_log *lg, uint64_t token, const uint8_t *msg, size_t len)
 {
     return cluster_transport_join_answer(&lg->transport, token, msg, len);

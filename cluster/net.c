@@ -282,6 +282,34 @@ cluster_transport_join_answer(struct raft_uv_transport *rt, uint64_t token, cons
     return TALLY_ENOTFOUND;
 }
 
+static struct proxy *
+lease_proxy(struct transport *t, uint64_t token)
+{
+    for (struct proxy *p = t->proxies; p != NULL; p = p->next) {
+        if (p->lease_token == token && p->conn != NULL)
+            return p;
+    }
+    return NULL;
+}
+
+int
+cluster_transport_lease_send(struct raft_uv_transport *rt, uint64_t token, const uint8_t *msg,
+                             size_t len)
+{
+    struct proxy *p = token != 0 ? lease_proxy(rt->impl, token) : NULL;
+
+    return p != NULL ? cluster_conn_send(p->conn, msg, len) : TALLY_ENOTFOUND;
+}
+
+void
+cluster_transport_lease_close(struct raft_uv_transport *rt, uint64_t token)
+{
+    struct proxy *p = token != 0 ? lease_proxy(rt->impl, token) : NULL;
+
+    if (p != NULL)
+        cluster_conn_close(p->conn);
+}
+
 void
 cluster_transport_release(struct raft_uv_transport *rt)
 {

@@ -196,6 +196,13 @@ on_hello(struct proxy *p, const uint8_t *msg, size_t len)
         return t->hooks->on_admin(t->hooks->ctx, p->join_token, cluster_conn_peer(p->conn), msg + 1,
                                   len - 1);
     }
+    if (len == 1 && msg[0] == CLUSTER_HELLO_LEASE) { /* members only */
+        if (t->hooks == NULL || t->hooks->on_lease_open == NULL || t->closing || m == NULL)
+            return TALLY_EUNAUTH;
+        p->lease_token = ++t->next_token;
+        p->id = m->id;
+        return t->hooks->on_lease_open(t->hooks->ctx, p->lease_token, m->id);
+    }
     if (len >= 1 && msg[0] == CLUSTER_HELLO_JOIN) {
         if (t->hooks == NULL || t->hooks->on_join == NULL || t->closing)
             return TALLY_EUNAUTH;
@@ -233,6 +240,10 @@ on_msg(cluster_conn *c, const uint8_t *msg, size_t len, void *data)
         cluster_conn_close(c);
         return;
     }
+    if (p->lease_token != 0) {
+        p->t->hooks->on_lease_msg(p->t->hooks->ctx, p->lease_token, msg, len);
+        return;
+    }
     if (!p->handed) {
         rc = on_hello(p, msg, len);
         if (rc != TALLY_OK) {
@@ -268,6 +279,11 @@ on_conn_close(cluster_conn *c, int rc, void *data)
     (void)c;
     (void)rc; /* logged by the connection */
     p->conn = NULL;
+    if (p->lease_token != 0) {
+        uint64_t token = p->lease_token;
+        p->lease_token = 0;
+        p->t->hooks->on_lease_close(p->t->hooks->ctx, token);
+    }
     fail_dial(p);
     cluster__proxy_close_local(p); /* libraft sees its stream end */
     cluster__proxy_maybe_free(p);

@@ -101,6 +101,7 @@ static void
 on_reconcile_tick(uv_timer_t *t)
 {
     reconcile(t->data);
+    cluster__lease_tick(t->data);
 }
 
 /* ---- committed records ---- */
@@ -218,6 +219,7 @@ on_leader(void *data, uint64_t leader, bool self)
         memset(n->leaves, 0, sizeof(n->leaves));
     }
     n->change_busy = false;
+    cluster__lease_tick(n); /* leases from this host now, or from the new leader */
 }
 
 /* The state the log's records made: the member list ([n (1)] then each member as MEMBER
@@ -298,6 +300,9 @@ cluster_node_open(uv_loop_t *loop, const char *data, unsigned election_ms, clust
     n->hooks.strangers_welcome = cluster__strangers_welcome;
     n->hooks.on_join = cluster__on_join;
     n->hooks.on_admin = cluster__on_admin;
+    n->hooks.on_lease_open = cluster__on_lease_open;
+    n->hooks.on_lease_msg = cluster__on_lease_msg;
+    n->hooks.on_lease_close = cluster__on_lease_close;
     n->hooks.ctx = n;
     rc = cluster_state_load(data, &n->key, &n->st);
     if (rc == TALLY_OK) {
@@ -358,17 +363,27 @@ cluster_node_status(cluster_node *n, struct proto_cluster_status *out)
     }
 }
 
-static void
-on_log_closed(void *data)
+void
+cluster__node_maybe_free(cluster_node *n)
 {
-    cluster_node *n = data;
     void (*cb)(void *) = n->close_cb;
     void *cb_data = n->close_data;
 
+    if (!n->log_closed || n->lease_out != NULL)
+        return;
     cluster_hostkey_wipe(&n->key);
     tally_free(n);
     if (cb != NULL)
         cb(cb_data);
+}
+
+static void
+on_log_closed(void *data)
+{
+    cluster_node *n = data;
+
+    n->log_closed = true;
+    cluster__node_maybe_free(n);
 }
 
 static void
@@ -384,5 +399,7 @@ cluster_node_close(cluster_node *n, void (*cb)(void *data), void *data)
 {
     n->close_cb = cb;
     n->close_data = data;
+    n->closing = true;
+    (void)cluster__lease_close(n);
     uv_close((uv_handle_t *)&n->reconcile, on_reconcile_closed);
 }

@@ -124,6 +124,10 @@ TALLY_MUST_CHECK int cluster_log_set_members(cluster_log *lg, const struct clust
 /** Answers a stranger's JOIN (cluster_net_hooks) and ends its connection: TALLY_OK or
  *  TALLY_ENOTFOUND (it left; nothing to do). */
 int cluster_log_join_answer(cluster_log *lg, uint64_t token, const uint8_t *msg, size_t len);
+/** Lease connections from members (cluster_net_hooks): cluster_transport_lease_send and
+ *  cluster_transport_lease_close on the log's transport. */
+int cluster_log_lease_send(cluster_log *lg, uint64_t token, const uint8_t *msg, size_t len);
+void cluster_log_lease_close(cluster_log *lg, uint64_t token);
 /** The leader's id as this member knows it (0: none known). */
 uint64_t cluster_log_leader(cluster_log *lg);
 /** Batches applied here so far. */

@@ -28,6 +28,7 @@ struct cluster_member {
 #define CLUSTER_HELLO_RAFT  1 /* a member's raft stream: id (8, big-endian), len, address */
 #define CLUSTER_HELLO_JOIN  2 /* a stranger asking to join with an invite (cluster_node.h) */
 #define CLUSTER_HELLO_ADMIN 3 /* a member's request to the leader (`tally cluster leave`) */
+#define CLUSTER_HELLO_LEASE 4 /* a member's lease frames to and from the leader, both ways */
 
 /* Strangers: who runs the port decides whether a key that is not a member may come in to
  * ask to join, and answers its JOIN. */
@@ -41,6 +42,13 @@ struct cluster_net_hooks {
     /** A member's ADMIN request, answered the same way. */
     int (*on_admin)(void *ctx, uint64_t token, const uint8_t pk[CLUSTER_KEY_BYTES],
                     const uint8_t *msg, size_t len);
+    /** A member (id) opened a lease connection, `token` from now on; an error closes it.
+     *  Optional: without it lease connections are refused. */
+    int (*on_lease_open)(void *ctx, uint64_t token, uint64_t member);
+    /** One message on lease connection `token` (after its hello). */
+    void (*on_lease_msg)(void *ctx, uint64_t token, const uint8_t *msg, size_t len);
+    /** Lease connection `token` is gone. */
+    void (*on_lease_close)(void *ctx, uint64_t token);
     void *ctx;
 };
 
@@ -69,6 +77,12 @@ TALLY_MUST_CHECK int cluster_transport_set_members(struct raft_uv_transport *t,
  *  TALLY_OK, TALLY_ENOTFOUND (the stranger left) or as cluster_conn_send. */
 TALLY_MUST_CHECK int cluster_transport_join_answer(struct raft_uv_transport *t, uint64_t token,
                                                    const uint8_t *msg, size_t len);
+/** Sends msg on lease connection `token`. TALLY_OK, TALLY_ENOTFOUND (it is gone) or as
+ *  cluster_conn_send. */
+TALLY_MUST_CHECK int cluster_transport_lease_send(struct raft_uv_transport *t, uint64_t token,
+                                                  const uint8_t *msg, size_t len);
+/** Closes lease connection `token` (on_lease_close follows); gone already is a no-op. */
+void cluster_transport_lease_close(struct raft_uv_transport *t, uint64_t token);
 /** Frees what cluster_transport_init allocated. */
 void cluster_transport_release(struct raft_uv_transport *t);
 

@@ -69,6 +69,29 @@ TALLY_MUST_CHECK int cluster_node_open(uv_loop_t *loop, const char *data, unsign
                                        cluster_node **out /* OUT */);
 /** The cluster as this host sees it now. */
 void cluster_node_status(cluster_node *n, struct proto_cluster_status *out /* OUT */);
+/* Lease frames between this host's tallyd and the leader's: the leader's supervisors decide
+ * for every member's children. */
+struct cluster_lease_cbs {
+    /** A frame from member's children (member != 0: this host leads), or from the leader for
+     *  this host's children (member 0). Valid during the call. */
+    void (*on_frame)(void *ctx, uint64_t member, const char *tenant, const uint8_t *frame,
+                     size_t len);
+    /** The leader's supervisor of `tenant` went away; NULL: the link to the leader is gone. */
+    void (*on_down)(void *ctx, const char *tenant);
+    /** This host leads now or not, and whether its link to the leader is up. */
+    void (*on_role)(void *ctx, bool leading, bool link_up);
+    void *ctx;
+};
+/** Where lease frames from the cluster go (copied); on_role is called at once. */
+void cluster_node_set_lease(cluster_node *n, const struct cluster_lease_cbs *cbs);
+/** This member's id. */
+uint64_t cluster_node_self(const cluster_node *n);
+/** Sends a lease frame of `tenant`: member 0, to the leader; else (this host leads) to that
+ *  member. TALLY_OK or TALLY_EUNAVAIL (no link). */
+int cluster_node_lease_send(cluster_node *n, uint64_t member, const char *tenant,
+                            const uint8_t *frame, size_t len);
+/** Leader: `tenant`'s supervisor went away; every member linked is told. */
+void cluster_node_lease_down(cluster_node *n, const char *tenant);
 /** Leaves the log (nothing is changed in the cluster: the member stays a member); cb(data)
  *  once everything is closed and n freed. */
 void cluster_node_close(cluster_node *n, void (*cb)(void *data), void *data);

@@ -197,8 +197,12 @@ on_mgr_frame(void *data, const char *tenant, const struct proto_frame *fr)
 static void
 on_mgr_down(void *data, const char *tenant, int status)
 {
+    sup_front *f = data;
+
     (void)status;
-    front_child_on_down(data, tenant);
+    if (f->cl_on && f->cl_leading)
+        f->cl.down(f->cl.ctx, tenant); /* the members' children are told too */
+    front_child_on_down(f, tenant);
 }
 
 int

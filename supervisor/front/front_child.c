@@ -194,6 +194,8 @@ cold(struct front_child *fc)
 {
     sup_manager *m = fc->f->mgr;
 
+    if (front_lease_remote(fc->f)) /* the leader's start: cold while it can be reached */
+        return fc->f->cl_link;
     if (sup_manager_crashed(m, fc->tenant))
         return false;
     if (sup_manager_is_starting(m, fc->tenant))

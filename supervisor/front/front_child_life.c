@@ -579,7 +579,7 @@ front_children_close(sup_front *f, void (*done)(sup_front *f))
         if (fc->child != NULL) { /* open or draining; an open or close in flight finishes */
             /* Kept leases go back to a running supervisor; a hibernated one's are parked
              * (returning them would start every quiet tenant's supervisor). */
-            if (sup_manager_is_up(f->mgr, fc->tenant))
+            if (front_lease_up(f, fc->tenant))
                 sup_child_shutdown(fc->child, now);
             else
                 f->stats.leases_parked += park(fc, now);

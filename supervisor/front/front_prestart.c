@@ -33,8 +33,8 @@ on_prestart(uv_async_t *h)
     memcpy(q, f->prestart_q, n * sizeof(q[0]));
     f->n_prestart = 0;
     pthread_mutex_unlock(&f->prestart_mu);
-    for (i = 0; i < n && !f->closing; i++)
-        sup_manager_prestart(f->mgr, q[i]);
+    for (i = 0; i < n && !f->closing && !front_lease_remote(f); i++)
+        sup_manager_prestart(f->mgr, q[i]); /* in a cluster, only the leader's start here */
 }
 
 void

@@ -127,12 +127,9 @@ front_child_pump(struct front_child *fc)
         proto_conn *cork = sup_manager_cork(f->mgr, fc->tenant);
 
         while (sup_child_next_message(fc->child, now, &m) == TALLY_OK) {
-            size_t len = 0;
             int src;
             took = true;
-            if (proto_lease_encode(&m, 0, f->frame, sizeof(f->frame), &len) != TALLY_OK)
-                continue;
-            src = sup_manager_send(f->mgr, fc->tenant, f->frame, len);
+            src = front_lease_send(f, fc->tenant, &m);
             log_lease("lease_sent", fc->tenant, &m, src);
             if (src != TALLY_OK) {
                 /* Not on its way: the child's retransmit timer sends it again,
@@ -274,7 +271,7 @@ front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame 
     struct sup_child_event ev;
     struct front_child *fc;
 
-    if (proto_lease_decode(fr, &m) != TALLY_OK)
+    if (proto_lease_decode(fr, &m) != TALLY_OK || front_lease_route_in(f, tenant, &m))
         return;
     log_lease("lease_received", tenant, &m, TALLY_OK);
     fc = front_child_find(f, tenant, m.origin.child);

@@ -501,6 +501,20 @@ sup_manager_prestart(sup_manager *m, const char *tenant)
     (void)spawn(m, p); /* a failure is logged; the first frame tries again */
 }
 
+void
+sup_manager_hibernate_all(sup_manager *m)
+{
+    struct sup_proc *p, *next;
+
+    for (p = m->live_head; p != NULL; p = next) {
+        next = p->live_next;
+        if (p->conn == NULL || proto_conn_is_closing(p->conn))
+            continue;
+        proto_conn_close(p->conn); /* EOF: the supervisor persists and exits 0 */
+        sup__proc_track(p);
+    }
+}
+
 bool
 sup_manager_is_up(const sup_manager *m, const char *tenant)
 {

@@ -155,8 +155,11 @@ static void
 on_front_closed(void *data)
 {
     struct server *d = data;
+    static const struct cluster_lease_cbs none;
 
     d->front = NULL;
+    if (d->cluster != NULL)
+        cluster_node_set_lease(d->cluster, &none);
     stop_cluster(d);
 }
 
@@ -317,6 +320,65 @@ start_cluster(struct server *d)
     return SUP_SERVER_OK;
 }
 
+/* ---- leases across the cluster: the node carries the front's lease frames ---- */
+
+static int
+lease_send(void *ctx, uint64_t member, const char *tenant, const void *frame, size_t len)
+{
+    struct server *d = ctx;
+
+    return d->cluster != NULL ? cluster_node_lease_send(d->cluster, member, tenant, frame, len)
+                              : TALLY_EUNAVAIL;
+}
+
+static void
+lease_down(void *ctx, const char *tenant)
+{
+    struct server *d = ctx;
+
+    if (d->cluster != NULL)
+        cluster_node_lease_down(d->cluster, tenant);
+}
+
+static void
+on_lease_frame(void *ctx, uint64_t member, const char *tenant, const uint8_t *frame, size_t len)
+{
+    struct server *d = ctx;
+
+    if (d->front != NULL)
+        sup_front_cluster_frame(d->front, member, tenant, frame, len);
+}
+
+static void
+on_lease_down(void *ctx, const char *tenant)
+{
+    struct server *d = ctx;
+
+    if (d->front != NULL)
+        sup_front_cluster_down(d->front, tenant);
+}
+
+static void
+on_lease_role(void *ctx, bool leading, bool link_up)
+{
+    struct server *d = ctx;
+
+    if (d->front != NULL)
+        sup_front_cluster_role(d->front, leading, link_up);
+}
+
+/* The front's children lease from the cluster's leader from now on. */
+static void
+link_cluster(struct server *d)
+{
+    struct sup_front_cluster fc = {
+        .self = cluster_node_self(d->cluster), .send = lease_send, .down = lease_down, .ctx = d};
+    struct cluster_lease_cbs cbs = {on_lease_frame, on_lease_down, on_lease_role, d};
+
+    sup_front_cluster_set(d->front, &fc);
+    cluster_node_set_lease(d->cluster, &cbs);
+}
+
 /* Once a second while not in a cluster: a `tally cluster init` made meanwhile is served at
  * once (a wrong file is logged, and waits for a restart). */
 static void
@@ -330,6 +392,8 @@ on_cluster_watch(uv_timer_t *t)
         return;
     uv_close((uv_handle_t *)t, NULL); /* once, whatever comes of it */
     rc = cluster_node_open(&d->loop, d->o->data, d->o->election_ms, &d->cluster);
+    if (rc == TALLY_OK && d->front != NULL)
+        link_cluster(d);
     if (tally_log_begin(&l, rc == TALLY_OK ? TALLY_LOG_INFO : TALLY_LOG_ERROR,
                         rc == TALLY_OK ? "cluster_started" : "cluster_start_failed")) {
         if (rc != TALLY_OK) {
@@ -442,6 +506,8 @@ sup_server_run(const struct sup_server_opts *o)
     if (code != SUP_SERVER_OK)
         goto out;
     sup_sock_set_cluster(d->sock, cluster_status, d);
+    if (d->cluster != NULL)
+        link_cluster(d);
     if (d->cluster == NULL) {
         uv_timer_init(&d->loop, &d->cluster_watch);
         d->cluster_watch.data = d;

@@ -172,6 +172,12 @@ struct sup_front {
     int children_pending;
     void (*children_done)(sup_front *f);
     uint8_t frame[PROTO_LEASE_FRAME_MAX];
+    /* Cluster mode (front_cluster.c): where lease frames go. */
+    struct sup_front_cluster cl;
+    bool cl_on;      /* in a cluster */
+    bool cl_leading; /* this host's supervisors decide */
+    bool cl_link;    /* a follower's link to the leader is up */
+    uint8_t cl_frame[PROTO_LEASE_FRAME_MAX];
     /* The last child_open_failed line: one a minute per (tenant, endpoint). */
     char open_failed[2 * TENANT_NAME_MAX + 2];
     int64_t open_failed_mono_ms;
@@ -237,6 +243,17 @@ void front_pumpq_close(sup_front *f, uv_close_cb cb);
 void front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame *fr);
 /** The tenant's supervisor went away. */
 void front_child_on_down(sup_front *f, const char *tenant);
+/* Cluster routing (front_cluster.c). Sends a child's message of `tenant`: to this host's
+ * supervisor, or to the leader (its name then carries this member's id). As sup_manager_send. */
+int front_lease_send(sup_front *f, const char *tenant, struct proto_lease_msg *m);
+/* A frame from a supervisor (or the leader) whose origin names m's child: true when it was
+ * for another member's children and has been sent on; else m's child is this host's own
+ * endpoint name again. */
+bool front_lease_route_in(sup_front *f, const char *tenant, struct proto_lease_msg *m);
+/* Is the tenant's supervisor reachable (this host's running, or the leader's link up)? */
+bool front_lease_up(const sup_front *f, const char *tenant);
+/* In cluster mode, not leading: the supervisors are elsewhere. */
+bool front_lease_remote(const sup_front *f);
 void front_child_unpark(struct front_child *fc, struct sup_front_req *r);
 /** Shuts every child down (RETURNs sent, files flushed) and closes it; calls done
  *  when the last timer handle is closed. */

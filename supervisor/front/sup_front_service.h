@@ -225,6 +225,33 @@ enum sup_front_health sup_front_health(sup_front *f);
 /** What the open of DATA/lease-use.map found, for the start line ("created", "resumed";
  *  anything else has had its own line); *kept gets the counters kept for resumed leases. */
 const char *sup_front_use_state(const sup_front *f, int64_t *kept /* OUT */);
+/* ---- cluster mode (front_cluster.c) ----
+ * Every host's children lease from the supervisors of the leader's tallyd: a follower's
+ * lease frames go to the leader over the cluster, and the leader runs the tenants'
+ * supervisors for every member. A child's name at a supervisor carries its member id
+ * ("E-hN"), so the children of one endpoint on different hosts are different holders. */
+struct sup_front_cluster {
+    uint64_t self; /* this member's id */
+    /** Sends one lease frame of `tenant`: member 0, to the leader (a follower's children);
+     *  else, on the leader, to that member's children. TALLY_OK or TALLY_EUNAVAIL. */
+    int (*send)(void *ctx, uint64_t member, const char *tenant, const void *frame, size_t len);
+    /** Leader: `tenant`'s supervisor went away; the members' children are told. */
+    void (*down)(void *ctx, const char *tenant);
+    void *ctx;
+};
+/** Enters cluster mode (c copied): from now on children's names carry c->self, and this host
+ *  is a follower with no leader until sup_front_cluster_role() says otherwise. */
+void sup_front_cluster_set(sup_front *f, const struct sup_front_cluster *c);
+/** This host leads (its own supervisors decide for every member) or follows, and whether
+ *  its link to the leader is up. Losing the lead sends this host's supervisors to
+ *  hibernation. */
+void sup_front_cluster_role(sup_front *f, bool leading, bool link_up);
+/** A lease frame from the cluster: from member's children (member != 0: this host leads),
+ *  or from the leader for this host's children (member 0). Bad frames are dropped. */
+void sup_front_cluster_frame(sup_front *f, uint64_t member, const char *tenant, const void *frame,
+                             size_t len);
+/** The leader says `tenant`'s supervisor went away (NULL: the link to the leader is lost). */
+void sup_front_cluster_down(sup_front *f, const char *tenant);
 /** Returns leases (RETURN to the supervisors), flushes the child files, closes
  *  every child and the manager, then calls cb. */
 void sup_front_close(sup_front *f, void (*cb)(void *data), void *data);

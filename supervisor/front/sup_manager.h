@@ -69,6 +69,9 @@ void sup_manager_uncork(proto_conn *c);
  *  neither running nor in restart backoff; otherwise does nothing (the first frame
  *  starts or waits for it as usual). A new child's file is created meanwhile. */
 void sup_manager_prestart(sup_manager *m, const char *tenant);
+/** Asks every running supervisor to hibernate (its channel closed): this host no longer
+ *  decides (in a cluster, another member leads). The next frame starts one again. */
+void sup_manager_hibernate_all(sup_manager *m);
 /** True iff `tenant`'s supervisor is running. */
 bool sup_manager_is_up(const sup_manager *m, const char *tenant);
 /** True iff `tenant`'s supervisor was spawned and has not answered yet (cold
