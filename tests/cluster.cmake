@@ -12,6 +12,11 @@ target_link_libraries(test_cluster_log PRIVATE tally_cluster)
 tally_add_test(test_e2e_cluster test_e2e_cluster.c LABELS e2e)
 add_dependencies(test_e2e_cluster tallyd tally_cli)
 
+# One cap across three hosts (tallyds on 127.0.0.1): every host's children lease from the
+# leader's supervisors; no majority, no grant.
+tally_add_test(test_e2e_cluster_leases test_e2e_cluster_leases.c serve_util.c LABELS e2e)
+add_dependencies(test_e2e_cluster_leases tallyd tally_cli)
+
 # Three hosts, each in a network namespace of its own (ip netns, veth pairs on a bridge): a
 # leader cut off and back, two of three killed. Skipped, with the reason, where namespaces
 # cannot be made (not root, no iproute2).
