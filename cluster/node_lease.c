@@ -299,3 +299,32 @@ cluster_node_lease_down(cluster_node *n, const char *tenant)
             (void)cluster_log_lease_send(n->lg, n->lease_in[i].token, b, bl);
     }
 }
+
+/* ---- the leader's supervisors' journals, on the log ---- */
+
+#define LEDGER_REC     'J' /* a LEDGER record: 'J' | op | tenant length | tenant | body */
+#define LEDGER_BARRIER 'N' /* 'J' 'N': nothing, applied after everything before it */
+
+int
+cluster_node_ledger_append(cluster_node *n, const char *tenant, uint8_t op, const uint8_t *body,
+                           size_t len, cluster_log_done_fn done, void *req_data)
+{
+    static uint8_t b[3 + TENANT_NAME_MAX + 65536]; /* loop thread only */
+    size_t tl = tenant != NULL ? strlen(tenant) : 0;
+
+    if (n->closing || n->lg == NULL)
+        return TALLY_EUNAVAIL;
+    b[0] = LEDGER_REC;
+    if (op == 0) {
+        b[1] = LEDGER_BARRIER;
+        return cluster_log_append(n->lg, b, 2, done, req_data);
+    }
+    if (tl == 0 || tl > TENANT_NAME_MAX || len > sizeof(b) - 3 - tl)
+        return TALLY_EINVAL;
+    b[1] = op;
+    b[2] = (uint8_t)tl;
+    memcpy(b + 3, tenant, tl);
+    if (len > 0)
+        memcpy(b + 3 + tl, body, len);
+    return cluster_log_append(n->lg, b, 3 + tl + len, done, req_data);
+}

@@ -69,6 +69,34 @@ enum proto_lease_type {
 #define PROTO_LEASE_TYPE_MIN 1
 #define PROTO_LEASE_TYPE_MAX 16
 
+/* Cluster mode: the supervisor's journal goes to the cluster's log through tallyd, on the same
+ * channel, in frames of their own (not lease messages: no origin). Every payload is big-endian.
+ *   SYNC   sup -> tallyd  nonce (8): answer once everything earlier in the log is applied here
+ *   READY  tallyd -> sup  nonce (8) | status (1): 0, the supervisor may replay its journal copy;
+ *                         else it exits (this host does not lead)
+ *   BATCH  sup -> tallyd  seq (8) | op (1) | body: one LEDGER record (op and body below),
+ *                         appended to the log
+ *   DONE   tallyd -> sup  seq (8) | status (1): 0, BATCH seq is committed on a majority and
+ *                         applied here; else it may not be: the supervisor exits and a new one
+ *                         replays what the log holds
+ * A supervisor's seqs start at a random number, so an answer meant for an earlier process of
+ * the tenant is not taken for its own. Ops: APPEND (body: count (4), then count times len (4) |
+ * a journal record), BEGIN (a replacement of every record starts: empty body), CHUNK (records
+ * of it, as APPEND), END (the journal becomes the replacement). */
+enum proto_journal_type {
+    PROTO_JOURNAL_SYNC = 32,
+    PROTO_JOURNAL_READY = 33,
+    PROTO_JOURNAL_BATCH = 34,
+    PROTO_JOURNAL_DONE = 35,
+};
+enum proto_journal_op {
+    PROTO_JOURNAL_APPEND = 'A',
+    PROTO_JOURNAL_BEGIN = 'B',
+    PROTO_JOURNAL_CHUNK = 'C',
+    PROTO_JOURNAL_END = 'E',
+};
+#define PROTO_JOURNAL_BODY_MAX (60 * 1024) /* a BATCH's body: within one frame */
+
 /* Bounds checked by the codec. */
 #define PROTO_LEASE_ID_MAX    ((uint64_t)INT64_MAX) /* incarnations, seqs, lease ids: SQLite ints */
 #define PROTO_LEASE_N_MAX     TENANT_LIMIT_MAX_N    /* lease sizes, used, debt, want */

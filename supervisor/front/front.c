@@ -191,7 +191,10 @@ on_reload_timer(uv_timer_t *t)
 static void
 on_mgr_frame(void *data, const char *tenant, const struct proto_frame *fr)
 {
-    front_child_on_frame(data, tenant, fr);
+    if (fr->type >= PROTO_JOURNAL_SYNC) /* a supervisor's journal, in a cluster */
+        front_cluster_journal(data, tenant, fr);
+    else
+        front_child_on_frame(data, tenant, fr);
 }
 
 static void

@@ -280,3 +280,57 @@ sup_front_cluster_down(sup_front *f, const char *tenant)
     }
     pump_all(f);
 }
+
+/* ---- the supervisors' journals (the leader's) ---- */
+
+static void
+journal_answer(sup_front *f, const char *tenant, uint64_t id, bool sync, bool ok)
+{
+    uint8_t b[PROTO_FRAME_HEADER + 9];
+
+    proto_frame_header(b, sync ? PROTO_JOURNAL_READY : PROTO_JOURNAL_DONE, 0, 0, 9);
+    for (int i = 0; i < 8; i++)
+        b[PROTO_FRAME_HEADER + i] = (uint8_t)(id >> (56 - 8 * i));
+    b[PROTO_FRAME_HEADER + 8] = ok ? 0 : 1;
+    (void)sup_manager_send_ctl(f->mgr, tenant, b, sizeof(b)); /* gone: nobody waits */
+}
+
+static uint64_t
+be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
+
+void
+front_cluster_journal(sup_front *f, const char *tenant, const struct proto_frame *fr)
+{
+    bool sync = fr->type == PROTO_JOURNAL_SYNC;
+    uint64_t id;
+    uint8_t op = 0;
+    int rc = TALLY_EUNAVAIL;
+
+    if ((sync && fr->payload_len != 8) ||
+        (fr->type == PROTO_JOURNAL_BATCH && fr->payload_len < 9) ||
+        (!sync && fr->type != PROTO_JOURNAL_BATCH))
+        return; /* not a supervisor's: ignored */
+    id = be64(fr->payload);
+    if (!sync)
+        op = fr->payload[8];
+    /* Only the leader's supervisors write: one that runs elsewhere (started before this host
+     * lost the lead) hears no and exits. */
+    if (f->cl_on && f->cl_leading && (sync || op != 0))
+        rc = f->cl.journal(f->cl.ctx, tenant, id, sync, op, sync ? NULL : fr->payload + 9,
+                           sync ? 0 : fr->payload_len - 9);
+    if (rc != TALLY_OK)
+        journal_answer(f, tenant, id, sync, false);
+}
+
+void
+sup_front_cluster_journal_done(sup_front *f, const char *tenant, uint64_t id, bool sync, int rc)
+{
+    journal_answer(f, tenant, id, sync, rc == TALLY_OK);
+}

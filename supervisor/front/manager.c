@@ -156,7 +156,7 @@ on_conn_frame(proto_conn *c, const struct proto_frame *f, void *data)
         start_failed(p->m, p, false);
     sup__proc_touch(p, uv_now(p->m->loop));
     /* A RECALL is pushed by the supervisor, not an answer to a frame sent. */
-    if (p->in_flight > 0 && f->type != PROTO_LEASE_RECALL)
+    if (p->in_flight > 0 && f->type != PROTO_LEASE_RECALL && f->type < PROTO_JOURNAL_SYNC)
         p->in_flight--;
     if (p->m->cbs.on_frame != NULL && !p->m->closing)
         p->m->cbs.on_frame(p->m->data, p->tenant, f);
@@ -464,6 +464,16 @@ sup_manager_send(sup_manager *m, const char *tenant, const void *frame, size_t l
     if (rc == TALLY_OK)
         p->in_flight++;
     return rc == TALLY_OK ? TALLY_OK : TALLY_EUNAVAIL;
+}
+
+int
+sup_manager_send_ctl(sup_manager *m, const char *tenant, const void *frame, size_t len)
+{
+    struct sup_proc *p = tenant_name_valid(tenant) ? sup__proc_find(m, tenant) : NULL;
+
+    if (m->closing || p == NULL || p->conn == NULL || proto_conn_is_closing(p->conn))
+        return TALLY_EUNAVAIL;
+    return proto_conn_send(p->conn, frame, len) == TALLY_OK ? TALLY_OK : TALLY_EUNAVAIL;
 }
 
 proto_conn *

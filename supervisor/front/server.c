@@ -367,12 +367,57 @@ on_lease_role(void *ctx, bool leading, bool link_up)
         sup_front_cluster_role(d->front, leading, link_up);
 }
 
+/* A supervisor's journal record (or barrier) on its way to the log. */
+struct journal_req {
+    struct server *d;
+    uint64_t id;
+    bool sync;
+    char tenant[TENANT_NAME_MAX + 1];
+};
+
+static void
+on_journal_done(void *req_data, int rc)
+{
+    struct journal_req *q = req_data;
+
+    if (q->d->front != NULL)
+        sup_front_cluster_journal_done(q->d->front, q->tenant, q->id, q->sync, rc);
+    tally_free(q);
+}
+
+static int
+lease_journal(void *ctx, const char *tenant, uint64_t id, bool sync, uint8_t op,
+              const uint8_t *body, size_t len)
+{
+    struct server *d = ctx;
+    struct journal_req *q;
+    int rc;
+
+    if (d->cluster == NULL)
+        return TALLY_EUNAVAIL;
+    q = tally_calloc(1, sizeof(*q));
+    if (q == NULL)
+        return TALLY_ENOMEM;
+    q->d = d;
+    q->id = id;
+    q->sync = sync;
+    snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
+    rc = cluster_node_ledger_append(d->cluster, sync ? NULL : tenant, sync ? 0 : op, body, len,
+                                    on_journal_done, q);
+    if (rc != TALLY_OK)
+        tally_free(q);
+    return rc;
+}
+
 /* The front's children lease from the cluster's leader from now on. */
 static void
 link_cluster(struct server *d)
 {
-    struct sup_front_cluster fc = {
-        .self = cluster_node_self(d->cluster), .send = lease_send, .down = lease_down, .ctx = d};
+    struct sup_front_cluster fc = {.self = cluster_node_self(d->cluster),
+                                   .send = lease_send,
+                                   .down = lease_down,
+                                   .journal = lease_journal,
+                                   .ctx = d};
     struct cluster_lease_cbs cbs = {on_lease_frame, on_lease_down, on_lease_role, d};
 
     sup_front_cluster_set(d->front, &fc);

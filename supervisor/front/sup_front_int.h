@@ -252,6 +252,9 @@ int front_lease_send(sup_front *f, const char *tenant, struct proto_lease_msg *m
 bool front_lease_route_in(sup_front *f, const char *tenant, struct proto_lease_msg *m);
 /* Is the tenant's supervisor reachable (this host's running, or the leader's link up)? */
 bool front_lease_up(const sup_front *f, const char *tenant);
+/* A supervisor's journal frame (SYNC, BATCH): to the cluster's log through the node; the
+ * answer (READY, DONE) comes back with sup_front_cluster_journal_done. */
+void front_cluster_journal(sup_front *f, const char *tenant, const struct proto_frame *fr);
 /* In cluster mode, not leading: the supervisors are elsewhere. */
 bool front_lease_remote(const sup_front *f);
 void front_child_unpark(struct front_child *fc, struct sup_front_req *r);

@@ -237,6 +237,11 @@ struct sup_front_cluster {
     int (*send)(void *ctx, uint64_t member, const char *tenant, const void *frame, size_t len);
     /** Leader: `tenant`'s supervisor went away; the members' children are told. */
     void (*down)(void *ctx, const char *tenant);
+    /** Leader: appends one of `tenant`'s journal records (op and body as a BATCH carries them;
+     *  op 0: a barrier, no record) to the log; sup_front_cluster_journal_done answers `id`
+     *  once it is committed and applied here, or not. TALLY_OK or an error (no answer). */
+    int (*journal)(void *ctx, const char *tenant, uint64_t id, bool sync, uint8_t op,
+                   const uint8_t *body, size_t len);
     void *ctx;
 };
 /** Enters cluster mode (c copied): from now on children's names carry c->self, and this host
@@ -250,6 +255,9 @@ void sup_front_cluster_role(sup_front *f, bool leading, bool link_up);
  *  or from the leader for this host's children (member 0). Bad frames are dropped. */
 void sup_front_cluster_frame(sup_front *f, uint64_t member, const char *tenant, const void *frame,
                              size_t len);
+/** The outcome of sup_front_cluster.journal(id): READY (sync) or DONE to tenant's supervisor. */
+void sup_front_cluster_journal_done(sup_front *f, const char *tenant, uint64_t id, bool sync,
+                                    int rc);
 /** The leader says `tenant`'s supervisor went away (NULL: the link to the leader is lost). */
 void sup_front_cluster_down(sup_front *f, const char *tenant);
 /** Returns leases (RETURN to the supervisors), flushes the child files, closes

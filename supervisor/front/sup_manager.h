@@ -60,6 +60,9 @@ TALLY_MUST_CHECK int sup_manager_open(uv_loop_t *loop, const struct sup_manager_
  *  bounded, for an exit to make room), TALLY_EUNAVAIL while the tenant is in
  *  restart backoff or the spawn failed, TALLY_ENAME for an invalid tenant. */
 int sup_manager_send(sup_manager *m, const char *tenant, const void *frame, size_t len);
+/** Sends a frame to `tenant`'s running supervisor only (none running: TALLY_EUNAVAIL), not
+ *  counted as awaiting an answer: tallyd's own answers to a supervisor. */
+int sup_manager_send_ctl(sup_manager *m, const char *tenant, const void *frame, size_t len);
 /* Holds what is sent to tenant's running supervisor until sup_manager_uncork(), so the frames
  * leave in one write (a HELLO and the ACQUIRE behind it are taken in one turn). NULL when no
  * channel is open; sup_manager_uncork(NULL) does nothing. */

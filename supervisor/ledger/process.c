@@ -128,8 +128,8 @@ on_expire(uv_timer_t *t)
     arm_expiry(s);
 }
 
-static int
-queue_reply(struct sp *s, const struct proto_lease_msg *reply, uint32_t request_id)
+int
+sp_queue_reply(struct sp *s, const struct proto_lease_msg *reply, uint32_t request_id)
 {
     size_t len = 0;
     int rc;
@@ -151,6 +151,8 @@ queue_reply(struct sp *s, const struct proto_lease_msg *reply, uint32_t request_
 static void on_reload(uv_timer_t *h);
 static void on_reload_tick(uv_timer_t *h);
 
+static void cluster_ready(struct sp *s);
+
 static void
 on_frame(proto_conn *c, const struct proto_frame *f, void *data)
 {
@@ -159,6 +161,15 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
     struct proto_lease_msg reply;
     int rc;
 
+    if (s->cluster && f->type >= PROTO_JOURNAL_SYNC) {
+        sp_cluster_on_frame(s, f, cluster_ready);
+        return;
+    }
+    if (s->cluster && s->ledger == NULL) { /* before READY: answered once the ledger is open */
+        if (sp_cluster_keep_early(s, f) != TALLY_OK)
+            sp_stop(s, 74);
+        return;
+    }
     uv_timer_again(&s->idle_timer);
     s->quiet_ticks = 0;
     if (!uv_is_active((uv_handle_t *)&s->reload_timer))
@@ -190,7 +201,7 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
         proto_conn_close(c);
         return;
     }
-    if (rc != TALLY_OK || queue_reply(s, &reply, f->request_id) != TALLY_OK) {
+    if (rc != TALLY_OK || sp_queue_reply(s, &reply, f->request_id) != TALLY_OK) {
         sp_stop(s, 74);
         return;
     }
@@ -237,8 +248,9 @@ on_reload(uv_timer_t *h)
     const struct store_snap_tenant *t = NULL;
     int rc;
 
-    /* Only when tally.db changed (its stamp: no connection, no lock). */
-    if (!store_config_stamp_changed(s->o->data, &s->config_stamp))
+    /* Only when tally.db changed (its stamp: no connection, no lock); in a cluster, once the
+     * ledger is open (READY). */
+    if (s->ledger == NULL || !store_config_stamp_changed(s->o->data, &s->config_stamp))
         return;
     rc = sp_load_config(s, &t);
     if (rc == TALLY_ENOTFOUND) {
@@ -303,10 +315,13 @@ open_all(struct sp *s)
     if (rc != TALLY_OK)
         return rc == TALLY_ENOTFOUND ? TALLY_ENODATA : rc;
     rc = store_path_tenant(s->o->data, s->o->tenant, "ledger.db", path, sizeof(path));
+    /* In a cluster the file is this host's copy of the log's records, written by tallyd: read
+     * here, never written. */
     if (rc == TALLY_OK)
         rc = store_journal_open(path,
-                                STORE_OPEN_CREATE | STORE_OPEN_PRIVATE | STORE_OPEN_PERSIST_WAL |
-                                    (s->o->strict ? STORE_OPEN_SYNC_FULL : 0),
+                                STORE_OPEN_CREATE | STORE_OPEN_PERSIST_WAL |
+                                    (s->cluster ? 0 : STORE_OPEN_PRIVATE) |
+                                    (s->o->strict && !s->cluster ? STORE_OPEN_SYNC_FULL : 0),
                                 &sp_journal_upgrade, &s->journal);
     if (rc != TALLY_OK)
         return rc;
@@ -321,6 +336,7 @@ open_all(struct sp *s)
     rc = sup_ledger_open(&cfg, &s->ledger);
     if (rc == TALLY_OK)
         rc = sp_replay(s);
+
     if (rc == TALLY_OK)
         sp_maybe_compact(s);
     /* The EPOCH record waits in the batch for the first turn's commit: it is durable before
@@ -331,6 +347,10 @@ open_all(struct sp *s)
         rc = sup_ledger_start(s->ledger, sp_wall_ms(), &s->batch);
     if (rc == TALLY_OK)
         shrink(s);
+    if (s->cluster) { /* read: tallyd is the copy's only writer from now on */
+        store_db_close(s->journal);
+        s->journal = NULL;
+    }
     return rc;
 }
 
@@ -407,6 +427,44 @@ static void __attribute__((noinline)) touch_stack(void)
     memset((char *)b, 0, sizeof(b));
 }
 
+static void
+log_ready(struct sp *s)
+{
+    struct tally_log l;
+
+    arm_expiry(s);
+    if (sp_log_begin(s, &l, TALLY_LOG_INFO, "supervisor_ready")) {
+        tally_log_int(&l, "records", (int64_t)s->records_total);
+        tally_log_int(&l, "journal_rows", (int64_t)s->journal_rows);
+        tally_log_int(&l, "replay_ms", sp_wall_ms() - s->started_ms);
+        if (s->cluster)
+            tally_log_str(&l, "journal", "cluster");
+        tally_log_end(&l);
+    }
+}
+
+static void
+early_frame(struct sp *s, const struct proto_frame *f)
+{
+    if (s->conn != NULL)
+        on_frame(s->conn, f, s);
+}
+
+/* In a cluster, READY: every record of the log before the SYNC is in this host's copy. */
+static void
+cluster_ready(struct sp *s)
+{
+    int rc = open_all(s);
+
+    if (rc != TALLY_OK) {
+        sp_log_error(s, TALLY_LOG_ERROR, "supervisor_open_failed", rc, store_open_errmsg());
+        sp_stop(s, exit_code_for(rc));
+        return;
+    }
+    log_ready(s);
+    sp_cluster_early_each(s, early_frame); /* what came meanwhile, in order */
+}
+
 /* New ledgers are taken from DATA/pool when it holds some (written and synced ahead). */
 static void
 pool_use(const char *data)
@@ -442,7 +500,6 @@ sup_process_run(const struct sup_process_opts *o)
     struct sp *s = &sp_one;
     static const struct proto_conn_cbs cbs = {on_frame, on_close};
     char path[STORE_PATH_MAX];
-    struct tally_log l;
     int64_t started = sp_wall_ms();
     int lock_fd = -1;
     bool loop_live = false;
@@ -481,7 +538,8 @@ sup_process_run(const struct sup_process_opts *o)
     loop_live = true;
     uv_timer_init(&s->loop, &s->sync_timer);
     s->sync_timer.data = s;
-    rc = open_all(s);
+    s->cluster = sp_cluster_detect(o->data);
+    rc = s->cluster ? TALLY_OK : open_all(s); /* in a cluster, once READY comes */
     if (rc != TALLY_OK) {
         sp_log_error(s, TALLY_LOG_ERROR, "supervisor_open_failed", rc,
                      s->journal != NULL ? store_db_errmsg(s->journal) : store_open_errmsg());
@@ -516,14 +574,11 @@ sup_process_run(const struct sup_process_opts *o)
     uv_signal_init(&s->loop, &s->sigint);
     s->sigint.data = s;
     uv_signal_start(&s->sigint, on_signal, SIGINT);
-    arm_expiry(s);
-    if (sp_log_begin(s, &l, TALLY_LOG_INFO, "supervisor_ready")) {
-        tally_log_int(&l, "records", (int64_t)s->records_total);
-        tally_log_int(&l, "journal_rows", (int64_t)s->journal_rows);
-        tally_log_int(&l, "replay_ms", sp_wall_ms() - started);
-        tally_log_end(&l);
-    }
-    uv_run(&s->loop, UV_RUN_DEFAULT);
+    s->started_ms = started;
+    if (s->cluster ? sp_cluster_sync(s) == TALLY_OK : (log_ready(s), true))
+        uv_run(&s->loop, UV_RUN_DEFAULT);
+    else
+        s->exit_code = 74;
     sp_flush(s);
 out:
     if (s->conn != NULL) {
@@ -544,6 +599,7 @@ out:
         }
     }
     sup_ledger_close(s->ledger);
+    sp_cluster_free(s);
     store_db_close(s->journal);
     store_snapshot_free(s->snap);
     tally_free(s->eps);

@@ -50,11 +50,24 @@ on_sync(uv_timer_t *t)
 static void
 committed(struct sp *s)
 {
-    if (s->o->strict)
+    if (s->o->strict || s->cluster) /* a cluster's records are durable in the log */
         return;
     s->unsynced = true;
     if (s->sync_ms > 0 && !uv_is_active((uv_handle_t *)&s->sync_timer))
         uv_timer_start(&s->sync_timer, on_sync, s->sync_ms, 0);
+}
+
+/* Cluster mode: BEGIN, the records in CHUNKs, END; each copy swaps at END, all at once. */
+static int
+replace_on_log(struct sp *s, const struct sup_records *snap)
+{
+    int rc = sp_cluster_append(s, PROTO_JOURNAL_BEGIN, NULL, 0);
+
+    if (rc == TALLY_OK && snap->count > 0)
+        rc = sp_cluster_append(s, PROTO_JOURNAL_CHUNK, snap->v, snap->count);
+    if (rc == TALLY_OK)
+        rc = sp_cluster_append(s, PROTO_JOURNAL_END, NULL, 0);
+    return rc;
 }
 
 /* Replaces the journal by a snapshot of the ledger, in one transaction, once it
@@ -81,7 +94,9 @@ sp_maybe_compact(struct sp *s)
         snap.cap = needed;
         rc = snap.v == NULL ? TALLY_ENOMEM : sup_ledger_snapshot(s->ledger, &snap, &needed);
     }
-    if (rc == TALLY_OK)
+    if (rc == TALLY_OK && s->cluster) /* on the log: every copy replaced at the same record */
+        rc = replace_on_log(s, &snap);
+    else if (rc == TALLY_OK)
         rc = store_journal_replace(s->journal, snap.count, encode_at, snap.v);
     if (sp_log_begin(s, &l, rc == TALLY_OK ? TALLY_LOG_INFO : TALLY_LOG_ERROR,
                      "journal_compacted")) {
@@ -116,6 +131,16 @@ send_recalls(struct sp *s)
     }
 }
 
+/* Cluster mode: the RECALLs go after the replies they may follow, held with them. */
+static void
+queue_recalls(struct sp *s)
+{
+    struct proto_lease_msg m;
+
+    while (sup_ledger_next_recall(s->ledger, &m) == TALLY_OK)
+        (void)sp_queue_reply(s, &m, 0);
+}
+
 /* A commit this slow holds every waiting request of the tenant past any --wait-ms: said once
  * per slow commit, so that answers given up at their deadline can be traced to the disk. */
 #define COMMIT_SLOW_MS 250
@@ -141,14 +166,23 @@ sp_flush(struct sp *s)
 
     if (s->failed)
         return; /* exiting 74: no second try, no second line, no reply */
+    if (s->cluster && s->ledger == NULL)
+        return; /* before READY: nothing decided yet */
+    if (s->cluster && s->conn == NULL) {
+        /* tallyd went away: the turn is lost, unanswered; the log keeps what it had. */
+        s->batch.count = 0;
+        s->out_len = 0;
+        return;
+    }
     if (s->batch.count > 0) {
         uint64_t t0 = uv_hrtime();
 
-        rc = store_journal_append(s->journal, s->batch.count, encode_at, s->recs);
+        rc = s->cluster ? sp_cluster_append(s, PROTO_JOURNAL_APPEND, s->recs, s->batch.count)
+                        : store_journal_append(s->journal, s->batch.count, encode_at, s->recs);
         log_slow_commit(s, t0, (uint32_t)s->batch.count);
         if (rc != TALLY_OK) {
             sp_log_error(s, TALLY_LOG_ERROR, "journal_commit_failed", rc,
-                         store_db_errmsg(s->journal));
+                         s->cluster ? "not sent to tallyd" : store_db_errmsg(s->journal));
             s->out_len = 0; /* never answer what is not durable */
             s->failed = true;
             sp_stop(s, 74);
@@ -159,10 +193,15 @@ sp_flush(struct sp *s)
         s->batch.count = 0;
         committed(s);
     }
-    if (s->out_len > 0 && s->conn != NULL)
-        (void)proto_conn_send(s->conn, s->out, s->out_len);
-    s->out_len = 0;
-    send_recalls(s);
+    if (s->cluster) {
+        queue_recalls(s);
+        sp_cluster_out(s); /* the replies and recalls: with their records */
+    } else {
+        if (s->out_len > 0 && s->conn != NULL)
+            (void)proto_conn_send(s->conn, s->out, s->out_len);
+        s->out_len = 0;
+        send_recalls(s);
+    }
     sp_maybe_compact(s);
 }
 

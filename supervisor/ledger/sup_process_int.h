@@ -62,6 +62,22 @@ struct sp {
     uint64_t journal_rows;   /* rows in the journal now */
     uint64_t compacted_rows; /* rows the last compaction left */
     uint64_t compact_rows;
+    /* Cluster mode (process_cluster.c): the journal is the cluster log's, written through
+     * tallyd; the replies of a turn leave once its records are committed there. */
+    bool cluster;
+    int64_t started_ms;  /* wall clock at the start, for the ready line */
+    uint64_t sync_nonce; /* the SYNC sent; READY must echo it */
+    uint64_t jseq;       /* the last BATCH sent */
+    uint64_t jdone;      /* the last BATCH committed */
+    uint8_t *held;       /* replies waiting for their records' DONE, in order */
+    size_t held_len, held_cap;
+    struct sp_mark {
+        uint64_t seq; /* held[..end) leaves once BATCH seq is done */
+        size_t end;
+    } *marks;
+    size_t n_marks, cap_marks;
+    uint8_t *early; /* frames come before READY: [type, flags, id, len, payload]... */
+    size_t early_len, early_cap;
 };
 
 extern const struct store_upgrade sp_journal_upgrade; /* format 1 to today's */
@@ -84,6 +100,25 @@ int sp_load_config(struct sp *s, const struct store_snap_tenant **t);
 bool sp_link_allows(void *ctx, const char *link_id, const char *endpoint, int64_t now_ms);
 /** In a spare: opens tally.db and reads its schema, for the first sp_load_config. */
 void sp_config_warm(const char *data);
+
+/** Queues a reply (or a pushed message: request_id 0) for the end of the turn. */
+int sp_queue_reply(struct sp *s, const struct proto_lease_msg *reply, uint32_t request_id);
+
+/* process_cluster.c */
+/** True when DATA belongs to a cluster member (DATA/cluster/members exists). */
+bool sp_cluster_detect(const char *data);
+/** Sends SYNC: READY comes once the log's earlier records are applied here. */
+int sp_cluster_sync(struct sp *s);
+/** A journal frame from tallyd (READY or DONE); READY runs `ready` (the ledger is opened). */
+void sp_cluster_on_frame(struct sp *s, const struct proto_frame *f, void (*ready)(struct sp *s));
+/** Keeps a frame that came before READY; sp_cluster_early_each hands them back. */
+int sp_cluster_keep_early(struct sp *s, const struct proto_frame *f);
+void sp_cluster_early_each(struct sp *s, void (*fn)(struct sp *s, const struct proto_frame *f));
+/** Sends records v[0..n) as BATCH frames of `op` (APPEND or CHUNK; BEGIN and END with n 0). */
+int sp_cluster_append(struct sp *s, uint8_t op, const struct sup_record *v, size_t n);
+/** The turn's replies (s->out): out now, or held until the turn's last BATCH is done. */
+void sp_cluster_out(struct sp *s);
+void sp_cluster_free(struct sp *s);
 
 /* process_journal.c */
 /** Commits the turn's records, then writes its replies; a failed commit stops the process (74)
