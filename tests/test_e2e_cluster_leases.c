@@ -5,6 +5,9 @@
  *
  * - A plan of 1,000 an hour, one client per host, all at once: between 990 and 1,000
  *   are admitted in all (each host some), never more, and a refusal names the plan.
+ * - kill -9 of every process of the leader's host after about 400 admissions of a plan of
+ *   1,000: a new leader grants within the election and a wait, the total stays at most 1,000,
+ *   and the old host, started again, holds the same ledger as the others within 5 s.
  * - Two of the three tallyds killed: the survivor has no leader, and a fail-closed
  *   endpoint answers 503 within 6 s; once one host is back, grants come within 2 s of
  *   its tallyd answering.
@@ -18,6 +21,8 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +38,8 @@ struct host {
     struct serve_env e;
     char listen[64];
     char token[128]; /* acme's link for this host's client */
+    char gtok[128];  /* gamma's, for the failover */
+    char gfresh[128]; /* gamma's, first used after the leader is gone */
 };
 
 static struct host hosts[HOSTS];
@@ -105,6 +112,13 @@ setup(void **state)
     serve_tally_ok(&hosts[0].e, NULL, 0, "tenant", "add", "acme", "--plan", "pro", NULL);
     serve_tally_ok(&hosts[0].e, NULL, 0, "tenant", "add", "beta", "--plan", "big", NULL);
     serve_tally_ok(&hosts[0].e, fresh, sizeof(fresh), "link", "create", "beta", NULL);
+    serve_tally_ok(&hosts[0].e, NULL, 0, "tenant", "add", "gamma", "--plan", "pro", NULL);
+    for (int i = 0; i < HOSTS; i++) {
+        serve_tally_ok(&hosts[0].e, hosts[i].gtok, sizeof(hosts[i].gtok), "link", "create",
+                       "gamma", NULL);
+        serve_tally_ok(&hosts[0].e, hosts[i].gfresh, sizeof(hosts[i].gfresh), "link", "create",
+                       "gamma", NULL);
+    }
     for (int i = 0; i < HOSTS; i++)
         serve_tally_ok(&hosts[0].e, hosts[i].token, sizeof(hosts[i].token), "link", "create",
                        "acme", NULL);
@@ -141,6 +155,7 @@ teardown(void **state)
 
 struct client {
     const struct host *h;
+    const char *token; /* NULL: the host's acme link */
     const char *endpoint;
     int total;
     struct test_load_result r;
@@ -150,7 +165,7 @@ static void *
 client_run(void *arg)
 {
     struct client *c = arg;
-    const char *tok = c->h->token;
+    const char *tok = c->token != NULL ? c->token : c->h->token;
 
     test_load_run(c->h->e.d.socket, &tok, 1, c->endpoint, c->total, 4, 60000, &c->r);
     return NULL;
@@ -201,6 +216,98 @@ test_cluster_cap_is_exact_across_three_hosts(void **state)
     }
 }
 
+/* Sends `each` checks of gamma from every live host at once; the admitted total. */
+static int
+gamma_round(int each, bool *live)
+{
+    struct client c[HOSTS];
+    pthread_t th[HOSTS];
+    int admitted = 0;
+
+    for (int i = 0; i < HOSTS; i++) {
+        c[i] = (struct client){
+            .h = &hosts[i], .token = hosts[i].gtok, .endpoint = "search", .total = each};
+        if (live[i])
+            assert_int_equal(pthread_create(&th[i], NULL, client_run, &c[i]), 0);
+    }
+    for (int i = 0; i < HOSTS; i++) {
+        if (!live[i])
+            continue;
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(c[i].r.unauthorized + c[i].r.other + c[i].r.bad_request, 0);
+        admitted += c[i].r.admitted;
+    }
+    return admitted;
+}
+
+/* `tally usage gamma` on h: the ledger as its copy of the journal says (NUL: no answer). */
+static void
+usage_of(const struct host *h, char *out, size_t cap)
+{
+    struct test_out o;
+
+    out[0] = '\0';
+    if (test_tally(h->e.data, &o, "usage", "gamma", NULL) == 0)
+        snprintf(out, cap, "%s", o.out);
+}
+
+static void
+test_cluster_failover_keeps_the_cap(void **state)
+{
+    bool live[HOSTS] = {true, true, true};
+    unsigned long long leader = leader_of(&hosts[0]);
+    struct host *old;
+    struct serve_http r;
+    pid_t sups[16];
+    int n_sups, admitted, k = -1;
+    int64_t t0, t_back;
+    char u0[4096], u[4096];
+
+    (void)state;
+    assert_true(leader >= 1 && leader <= HOSTS);
+    old = &hosts[leader - 1];
+    admitted = gamma_round(134, live); /* about 400 */
+    print_message("before the failover: %d admitted\n", admitted);
+    /* Every process of the leader's host: tallyd, then the supervisors it ran. */
+    n_sups = test_supervisor_pids(old->e.data, "gamma", sups, 16);
+    test_daemon_kill9(&old->e.d);
+    for (int i = 0; i < n_sups; i++)
+        kill(sups[i], SIGKILL);
+    live[leader - 1] = false;
+    t0 = now_ms();
+    for (int i = 0; i < HOSTS && k < 0; i++)
+        if (live[i])
+            k = i;
+    /* A link that holds no lease asks the new leader. */
+    while (check_status(&hosts[k], hosts[k].gfresh, "search", &r) != 200) {
+        assert_true(now_ms() - t0 < 8000);
+        usleep(50 * 1000);
+    }
+    print_message("a new leader granted %lld ms after the kill\n", (long long)(now_ms() - t0));
+    assert_true(now_ms() - t0 < 2000 + 3000); /* the election, then a grant (--wait-ms) */
+    admitted += 1 + gamma_round(800, live);
+    print_message("in all: %d admitted of a plan of 1000\n", admitted);
+    assert_true(admitted <= 1000);
+    /* The old host comes back and catches up: its copy of the ledger is the others'. */
+    start(old);
+    t_back = now_ms();
+    usage_of(&hosts[k], u0, sizeof(u0));
+    assert_true(u0[0] != '\0');
+    for (;;) {
+        usage_of(old, u, sizeof(u));
+        if (strcmp(u, u0) == 0)
+            break;
+        assert_true(now_ms() - t_back < 5000);
+        usleep(100 * 1000);
+    }
+    print_message("the old leader's copy equal %lld ms after its restart\n",
+                  (long long)(now_ms() - t_back));
+    for (int i = 0; i < HOSTS; i++) {
+        usage_of(&hosts[i], u, sizeof(u));
+        assert_string_equal(u, u0);
+    }
+}
+
 static void
 test_cluster_without_a_majority_answers_503_then_heals(void **state)
 {
@@ -234,6 +341,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cluster_cap_is_exact_across_three_hosts),
+        cmocka_unit_test(test_cluster_failover_keeps_the_cap),
         cmocka_unit_test(test_cluster_without_a_majority_answers_503_then_heals),
     };
 

@@ -218,23 +218,35 @@ test_install_find_package_builds_the_example(void **state)
     assert_non_null(strstr(o.out, cmd));
 }
 
+/* examples/DIR/tallyd.service, pointed at the installed tallyd, verifies silently. */
 static void
-test_install_systemd_unit_verifies(void **state)
+unit_verifies(struct fx *f, const char *dir)
 {
-    struct fx *f = *state;
-    char unit_dir[400], unit[450];
+    char unit_dir[400], unit[450], src[512];
     char *verify[] = {"/usr/bin/systemd-analyze", "verify", unit, NULL};
 
-    snprintf(unit_dir, sizeof(unit_dir), "%s/unit", f->dest);
+    snprintf(unit_dir, sizeof(unit_dir), "%s/unit-%s", f->dest, dir);
     mkdir(unit_dir, 0700);
     snprintf(unit, sizeof(unit), "%s/tallyd.service", unit_dir);
-    examples_fill_template(TALLY_SOURCE_DIR "/examples/systemd/tallyd.service", unit, "BINDIR",
-                           f->bindir, NULL);
+    snprintf(src, sizeof(src), "%s/examples/%s/tallyd.service", TALLY_SOURCE_DIR, dir);
+    examples_fill_template(src, unit, "BINDIR", f->bindir, NULL);
     if (access(verify[0], X_OK) != 0)
         fail_msg("systemd-analyze is missing (Debian package systemd)");
     test_run(verify, NULL, &o);
     if (o.code != 0 || o.out[0] != '\0' || o.err[0] != '\0')
         fail_msg("systemd-analyze verify: exit %d\n%s\n%s", o.code, o.out, o.err);
+}
+
+static void
+test_install_systemd_unit_verifies(void **state)
+{
+    unit_verifies(*state, "systemd");
+}
+
+static void
+test_install_cluster_unit_verifies(void **state)
+{
+    unit_verifies(*state, "cluster");
 }
 
 int
@@ -246,6 +258,7 @@ main(void)
         cmocka_unit_test(test_install_example_builds_with_pkg_config_and_runs),
         cmocka_unit_test(test_install_find_package_builds_the_example),
         cmocka_unit_test(test_install_systemd_unit_verifies),
+        cmocka_unit_test(test_install_cluster_unit_verifies),
     };
 
     signal(SIGPIPE, SIG_IGN);
