@@ -37,9 +37,9 @@
 struct host {
     struct serve_env e;
     char listen[64];
-    char token[128]; /* acme's link for this host's client */
-    char gtok[128];  /* gamma's, for the failover */
-    char gfresh[128]; /* gamma's, first used after the leader is gone */
+    char token[128];  /* acme's link for this host's client */
+    char gtok[128];   /* gamma's, for the failover */
+    char gfresh[128]; /* delta's (a tenant nobody used): first used after the leader is gone */
 };
 
 static struct host hosts[HOSTS];
@@ -104,8 +104,7 @@ setup(void **state)
     }
     assert_int_equal(test_tally(hosts[0].e.data, &o, "init", NULL), 0);
     serve_tally_ok(&hosts[0].e, NULL, 0, "plan", "set", "pro", "--limit", "1000/1h", NULL);
-    serve_tally_ok(&hosts[0].e, NULL, 0, "endpoint", "set", "search", "--limit", "100000/1h",
-                   NULL);
+    serve_tally_ok(&hosts[0].e, NULL, 0, "endpoint", "set", "search", "--limit", "100000/1h", NULL);
     serve_tally_ok(&hosts[0].e, NULL, 0, "endpoint", "set", "pay", "--limit", "100000/1h",
                    "--on-unavailable", "closed", NULL);
     serve_tally_ok(&hosts[0].e, NULL, 0, "plan", "set", "big", "--limit", "100000/1h", NULL);
@@ -113,18 +112,20 @@ setup(void **state)
     serve_tally_ok(&hosts[0].e, NULL, 0, "tenant", "add", "beta", "--plan", "big", NULL);
     serve_tally_ok(&hosts[0].e, fresh, sizeof(fresh), "link", "create", "beta", NULL);
     serve_tally_ok(&hosts[0].e, NULL, 0, "tenant", "add", "gamma", "--plan", "pro", NULL);
+    /* delta's links hold no lease before the failover: the tenant's other links ask ahead
+     * when one of them starts its supervisor, so a fresh link of a used tenant may not ask. */
+    serve_tally_ok(&hosts[0].e, NULL, 0, "tenant", "add", "delta", "--plan", "pro", NULL);
     for (int i = 0; i < HOSTS; i++) {
-        serve_tally_ok(&hosts[0].e, hosts[i].gtok, sizeof(hosts[i].gtok), "link", "create",
-                       "gamma", NULL);
+        serve_tally_ok(&hosts[0].e, hosts[i].gtok, sizeof(hosts[i].gtok), "link", "create", "gamma",
+                       NULL);
         serve_tally_ok(&hosts[0].e, hosts[i].gfresh, sizeof(hosts[i].gfresh), "link", "create",
-                       "gamma", NULL);
+                       "delta", NULL);
     }
     for (int i = 0; i < HOSTS; i++)
         serve_tally_ok(&hosts[0].e, hosts[i].token, sizeof(hosts[i].token), "link", "create",
                        "acme", NULL);
-    assert_int_equal(test_tally(hosts[0].e.data, &o, "cluster", "init", "--listen",
-                                hosts[0].listen, NULL),
-                     0);
+    assert_int_equal(
+        test_tally(hosts[0].e.data, &o, "cluster", "init", "--listen", hosts[0].listen, NULL), 0);
     start(&hosts[0]);
     wait_leader(&hosts[0], 1, 5000);
     for (int i = 1; i < HOSTS; i++) {
@@ -167,14 +168,14 @@ client_run(void *arg)
     struct client *c = arg;
     const char *tok = c->token != NULL ? c->token : c->h->token;
 
-    test_load_run(c->h->e.d.socket, &tok, 1, c->endpoint, c->total, 4, 60000, &c->r);
+    test_load_run(c->h->e.d.socket, &tok, 1, c->endpoint, c->total, (c->total + 9) / 10, 60000,
+                  &c->r);
     return NULL;
 }
 
 /* The status of one check on h. */
 static int
-check_status(const struct host *h, const char *token, const char *endpoint,
-             struct serve_http *out)
+check_status(const struct host *h, const char *token, const char *endpoint, struct serve_http *out)
 {
     serve_check(&h->e, token, endpoint, out);
     return out->status;
@@ -200,8 +201,7 @@ test_cluster_cap_is_exact_across_three_hosts(void **state)
         assert_int_equal(pthread_join(th[i], NULL), 0);
         print_message("host %d: admitted %d refused %d unavailable %d lost %d\n", i + 1,
                       c[i].r.admitted, c[i].r.refused, c[i].r.unavailable, c[i].r.lost);
-        assert_int_equal(c[i].r.unauthorized + c[i].r.lost + c[i].r.other + c[i].r.bad_request,
-                         0);
+        assert_int_equal(c[i].r.unauthorized + c[i].r.lost + c[i].r.other + c[i].r.bad_request, 0);
         assert_int_equal(c[i].r.degraded, 0);
         assert_true(c[i].r.admitted > 0);
         admitted += c[i].r.admitted;
@@ -278,13 +278,13 @@ test_cluster_failover_keeps_the_cap(void **state)
     for (int i = 0; i < HOSTS && k < 0; i++)
         if (live[i])
             k = i;
-    /* A link that holds no lease asks the new leader. */
+    /* A link of a tenant nobody used holds no lease: it asks the new leader. */
     while (check_status(&hosts[k], hosts[k].gfresh, "search", &r) != 200) {
         assert_true(now_ms() - t0 < 8000);
         usleep(50 * 1000);
     }
     print_message("a new leader granted %lld ms after the kill\n", (long long)(now_ms() - t0));
-    assert_true(now_ms() - t0 < 2000 + 3000); /* the election, then a grant (--wait-ms) */
+    assert_true(now_ms() - t0 < 2000); /* the election, then a cold start on the new leader */
     admitted += 1 + gamma_round(800, live);
     print_message("in all: %d admitted of a plan of 1000\n", admitted);
     assert_true(admitted <= 1000);
