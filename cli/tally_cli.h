@@ -18,7 +18,8 @@ enum cli_exit {
     EXIT_OK = 0,
     EXIT_FAIL = 1,     /* not found, exists, in use; `check`: refused */
     EXIT_UNAUTH = 2,   /* `check`: unknown, revoked or expired token */
-    EXIT_UNAVAIL = 3,  /* `check`: the daemon or authority cannot be reached */
+    EXIT_UNAVAIL = 3,  /* `check`: the daemon or authority cannot be reached; a change in a
+                          cluster: no leader reachable */
     EXIT_USAGE = 64,   /* bad syntax, name, limit or cost: nothing changed */
     EXIT_DATAERR = 65, /* `apply`: the file is invalid: nothing changed */
     EXIT_IOERR = 74,   /* storage error */
@@ -71,5 +72,12 @@ int cli_check(struct cli *c);
 int cli_stats(struct cli *c);
 /** `tally cluster init|status` (tally_cluster.c). */
 int cli_cluster(struct cli *c);
+/** In a cluster data dir, db's changes go through the cluster's log instead of being committed
+ *  (tally_cluster_config.c); elsewhere nothing. EXIT_OK, else the exit code of the line
+ *  printed. */
+int cli_cluster_capture(const struct cli *c, store_db *db);
+/** Why the last change could not go through the cluster, and its exit code (*code); NULL when
+ *  it did not fail there. */
+const char *cli_cluster_why(int *code /* OUT */);
 
 #endif /* TALLY_CLI_H */

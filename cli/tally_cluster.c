@@ -206,6 +206,8 @@ cluster_join_cmd(struct cli *c)
     else if (rc != TALLY_OK)
         exit_code = cli_fail(EXIT_UNAVAIL, "no answer to the join: %s", tally_strerror(rc));
     else if ((rc = store_datadir_init_key(c->data, res->deployment_key)) != TALLY_OK ||
+             (rc = store_config_install(c->data, res->config, res->config_len,
+                                        res->config_index)) != TALLY_OK ||
              (rc = cluster_state_create(c->data, &key, &res->st)) != TALLY_OK)
         exit_code = cli_fail(EXIT_IOERR,
                              "joined as member %llu, but cannot write %s: %s (tally cluster leave "
@@ -214,11 +216,14 @@ cluster_join_cmd(struct cli *c)
                              (unsigned long long)res->id);
     else {
         printf("joined the cluster as member %llu (%s), %zu members\n"
+               "configuration copied from the leader (%zu KiB, change %llu)\n"
                "start tallyd to serve it on %s\n",
-               (unsigned long long)res->id, cluster_role_name(role), res->st.n, listen);
+               (unsigned long long)res->id, cluster_role_name(role), res->st.n,
+               res->config_len / 1024, (unsigned long long)res->config_index, listen);
         exit_code = EXIT_OK;
     }
     cluster_hostkey_wipe(&key);
+    cluster_join_result_release(res);
     sodium_memzero(res, sizeof(*res));
     free(res);
     return exit_code;

@@ -51,11 +51,15 @@ static const char usage_text[] =
     "endpoint names in all (link create / endpoint set past a cap: exit 1,\n"
     "apply: exit 65; nothing changed).\n"
     "The data dir is --data DIR, else $TALLY_DATA, else " TALLY_DEFAULT_DATA_DIR ".\n"
+    "In a cluster a change goes through the leader: in force on this host and on every\n"
+    "member that answers before the command returns (docs/CLUSTER.md).\n"
     "\n"
     "exit codes:\n"
     "  0 success (check: admitted)      1 failed: not found, exists, in use, cap reached\n"
     "                                     (check: refused)\n"
-    "  2 check: unauthorized            3 check: unavailable; stats, cluster status: no tallyd\n"
+    "  2 check: unauthorized            3 check: unavailable; stats, cluster status: no tallyd;\n"
+    "                                     a change in a cluster: no leader reachable, nothing\n"
+    "                                     changed\n"
     "  64 usage: bad syntax, name, limit or cost; nothing changed\n"
     "  65 apply: invalid file; nothing changed\n"
     "  74 storage error                 78 data dir not initialised or key unreadable\n";
@@ -63,6 +67,11 @@ static const char usage_text[] =
 int
 cli_store_fail(int rc, const char *what)
 {
+    int code = EXIT_IOERR;
+    const char *why = cli_cluster_why(&code);
+
+    if (why != NULL) /* the commit went to the cluster and failed there */
+        return cli_fail(code, "%s: %s", what, why);
     switch (rc) {
     case TALLY_ENOTFOUND:
     case TALLY_EEXIST:
@@ -91,7 +100,14 @@ cli_open(const struct cli *c, store_db **out)
     if (rc != TALLY_OK)
         return cli_fail(rc == TALLY_ESCHEMA ? EXIT_CONFIG : EXIT_IOERR, "%s (%s)",
                         tally_strerror(rc), store_open_errmsg());
-    return EXIT_OK;
+    /* A member of a cluster changes its file only by the log: a local commit would make it
+     * differ from the others'. */
+    rc = cli_cluster_capture(c, *out);
+    if (rc != EXIT_OK) {
+        store_db_close(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 int64_t

@@ -10,6 +10,16 @@
 
 #define RECORD_MEMBER 'M'
 #define RECORD_LEAVE  'L'
+/* LEDGER: 'J' | op (1) | tenant length (1, 1..63) | tenant | body. A tenant's journal records,
+ * which every member writes into its copy of DATA/tenants/T/ledger.db (node_ledger.c). Bodies:
+ * APPEND and CHUNK carry count (4, big-endian) then count x (length (4) | record); BEGIN and
+ * END none; NOOP has neither tenant nor body ('J' 'N': a barrier, applied as nothing). */
+#define RECORD_LEDGER 'J'
+#define LEDGER_APPEND 'A' /* the records go at the end of the tenant's journal */
+#define LEDGER_BEGIN  'B' /* the tenant's staging copy is emptied */
+#define LEDGER_CHUNK  'C' /* the records go at the end of the staging copy */
+#define LEDGER_END    'E' /* in one transaction the journal becomes the staging copy */
+#define LEDGER_NOOP   'N'
 #define ADMIN_LEAVE   1
 #define RECONCILE_MS  500
 #define JOINS_MAX     4
@@ -47,6 +57,8 @@ struct cluster_node {
     } lease_in[CLUSTER_MEMBERS_MAX];
     bool role_known, role_leading, role_link; /* as last told */
     bool closing, log_closed;
+    struct node_config *config; /* tally.db on the log (node_config.c), made at first use */
+    struct node_ledger *ledger; /* every tenant's journal copy (node_ledger.c) */
     uv_loop_t *loop;
     void (*close_cb)(void *data);
     void *close_data;
@@ -73,6 +85,25 @@ void cluster__node_maybe_free(cluster_node *n);
 int cluster__on_lease_open(void *ctx, uint64_t token, uint64_t member);
 void cluster__on_lease_msg(void *ctx, uint64_t token, const uint8_t *msg, size_t len);
 void cluster__on_lease_close(void *ctx, uint64_t token);
+/* Ledgers on the log (node_ledger.c). */
+/** Makes n's table of journal copies (before the log opens: a snapshot restores at start).
+ *  TALLY_OK or TALLY_ENOMEM. */
+int cluster__ledger_init(cluster_node *n);
+/** Closes every open copy and frees the table; no-op when none. */
+void cluster__ledger_close(cluster_node *n);
+/** A committed LEDGER record (p: after its type byte), the log's `count`-th batch: written
+ *  into the tenant's copy, unless the copy holds it already. A malformed record is logged
+ *  and ignored; a copy that fails is logged and skipped from then on (node_ledger.c). */
+void cluster__ledger_apply(cluster_node *n, uint64_t count, const uint8_t *p, size_t len);
+/** A snapshot's bytes: head (head_len bytes, borrowed) then every tenant's copy as of
+ *  `applied` batches. *buf from tally_malloc. TALLY_OK; TALLY_EIO while a copy is broken,
+ *  TALLY_ETOOBIG over 512 MiB, or a store error (each logged). */
+int cluster__ledger_snapshot(cluster_node *n, uint64_t applied, const uint8_t *head,
+                             size_t head_len, uint8_t **buf /* OUT */, size_t *len /* OUT */);
+/** Puts the copies of a snapshot's ledger part (what follows its head) in place. TALLY_OK
+ *  (a copy that fails is logged and broken), TALLY_EPROTO (malformed: nothing changed) or
+ *  TALLY_ENOMEM. */
+int cluster__ledger_restore(cluster_node *n, const uint8_t *p, size_t len);
 /** cluster_net_hooks (ctx: the node). */
 bool cluster__strangers_welcome(void *ctx);
 int cluster__on_join(void *ctx, uint64_t token, const uint8_t pk[CLUSTER_KEY_BYTES],

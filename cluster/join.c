@@ -3,8 +3,13 @@
  * (the inviting host's address and key, a one-time secret), and the one
  * exchange over the host channel: JOIN out, the answer back, on a loop of its
  * own. The new host proves its freshly made key like any member; the inviting
- * host lets it in only to say JOIN, and only while an invite is outstanding.
+ * host lets it in only to say JOIN, and only while an invite is outstanding;
+ * the answer brings the members, the deployment key and a copy of tally.db.
+ * Also a member's ADMIN requests, each one exchange the same way: LEAVE, and
+ * CONFIG (a change command's changeset to the leader) and CONFIG_WAIT (until a
+ * member applied it).
  */
+#include "cluster_config_int.h"
 #include "cluster_node.h"
 
 #include <sodium.h>
@@ -191,6 +196,29 @@ refusal(const uint8_t *p, size_t len, char *msg, size_t cap)
     return TALLY_EUNAUTH;
 }
 
+/* After the members: the applied index of the copy (8), its length (4) and tally.db's bytes. */
+static int
+decode_config(const uint8_t *p, size_t len, struct cluster_join_result *out)
+{
+    size_t n = 0;
+
+    if (len < 12)
+        return TALLY_EPROTO;
+    out->config_index = 0;
+    for (int i = 0; i < 8; i++)
+        out->config_index = out->config_index << 8 | p[i];
+    for (int i = 8; i < 12; i++)
+        n = n << 8 | p[i];
+    if (n != len - 12 || n == 0)
+        return TALLY_EPROTO;
+    out->config = tally_malloc(n);
+    if (out->config == NULL)
+        return TALLY_ENOMEM;
+    memcpy(out->config, p + 12, n);
+    out->config_len = n;
+    return TALLY_OK;
+}
+
 static int
 decode_answer(const uint8_t *p, size_t len, struct cluster_join_result *out)
 {
@@ -220,9 +248,9 @@ decode_answer(const uint8_t *p, size_t len, struct cluster_join_result *out)
         out->st.n++;
         off += used;
     }
-    if (off != len || cluster_state_member(&out->st, out->id) == NULL)
+    if (off > len || cluster_state_member(&out->st, out->id) == NULL)
         return TALLY_EPROTO;
-    return TALLY_OK;
+    return decode_config(p + off, len - off, out);
 }
 
 int
@@ -231,19 +259,23 @@ cluster_join(const struct cluster_invite *inv, const struct cluster_hostkey *key
              struct cluster_join_result *out)
 {
     uint8_t req[1 + 32 + 2 + CLUSTER_ADDR_MAX];
-    static uint8_t answer[64 + CLUSTER_MEMBERS_MAX * (10 + CLUSTER_ADDR_MAX + CLUSTER_KEY_BYTES)];
+    uint8_t *answer = NULL; /* the members and a copy of tally.db: one channel message */
     size_t al = strlen(listen), n = 0;
     int rc;
 
     memset(out, 0, sizeof(*out));
     if (al == 0 || al >= CLUSTER_ADDR_MAX)
         return TALLY_EINVAL;
+    answer = tally_malloc(CLUSTER_CHAN_MSG_MAX);
+    if (answer == NULL)
+        return TALLY_ENOMEM;
     req[0] = CLUSTER_HELLO_JOIN;
     memcpy(req + 1, inv->secret, 32);
     req[33] = (uint8_t)role;
     req[34] = (uint8_t)al;
     memcpy(req + 35, listen, al);
-    rc = ask(inv->address, inv->pk, key, req, 35 + al, timeout_ms, answer, sizeof(answer), &n);
+    rc =
+        ask(inv->address, inv->pk, key, req, 35 + al, timeout_ms, answer, CLUSTER_CHAN_MSG_MAX, &n);
     sodium_memzero(req, sizeof(req));
     if (rc == TALLY_OK)
         rc = decode_answer(answer, n, out);
@@ -251,8 +283,19 @@ cluster_join(const struct cluster_invite *inv, const struct cluster_hostkey *key
         snprintf(out->message, sizeof(out->message),
                  "the inviting host did not let this host in: the code is used or expired, "
                  "or that host is not the one that made it");
-    sodium_memzero(answer, sizeof(answer));
+    sodium_memzero(answer, n);
+    tally_free(answer);
+    if (rc != TALLY_OK)
+        cluster_join_result_release(out);
     return rc;
+}
+
+void
+cluster_join_result_release(struct cluster_join_result *r)
+{
+    tally_free(r->config);
+    r->config = NULL;
+    r->config_len = 0;
 }
 
 int
@@ -274,5 +317,66 @@ cluster_admin_leave(const struct cluster_member *leader, const struct cluster_ho
         rc = n >= 1 ? refusal(answer, n, message, cap) : TALLY_EPROTO;
     else if (rc == TALLY_EUNAUTH)
         snprintf(message, cap, "the leader did not let this host in: is it still a member?");
+    return rc;
+}
+
+/* ---- the configuration: a change to the leader, its apply on a member ---- */
+
+int
+cluster_admin_config(const struct cluster_member *m, const struct cluster_hostkey *key,
+                     const uint8_t *changeset, size_t len, uint32_t timeout_ms, uint64_t *index,
+                     char *message, size_t cap)
+{
+    uint8_t *req = NULL, answer[256];
+    size_t n = 0;
+    int rc;
+
+    *index = 0;
+    message[0] = '\0';
+    if (len == 0 || len > CLUSTER_CONFIG_MAX)
+        return TALLY_ETOOBIG;
+    req = tally_malloc(2 + len);
+    if (req == NULL)
+        return TALLY_ENOMEM;
+    req[0] = CLUSTER_HELLO_ADMIN;
+    req[1] = ADMIN_CONFIG;
+    memcpy(req + 2, changeset, len);
+    rc = ask(m->address, m->pk, key, req, 2 + len, timeout_ms, answer, sizeof(answer), &n);
+    tally_free(req);
+    if (rc == TALLY_OK && n == 9 && answer[0] == CLUSTER_JOIN_OK) {
+        for (int i = 1; i < 9; i++)
+            *index = *index << 8 | answer[i];
+        return TALLY_OK;
+    }
+    if (rc == TALLY_OK && n >= 1 && answer[0] != CLUSTER_JOIN_OK) {
+        rc = refusal(answer, n, message, cap);
+        if (rc == TALLY_EUNAUTH && answer[0] == CLUSTER_JOIN_NOT_LEADER)
+            rc = TALLY_EBUSY;
+        else if (rc == TALLY_EUNAUTH && answer[0] == CLUSTER_JOIN_BUSY)
+            rc = TALLY_EUNAVAIL; /* it took the change and lost its majority, or was full */
+        return rc;
+    }
+    if (rc == TALLY_OK)
+        return TALLY_EPROTO;
+    if (rc == TALLY_EUNAUTH)
+        snprintf(message, cap, "%s did not let this host in: is it still a member?", m->address);
+    return rc;
+}
+
+int
+cluster_admin_config_wait(const struct cluster_member *m, const struct cluster_hostkey *key,
+                          uint64_t index, uint32_t timeout_ms)
+{
+    uint8_t req[10], answer[256];
+    size_t n = 0;
+    int rc;
+
+    req[0] = CLUSTER_HELLO_ADMIN;
+    req[1] = ADMIN_CONFIG_WAIT;
+    for (int i = 0; i < 8; i++)
+        req[2 + i] = (uint8_t)(index >> (56 - 8 * i));
+    rc = ask(m->address, m->pk, key, req, sizeof(req), timeout_ms, answer, sizeof(answer), &n);
+    if (rc == TALLY_OK && (n != 9 || answer[0] != CLUSTER_JOIN_OK))
+        rc = n >= 1 && answer[0] != CLUSTER_JOIN_OK ? TALLY_EUNAVAIL : TALLY_EPROTO;
     return rc;
 }

@@ -9,6 +9,7 @@
  * a new member is added, then made a voter once it caught up (a front: a
  * standby, which replicates but never votes).
  */
+#include "cluster_config_int.h"
 #include "cluster_node_int.h"
 
 #include <sodium.h>
@@ -198,6 +199,10 @@ on_apply(void *data, uint64_t count, const uint8_t *batch, size_t len)
         apply_member(n, batch + 1, len - 1);
     else if (len >= 1 && batch[0] == RECORD_LEAVE)
         apply_leave(n, batch + 1, len - 1);
+    else if (len >= 1 && batch[0] == RECORD_CONFIG)
+        cluster__config_apply(n, count, batch + 1, len - 1);
+    else if (len >= 1 && batch[0] == RECORD_LEDGER)
+        cluster__ledger_apply(n, count, batch + 1, len - 1);
 }
 
 static void
@@ -222,24 +227,23 @@ on_leader(void *data, uint64_t leader, bool self)
     cluster__lease_tick(n); /* leases from this host now, or from the new leader */
 }
 
-/* The state the log's records made: the member list ([n (1)] then each member as MEMBER
- * records carry it). */
+/* The state the log's records made: SNAPSHOT_VERSION (1), the member list ([n (1)] then each
+ * member as MEMBER records carry it), then every tenant's ledger (node_ledger.c). The first
+ * format had no version byte: it began with n, at most CLUSTER_MEMBERS_MAX. */
+#define SNAPSHOT_VERSION 0xF1
+
 static int
 on_snapshot(void *data, uint8_t **buf, size_t *len)
 {
     cluster_node *n = data;
-    uint8_t *b =
-        tally_malloc(1 + CLUSTER_MEMBERS_MAX * (10 + CLUSTER_ADDR_MAX + CLUSTER_KEY_BYTES));
+    uint8_t head[2 + CLUSTER_MEMBERS_MAX * (10 + CLUSTER_ADDR_MAX + CLUSTER_KEY_BYTES)];
     size_t off = 0;
 
-    if (b == NULL)
-        return TALLY_ENOMEM;
-    b[off++] = (uint8_t)n->st.n;
+    head[off++] = SNAPSHOT_VERSION;
+    head[off++] = (uint8_t)n->st.n;
     for (size_t i = 0; i < n->st.n; i++)
-        off += cluster_member_encode(b + off, &n->st.members[i], n->st.roles[i]);
-    *buf = b;
-    *len = off;
-    return TALLY_OK;
+        off += cluster_member_encode(head + off, &n->st.members[i], n->st.roles[i]);
+    return cluster__ledger_snapshot(n, cluster_log_applied(n->lg), head, off, buf, len);
 }
 
 static int
@@ -247,13 +251,15 @@ on_restore(void *data, const uint8_t *p, size_t len)
 {
     cluster_node *n = data;
     struct cluster_state st;
-    size_t off = 1;
+    bool ledgers = len >= 1 && p[0] == SNAPSHOT_VERSION;
+    size_t off = ledgers ? 2 : 1;
+    int rc;
 
     memset(&st, 0, sizeof(st));
-    if (len < 1 || p[0] > CLUSTER_MEMBERS_MAX)
+    if (len < off || p[off - 1] > CLUSTER_MEMBERS_MAX)
         return TALLY_EPROTO;
     st.self = n->st.self;
-    for (unsigned k = 0; k < p[0]; k++) {
+    for (unsigned k = 0; k < p[off - 1]; k++) {
         size_t used = 0;
         if (cluster_member_decode(p + off, len - off, &st.members[st.n], &st.roles[st.n], &used) !=
             TALLY_OK)
@@ -261,8 +267,12 @@ on_restore(void *data, const uint8_t *p, size_t len)
         st.n++;
         off += used;
     }
-    if (off != len)
-        return TALLY_EPROTO;
+    if (ledgers) /* checked whole before anything changes */
+        rc = cluster__ledger_restore(n, p + off, len - off);
+    else /* the first format: the members alone */
+        rc = off == len ? TALLY_OK : TALLY_EPROTO;
+    if (rc != TALLY_OK)
+        return rc;
     if (cluster_state_member(&st, st.self) == NULL)
         cluster__log_member("cluster_left", st.self, NULL,
                             "not in the snapshot's members: stop tallyd");
@@ -271,7 +281,9 @@ on_restore(void *data, const uint8_t *p, size_t len)
     if (cluster_state_save(n->data, &n->st) != TALLY_OK)
         cluster__log_member("cluster_members_unsaved", n->st.self, NULL,
                             "members file not written");
-    if (cluster_log_set_members(n->lg, n->st.members, n->st.n) != TALLY_OK)
+    /* At start libraft restores its snapshot inside cluster_log_open, before n->lg is set:
+     * cluster_node_open hands the log the members then. */
+    if (n->lg != NULL && cluster_log_set_members(n->lg, n->st.members, n->st.n) != TALLY_OK)
         cluster__log_member("cluster_members_unsaved", n->st.self, NULL, "out of memory");
     return TALLY_OK;
 }
@@ -305,6 +317,8 @@ cluster_node_open(uv_loop_t *loop, const char *data, unsigned election_ms, clust
     n->hooks.on_lease_close = cluster__on_lease_close;
     n->hooks.ctx = n;
     rc = cluster_state_load(data, &n->key, &n->st);
+    if (rc == TALLY_OK)
+        rc = cluster__ledger_init(n); /* before the log: it restores its snapshot at start */
     if (rc == TALLY_OK) {
         memset(&o, 0, sizeof(o));
         o.loop = loop;
@@ -320,10 +334,14 @@ cluster_node_open(uv_loop_t *loop, const char *data, unsigned election_ms, clust
         rc = cluster_log_open(&o, &n->lg);
     }
     if (rc != TALLY_OK) {
+        cluster__ledger_close(n);
         cluster_hostkey_wipe(&n->key);
         tally_free(n);
         return rc;
     }
+    /* The members as a snapshot restored at start left them (the log took the file's). */
+    if (cluster_log_set_members(n->lg, n->st.members, n->st.n) != TALLY_OK)
+        cluster__log_member("cluster_members_unsaved", n->st.self, NULL, "out of memory");
     uv_timer_init(loop, &n->reconcile);
     n->reconcile.data = n;
     uv_timer_start(&n->reconcile, on_reconcile_tick, RECONCILE_MS, RECONCILE_MS);
@@ -371,6 +389,10 @@ cluster__node_maybe_free(cluster_node *n)
 
     if (!n->log_closed || n->lease_out != NULL)
         return;
+    if (cluster__config_close(n))
+        return; /* again once tally.db's last write is done */
+    /* The log is closed: no record comes any more. */
+    cluster__ledger_close(n);
     cluster_hostkey_wipe(&n->key);
     tally_free(n);
     if (cb != NULL)

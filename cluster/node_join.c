@@ -1,10 +1,12 @@
 /*
  * Requests that come over the cluster port to this host's node (cluster_node_int.h): a
- * stranger's JOIN with an invite, and a member's ADMIN (LEAVE). The leader takes an invite,
- * appends the MEMBER (or LEAVE) record and answers once node.c applies it committed;
- * anything else is refused at once with a reason. Also the bytes of a member as MEMBER
- * records and JOIN answers carry it.
+ * stranger's JOIN with an invite, and a member's ADMIN (LEAVE here; CONFIG and CONFIG_WAIT
+ * in node_config.c). The leader takes an invite, appends the MEMBER (or LEAVE) record and
+ * answers once node.c applies it committed (a JOIN with a copy of tally.db); anything else
+ * is refused at once with a reason. Also the bytes of a member as MEMBER records and JOIN
+ * answers carry it.
  */
+#include "cluster_config_int.h"
 #include "cluster_node_int.h"
 
 #include <sodium.h>
@@ -83,17 +85,30 @@ cluster__join_refuse(cluster_node *n, uint64_t token, uint8_t status, const char
     (void)cluster_log_join_answer(n->lg, token, b, 2 + ml);
 }
 
-/* The answer once the stranger's MEMBER record is committed: its id, the deployment key and
- * every member. */
+/* Once the stranger's MEMBER record is committed: a copy of tally.db is taken (off the loop),
+ * then the answer goes. */
 void
 cluster__join_accept(cluster_node *n, uint64_t token, uint64_t id)
 {
-    uint8_t b[64 + CLUSTER_MEMBERS_MAX * (10 + CLUSTER_ADDR_MAX + CLUSTER_KEY_BYTES)];
+    cluster__config_copy(n, token, id);
+}
+
+/* The answer: its id, the deployment key, every member, then the configuration: the applied
+ * index of the copy (8), its length (4) and its bytes. */
+void
+cluster__join_answer(cluster_node *n, uint64_t token, uint64_t id, const uint8_t *config,
+                     size_t config_len, uint64_t config_index)
+{
+    size_t cap =
+        64 + CLUSTER_MEMBERS_MAX * (10 + CLUSTER_ADDR_MAX + CLUSTER_KEY_BYTES) + 12 + config_len;
     unsigned char *key = NULL;
+    uint8_t *b = NULL;
     size_t off = 0;
 
-    if (store_key_load(n->data, &key) != TALLY_OK) {
-        cluster__join_refuse(n, token, CLUSTER_JOIN_BUSY, "the inviting host cannot read its key");
+    if (store_key_load(n->data, &key) != TALLY_OK || (b = tally_malloc(cap)) == NULL) {
+        store_key_free(key);
+        cluster__join_refuse(n, token, CLUSTER_JOIN_BUSY,
+                             "the inviting host cannot read its key, or is out of memory");
         return;
     }
     b[off++] = CLUSTER_JOIN_OK;
@@ -105,8 +120,15 @@ cluster__join_accept(cluster_node *n, uint64_t token, uint64_t id)
     b[off++] = (uint8_t)n->st.n;
     for (size_t i = 0; i < n->st.n; i++)
         off += cluster_member_encode(b + off, &n->st.members[i], n->st.roles[i]);
+    cluster__put_u64(b + off, config_index);
+    off += 8;
+    for (int i = 0; i < 4; i++)
+        b[off++] = (uint8_t)(config_len >> (24 - 8 * i));
+    memcpy(b + off, config, config_len);
+    off += config_len;
     (void)cluster_log_join_answer(n->lg, token, b, off);
-    sodium_memzero(b, sizeof(b));
+    sodium_memzero(b, off);
+    tally_free(b);
 }
 
 /* ---- joins ---- */
@@ -185,6 +207,10 @@ cluster__on_join(void *ctx, uint64_t token, const uint8_t pk[CLUSTER_KEY_BYTES],
         cluster__join_refuse(n, token, CLUSTER_JOIN_BUSY, "too many members or joins at once");
         return TALLY_OK;
     }
+    if (!cluster__config_fits(n, leader, sizeof(leader))) { /* before the invite is used */
+        cluster__join_refuse(n, token, CLUSTER_JOIN_REFUSED, leader);
+        return TALLY_OK;
+    }
     rc = cluster_invite_take(n->data, msg, cluster__wall_ms());
     if (rc != TALLY_OK) {
         cluster__log_member("cluster_join_refused", 0, m.address,
@@ -220,6 +246,8 @@ cluster__on_admin(void *ctx, uint64_t token, const uint8_t pk[CLUSTER_KEY_BYTES]
     char why[160];
 
     (void)pk;
+    if (len >= 1 && (msg[0] == ADMIN_CONFIG || msg[0] == ADMIN_CONFIG_WAIT))
+        return cluster__config_admin(n, token, msg, len);
     if (len != 9 || msg[0] != ADMIN_LEAVE)
         return TALLY_EPROTO;
     id = cluster__get_u64(msg + 1);

@@ -57,6 +57,12 @@ static const char *const config_migrations[] = {
     "ALTER TABLE tenant ADD COLUMN limits TEXT;"
     "ALTER TABLE tenant ADD COLUMN link_limits TEXT;"
     "ALTER TABLE tenant ADD COLUMN concurrency INTEGER;",
+    /* 4 -> 5: in a cluster, the log record the file reflects (store/config_changes.c): the
+     * index of the last CONFIG record applied, one row (none: nothing applied yet) */
+    "CREATE TABLE cluster_applied("
+    "  id INTEGER PRIMARY KEY CHECK(id = 1),"
+    "  idx INTEGER NOT NULL"
+    ") STRICT;",
 };
 
 #define LINK_COLS "id, tenant, hash, endpoints, created_ms, expires_ms, revoked_ms"
@@ -99,6 +105,9 @@ static const char *const config_statements[S__COUNT] = {
                            " AND (expires_ms=0 OR expires_ms>?2)"),
     [S_EP_NAMES_COUNT] = "SELECT count(DISTINCT name) FROM endpoint",
     [S_EP_KEY_OTHER] = "SELECT count(*) FROM endpoint WHERE name=?1 AND key<>?2 AND plan<>?3",
+    [S_APPLIED_GET] = "SELECT idx FROM cluster_applied WHERE id=1",
+    [S_APPLIED_PUT] = "INSERT INTO cluster_applied(id, idx) VALUES(1, ?1)"
+                      " ON CONFLICT(id) DO UPDATE SET idx=?1",
 };
 
 static const struct store_schema config_schema = {
@@ -108,6 +117,12 @@ static const struct store_schema config_schema = {
     .statements = config_statements,
     .n_statements = S__COUNT,
 };
+
+const struct store_schema *
+store__config_schema(void)
+{
+    return &config_schema;
+}
 
 int
 store_config_open(const char *dir, bool create, store_db **out)

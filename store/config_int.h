@@ -35,9 +35,13 @@ enum config_stmt {
     S_LINK_LIVE_COUNT,
     S_EP_NAMES_COUNT,
     S_EP_KEY_OTHER,
+    S_APPLIED_GET,
+    S_APPLIED_PUT,
     S__COUNT
 };
 
+/** The schema of tally.db (for a copy checked before it is put in place). */
+const struct store_schema *store__config_schema(void);
 /** Steps a bound statement that reads at most one row: TALLY_OK with the row ready,
  *  TALLY_ENOTFOUND when there is none, else the error. The caller reads and resets. */
 int store__step_row(store_db *db, sqlite3_stmt *st);

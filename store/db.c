@@ -127,13 +127,24 @@ int
 store_db_begin(store_db *db)
 {
     /* Migrations run before the statements are prepared. */
-    return db->begin != NULL ? step_once(db, db->begin) : store_db_exec(db, "BEGIN IMMEDIATE");
+    int rc = db->begin != NULL ? step_once(db, db->begin) : store_db_exec(db, "BEGIN IMMEDIATE");
+
+    if (rc == TALLY_OK && db->capture != NULL) {
+        rc = store__capture_begin(db);
+        if (rc != TALLY_OK)
+            store_db_rollback(db);
+    }
+    return rc;
 }
 
 int
 store_db_commit(store_db *db)
 {
-    int rc = db->commit != NULL ? step_once(db, db->commit) : store_db_exec(db, "COMMIT");
+    int rc;
+
+    if (db->capture != NULL)
+        return store__capture_commit(db); /* the change goes elsewhere: nothing commits here */
+    rc = db->commit != NULL ? step_once(db, db->commit) : store_db_exec(db, "COMMIT");
 
     if (rc != TALLY_OK)
         store_db_rollback(db);
@@ -143,6 +154,7 @@ store_db_commit(store_db *db)
 void
 store_db_rollback(store_db *db)
 {
+    store__capture_drop(db);
     if (!sqlite3_get_autocommit(db->sql))
         (void)sqlite3_exec(db->sql, "ROLLBACK", NULL, NULL, NULL);
 }
@@ -454,6 +466,8 @@ store_db_close(store_db *db)
 
     if (db == NULL)
         return;
+    store__capture_drop(db);
+    tally_free(db->capture);
     if (db->stmts != NULL) {
         for (i = 0; i < db->schema->n_statements; i++)
             sqlite3_finalize(db->stmts[i]);

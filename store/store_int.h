@@ -17,9 +17,10 @@ struct store_db {
     sqlite3 *sql;
     const struct store_schema *schema;
     sqlite3_stmt **stmts;
-    sqlite3_stmt *begin, *commit; /* prepared once: a supervisor commits every loop turn */
-    const char *path;             /* the bytes after the struct, or borrowed (store/image.c) */
-    char *errmsg;                 /* ERRMSG_CAP bytes, allocated at the first error */
+    sqlite3_stmt *begin, *commit;  /* prepared once: a supervisor commits every loop turn */
+    const char *path;              /* the bytes after the struct, or borrowed (store/image.c) */
+    char *errmsg;                  /* ERRMSG_CAP bytes, allocated at the first error */
+    struct store_capture *capture; /* tally.db in a cluster: changes captured, not committed */
 };
 
 /* Sets db's error message (dropped when no buffer can be had: the result code still says
@@ -29,6 +30,13 @@ void store__db_errf(store_db *db, const char *fmt, ...) __attribute__((format(pr
 int store__migrate(store_db *db, int64_t version, store_migrate_fn step, void *ctx);
 /* Configures SQLite for this process, once, before its first connection (store/db.c). */
 void store__sqlite_setup(void);
+
+/* Capture (store/config_changes.c), on a handle given store_config_capture(): a transaction
+ * records its changes from its BEGIN; its COMMIT rolls it back and hands the changes over
+ * instead (the result is the commit's); a ROLLBACK or the close drops them. */
+int store__capture_begin(store_db *db);
+int store__capture_commit(store_db *db);
+void store__capture_drop(store_db *db);
 
 /* Re-encodes every row of `table` (key INTEGER PRIMARY KEY, rec BLOB) from file format
  * `from_format` with `up` into `table`_next (created by the migration step), then puts

@@ -12,6 +12,12 @@ target_link_libraries(test_cluster_log PRIVATE tally_cluster)
 tally_add_test(test_e2e_cluster test_e2e_cluster.c LABELS e2e)
 add_dependencies(test_e2e_cluster tallyd tally_cli)
 
+# The configuration on the log: a change command on any member in force on every member when
+# it returns, joiners copy tally.db, restarts apply nothing twice, no majority changes nothing.
+tally_add_test(test_e2e_cluster_config test_e2e_cluster_config.c serve_util.c LABELS e2e)
+target_link_libraries(test_e2e_cluster_config PRIVATE PkgConfig::SQLITE3)
+add_dependencies(test_e2e_cluster_config tallyd tally_cli)
+
 # One cap across three hosts (tallyds on 127.0.0.1): every host's children lease from the
 # leader's supervisors; no majority, no grant.
 tally_add_test(test_e2e_cluster_leases test_e2e_cluster_leases.c serve_util.c LABELS e2e)
@@ -25,3 +31,9 @@ add_dependencies(test_netns_cluster tallyd tally_cli)
 
 tally_add_test(test_cluster_state test_cluster_state.c LABELS unit)
 target_link_libraries(test_cluster_state PRIVATE tally_cluster)
+
+# Every member's copy of every tenant's ledger: LEDGER records applied, replays, replacements,
+# snapshots of the copies and their restore, failures (cluster/node_ledger*.c, real files).
+tally_add_test(test_cluster_ledger test_cluster_ledger.c LABELS unit)
+target_link_libraries(test_cluster_ledger PRIVATE tally_cluster)
+target_include_directories(test_cluster_ledger PRIVATE ${CMAKE_SOURCE_DIR}/cluster)

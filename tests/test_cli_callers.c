@@ -220,7 +220,8 @@ test_callers_upgrade_keeps_policies(void **state)
                                "--cost 1 --on-unavailable closed\n"
                                "endpoint upload --plan pro --limit 200/1m --algorithm window "
                                "--cost 1 --on-unavailable closed\n");
-    assert_int_equal(user_version(path), 4); /* 3: caller endpoints; 4: billing days */
+    assert_int_equal(user_version(path), 5); /* 3: caller endpoints; 4: billing days; 5: the
+                                                cluster's applied index */
     assert_int_equal(test_tally(e->data, &o, "endpoint", "set", "login", "--key", "caller",
                                 "--limit", "5/5m", NULL),
                      0);

@@ -455,9 +455,9 @@ test_v1_child_file_unreadable_row_dropped(void **state)
     store_db_close(db);
 }
 
-/* tally.db of 0.1.0 upgrades to format 4 (3 added caller endpoints): every tenant on billing day 1,
- * without overrides, and both can be set on the upgraded file. Last: it changes acme (and puts it
- * back). */
+/* tally.db of 0.1.0 upgrades to format 5 (3 added caller endpoints, 5 the cluster's applied
+ * index): every tenant on billing day 1, without overrides, and both can be set on the upgraded
+ * file. Last: it changes acme (and puts it back). */
 static void
 test_v1_config_gets_billing_days(void **state)
 {
@@ -468,7 +468,7 @@ test_v1_config_gets_billing_days(void **state)
     (void)state;
     path_of(path, sizeof(path), "tally.db");
     assert_int_equal(store_config_open(data, false, &db), TALLY_OK);
-    assert_int_equal(user_version(store_db_handle(db)), 4);
+    assert_int_equal(user_version(store_db_handle(db)), 5);
     assert_int_equal(store_tenant_get(db, "acme", &t), TALLY_OK);
     assert_int_equal(t.billing_day, 1);
     assert_int_equal(t.overrides, 0);
@@ -489,7 +489,7 @@ test_v1_config_gets_billing_days(void **state)
     assert_int_equal(store_tenant_set_overrides(db, &t), TALLY_OK);
     assert_int_equal(store_db_end(db, TALLY_OK), TALLY_OK);
     store_db_close(db);
-    assert_int_equal(file_version(path), 4);
+    assert_int_equal(file_version(path), 5);
 }
 
 int

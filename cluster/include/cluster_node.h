@@ -50,7 +50,17 @@ struct cluster_join_result {
     uint8_t deployment_key[32];
     struct cluster_state st; /* every member, this host included; st.self = id */
     char message[256];       /* a refusal's reason */
+    uint8_t *config;         /* the leader's tally.db (tally_malloc: cluster_join_result_release) */
+    size_t config_len;
+    uint64_t config_index; /* the last CONFIG record the copy holds (0: none) */
 };
+
+/* A JOIN answer carries a copy of the leader's tally.db in one channel message: the copy may
+ * have at most this many bytes (a join is refused with the reason when it has more). */
+#define CLUSTER_JOIN_CONFIG_MAX (CLUSTER_CHAN_MSG_MAX - 4096)
+/* A change of the configuration is one log record: its changeset may have at most this many
+ * bytes (cluster_log_append takes at most half a channel message). */
+#define CLUSTER_CONFIG_MAX (CLUSTER_CHAN_MSG_MAX / 2 - 16)
 
 /** `tally cluster join`: dials the inviting host, proves `key`, presents the invite and waits
  *  for the answer (a loop of its own, timeout_ms at most). TALLY_OK (out filled),
@@ -60,6 +70,8 @@ TALLY_MUST_CHECK int cluster_join(const struct cluster_invite *inv,
                                   const struct cluster_hostkey *key, const char *listen,
                                   enum cluster_role role, uint32_t timeout_ms,
                                   struct cluster_join_result *out /* OUT */);
+/** Frees what a join brought (the copy of tally.db); r itself is the caller's. */
+void cluster_join_result_release(struct cluster_join_result *r);
 
 /** Joins the cluster DATA belongs to. *out is the caller's, release with
  *  cluster_node_close(). TALLY_OK, TALLY_ENOTFOUND (DATA is not in a cluster),
@@ -92,6 +104,13 @@ int cluster_node_lease_send(cluster_node *n, uint64_t member, const char *tenant
                             const uint8_t *frame, size_t len);
 /** Leader: `tenant`'s supervisor went away; every member linked is told. */
 void cluster_node_lease_down(cluster_node *n, const char *tenant);
+/** Leader: appends one record of `tenant`'s journal (op and body as a supervisor's BATCH
+ *  carries them, proto_lease.h) to the log, as a LEDGER record every member writes into its
+ *  copy of the tenant's journal; op 0 appends a barrier (no tenant, no body). done as
+ *  cluster_log_append's: TALLY_OK once committed and applied here. */
+TALLY_MUST_CHECK int cluster_node_ledger_append(cluster_node *n, const char *tenant, uint8_t op,
+                                                const uint8_t *body, size_t len,
+                                                cluster_log_done_fn done, void *req_data);
 /** Leaves the log (nothing is changed in the cluster: the member stays a member); cb(data)
  *  once everything is closed and n freed. */
 void cluster_node_close(cluster_node *n, void (*cb)(void *data), void *data);
@@ -108,5 +127,22 @@ TALLY_MUST_CHECK int cluster_log_bootstrap(const char *dir, const struct cluster
 TALLY_MUST_CHECK int cluster_admin_leave(const struct cluster_member *leader,
                                          const struct cluster_hostkey *key, uint64_t id,
                                          uint32_t timeout_ms, char *message, size_t cap);
+
+/** A `tally` change command in a cluster: asks member m (as this host, `key`) to append the
+ *  changeset (borrowed, at most CLUSTER_CONFIG_MAX bytes) as a CONFIG record, and waits until
+ *  it is committed: *index is its index in the log. TALLY_OK, TALLY_EBUSY (m does not lead
+ *  now: ask another member), TALLY_EUNAUTH (refused: message says why), TALLY_EUNAVAIL (no
+ *  answer: m is down, or it lost its majority after it took the change, which may then still
+ *  be applied: message says which) or TALLY_EPROTO. */
+TALLY_MUST_CHECK int cluster_admin_config(const struct cluster_member *m,
+                                          const struct cluster_hostkey *key,
+                                          const uint8_t *changeset, size_t len, uint32_t timeout_ms,
+                                          uint64_t *index /* OUT */, char *message, size_t cap);
+/** Asks member m whether its tally.db holds CONFIG record `index` yet, and waits until it does
+ *  (timeout_ms at most). TALLY_OK, TALLY_EUNAVAIL (no answer in time), TALLY_EUNAUTH or
+ *  TALLY_EPROTO. */
+TALLY_MUST_CHECK int cluster_admin_config_wait(const struct cluster_member *m,
+                                               const struct cluster_hostkey *key, uint64_t index,
+                                               uint32_t timeout_ms);
 
 #endif /* CLUSTER_NODE_H */

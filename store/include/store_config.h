@@ -31,6 +31,53 @@ bool store_config_stamp_changed(const char *dir, struct store_config_stamp *stam
 /** Opens DIR/tally.db (must exist unless `create`). Release with store_db_close(). */
 TALLY_MUST_CHECK int store_config_open(const char *dir, bool create, store_db **out /* OUT */);
 
+/* In a cluster (store/config_changes.c), tally.db changes only by the log's CONFIG records:
+ * a change command's transaction is captured as an SQLite changeset and rolled back, the
+ * changeset goes to the log, and every member applies each committed record in log order,
+ * noting the record's index in the file (table cluster_applied) so that none applies twice. */
+
+/** Where a captured change goes: fn(ctx, db, changeset, len) (changeset valid until return).
+ *  Its result is the commit's: TALLY_OK once the change is in force, else why not. */
+typedef int (*store_config_commit_fn)(void *ctx, store_db *db, const uint8_t *changeset,
+                                      size_t len);
+/** From now on every transaction of db (a tally.db handle) records its changes from its
+ *  BEGIN, and its COMMIT rolls the transaction back and calls fn (ctx borrowed while db is
+ *  open) with them instead; a transaction that changed nothing calls nothing. TALLY_OK or
+ *  TALLY_ENOMEM. */
+TALLY_MUST_CHECK int store_config_capture(store_db *db, store_config_commit_fn fn, void *ctx);
+
+/* What applying one CONFIG record did. */
+struct store_config_outcome {
+    bool skipped;      /* at or below the applied index already: nothing done */
+    bool aborted;      /* it would leave a row without its parent: none of it applied */
+    bool malformed;    /* not a changeset: nothing applied */
+    unsigned replaced; /* rows whose values differed here: the record's values won */
+    unsigned omitted;  /* rows not found, or against a constraint: left out */
+};
+/** Applies CONFIG record `index` (its changeset) inside the caller's transaction and notes
+ *  `index` as applied; a record at or below the applied index does nothing. The conflict
+ *  policy makes the same record on the same file give the same file on every member: a row
+ *  whose values differ takes the record's, a row not found or against a constraint is left
+ *  out, a change that would orphan a row is left out whole. TALLY_OK (*out says what was
+ *  done; a skipped, aborted or malformed record is OK: the index moves on) or a storage
+ *  error (roll back and try again later). */
+TALLY_MUST_CHECK int store_config_apply(store_db *db, uint64_t index, const uint8_t *changeset,
+                                        size_t len, struct store_config_outcome *out /* OUT */);
+/** The index of the last CONFIG record applied to db (0: none). */
+TALLY_MUST_CHECK int store_config_applied(store_db *db, uint64_t *out /* OUT */);
+/** A consistent copy of the whole file (one read transaction) and the applied index it
+ *  reflects: *bytes from tally_malloc, release with tally_free. TALLY_OK, TALLY_ETOOBIG
+ *  (larger than max bytes: *len says how large) or a storage error. */
+TALLY_MUST_CHECK int store_config_copy(store_db *db, size_t max, uint8_t **bytes /* OUT */,
+                                       size_t *len /* OUT */, uint64_t *index /* OUT */);
+/** Puts a copy (store_config_copy's bytes, borrowed) in place as DIR/tally.db with applied
+ *  index `index`: written to a temporary file, opened and checked there (migrated if it is
+ *  of an older format), synced, then renamed over DIR/tally.db. No process may have
+ *  DIR/tally.db open. TALLY_OK, TALLY_ECORRUPT (not a tally.db), TALLY_ESCHEMA (newer than
+ *  this binary) or TALLY_EIO. */
+TALLY_MUST_CHECK int store_config_install(const char *dir, const uint8_t *bytes, size_t len,
+                                          uint64_t index);
+
 /* Plans. */
 TALLY_MUST_CHECK int store_plan_put(store_db *db, const struct tenant_plan *p);
 TALLY_MUST_CHECK int store_plan_get(store_db *db, const char *name, struct tenant_plan *out);

@@ -51,4 +51,44 @@ TALLY_MUST_CHECK int store_journal_replace(store_db *db, size_t n, store_record_
 /** Calls `visit` for every record in append order. */
 TALLY_MUST_CHECK int store_journal_each(store_db *db, store_record_visit_fn visit, void *ctx);
 
+/* A cluster member's copy of a journal (store/journal_copy.c), written by tallyd from the
+ * records the cluster's log commits: the same `journal` table, and beside it the log position
+ * n of the last record written (changed in that record's transaction: a write whose n is at
+ * or below the file's is skipped, TALLY_OK and nothing written) and a staging table, a
+ * replacement of the journal assembled chunk by chunk and swapped in at once. */
+typedef struct store_journal_copy store_journal_copy;
+
+/** Opens (creating, 0600) the copy at `path`: a journal file not private to one process
+ *  (the supervisor reads it too), synchronous=NORMAL, its WAL kept. *out is owned by the
+ *  caller, release with store_journal_copy_close(). Errors as store_journal_open. */
+TALLY_MUST_CHECK int store_journal_copy_open(const char *path, store_journal_copy **out /* OUT */);
+/** Closes the copy (the last connection checkpoints its WAL). NULL is a no-op. */
+void store_journal_copy_close(store_journal_copy *c);
+/** Closes the copy without a checkpoint (store_db_close_keep_wal): no fsync. */
+void store_journal_copy_close_keep_wal(store_journal_copy *c);
+/** The journal file underneath (store_journal_each reads the records), valid until close. */
+store_db *store_journal_copy_db(store_journal_copy *c);
+/** The log position of the last record written: *known false (and *n 0) when none was. */
+TALLY_MUST_CHECK int store_journal_copy_applied(store_journal_copy *c, bool *known /* OUT */,
+                                                uint64_t *n /* OUT */);
+/** Position n: appends records 0..count-1 from `enc` to the journal. */
+TALLY_MUST_CHECK int store_journal_copy_append(store_journal_copy *c, uint64_t n, size_t count,
+                                               store_record_encode_fn enc, void *ctx);
+/** Position n: empties the staging table. */
+TALLY_MUST_CHECK int store_journal_copy_stage_begin(store_journal_copy *c, uint64_t n);
+/** Position n: appends records 0..count-1 from `enc` to the staging table. */
+TALLY_MUST_CHECK int store_journal_copy_stage(store_journal_copy *c, uint64_t n, size_t count,
+                                              store_record_encode_fn enc, void *ctx);
+/** Position n: the journal's records become the staging table's, in order; staging emptied. */
+TALLY_MUST_CHECK int store_journal_copy_stage_end(store_journal_copy *c, uint64_t n);
+/** Sets the whole copy, whatever its position (a cluster snapshot restored): the journal is
+ *  records 0..count-1 of `enc`, the staging table records 0..staged-1 of `enc_staged`, the
+ *  position n. One transaction. */
+TALLY_MUST_CHECK int store_journal_copy_reset(store_journal_copy *c, uint64_t n, size_t count,
+                                              store_record_encode_fn enc, void *ctx, size_t staged,
+                                              store_record_encode_fn enc_staged, void *ctx_staged);
+/** Calls `visit` for every record of the staging table in order. */
+TALLY_MUST_CHECK int store_journal_copy_each_staged(store_journal_copy *c,
+                                                    store_record_visit_fn visit, void *ctx);
+
 #endif /* STORE_JOURNAL_H */

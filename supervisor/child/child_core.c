@@ -317,6 +317,18 @@ sup_child_set_connected(sup_child *c, bool connected, struct sup_time now)
     c->connected = connected;
 }
 
+void
+sup_child_resend_now(sup_child *c, struct sup_time now)
+{
+    for (uint32_t i = 0; i < c->req_cap; i++) {
+        struct child_req *r = &c->req[i];
+        if (r->seq != 0 && r->first_mono >= 0) {
+            r->next_mono = now.mono_ms;
+            r->backoff = c->retransmit_ms;
+        }
+    }
+}
+
 /* ---- persistence ---- */
 
 static void

@@ -172,6 +172,20 @@ pump_all(sup_front *f)
         front_child_pump_soon(f->children[i]);
 }
 
+/* A new way to the supervisors: what is in flight goes again now, not after its backoff (up
+ * to a second after an outage). */
+static void
+resend_all(sup_front *f)
+{
+    struct sup_time now = front_now();
+
+    for (uint32_t i = 0; i < f->n_children; i++) {
+        if (f->children[i]->child != NULL)
+            sup_child_resend_now(f->children[i]->child, now);
+        front_child_pump_soon(f->children[i]);
+    }
+}
+
 void
 sup_front_cluster_role(sup_front *f, bool leading, bool link_up)
 {
@@ -191,7 +205,7 @@ sup_front_cluster_role(sup_front *f, bool leading, bool link_up)
                                   : (f->cl_link ? "the leader" : "nobody (no leader)"));
             tally_log_end(&l);
         }
-        pump_all(f); /* what waits goes out now, to where it goes now */
+        resend_all(f); /* what waits goes out now, to where it goes now */
     }
 }
 

@@ -104,6 +104,9 @@ void sup_child_tick(sup_child *c, struct sup_time now);
 int64_t sup_child_next_wake_ms(const sup_child *c);
 /** The caller's view of the connection: false makes the supervisor unreachable at once. */
 void sup_child_set_connected(sup_child *c, bool connected, struct sup_time now);
+/** A new way to the supervisor (in a cluster, a link to a new leader): every request in
+ *  flight goes again at the next pull, its backoff back to the first step. */
+void sup_child_resend_now(sup_child *c, struct sup_time now);
 /** Monotonic instant of the last reply from the supervisor (very negative when none yet). */
 int64_t sup_child_last_reply_ms(const sup_child *c);
 /** True iff the supervisor counts as reachable at `now`. */
