@@ -9,9 +9,9 @@
 #   - failover: kill -9 of the leader's tallyd, then the time to the first grant on a follower.
 # Every host shares this machine's 2 CPUs: three tallyds and the load compete for them, so the
 # "3 hosts" line measures what the cluster costs, not what three machines would give.
-# Usage: bench/hosts.sh [BUILD_DIR]   (default build/release)
+# Usage: bench/hosts.sh [BUILD_DIR]   (default build/bench, the build of bench/run)
 set -euo pipefail
-B=${1:-build/release}
+B=${1:-build/bench}
 W=$(mktemp -d /tmp/tally-hosts.XXXXXX)
 T="$B/cli/tally"
 trap 'pkill -f "tallyd --data $W" 2>/dev/null || true; rm -rf "$W"' EXIT
@@ -20,12 +20,12 @@ cmake --build "$B" -j2 --target tallyd tally_cli tally-bench tally-bench-links >
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 start() { # DIR HTTP_PORT
-    "$B/cli/tallyd" --data "$1" --http "127.0.0.1:$2" --election-timeout-ms 300 2>>"$1.log" &
+    "$B/cli/tallyd" --data "$1" --http "127.0.0.1:$2" 2>>"$1.log" &
     for _ in $(seq 1 200); do [ -S "$1/tally.sock" ] && return 0; sleep 0.05; done
     echo "tallyd did not start on $1" >&2; return 1
 }
 
-leader_of() { "$T" --data "$1" cluster status 2>/dev/null | awk 'NR==1 {print $5}'; }
+leader_of() { "$T" --data "$1" cluster status 2>/dev/null | awk 'NR==1 {print $6}'; }
 
 wait_leader() { # DIR
     for _ in $(seq 1 100); do
@@ -45,7 +45,7 @@ configure() {
         --out "$1.hot" >/dev/null
     "$B/bench/tally-bench-links" --data "$1" --plan pro --tenants 1000 --links 1 --prefix m \
         --out "$1.mix" >/dev/null
-    "$B/bench/tally-bench-links" --data "$1" --plan pro --tenants 1 --links 400 --prefix fresh \
+    "$B/bench/tally-bench-links" --data "$1" --plan pro --tenants 1 --links 420 --prefix fresh \
         --out "$1.fresh" >/dev/null
 }
 
@@ -69,12 +69,15 @@ cluster() {
     return 0
 }
 
-# load N TOKENS ZIPF: 200,000 checks spread over the N hosts at once; prints the total rate
+# load N TOKENS ZIPF [REQUESTS]: checks spread over the N hosts at once (200,000 by default);
+# prints the total rate. A first pass warms up (every tenant's supervisor started, its
+# children's files made): the figure is the second one's.
 load() {
-    local n=$1 tok=$2 zipf=$3 d="$W/c$1" i pids=() out rate=0
+    local n=$1 tok=$2 zipf=$3 total=${4:-200000} d="$W/c$1" i pids=() out rate=0 r
+    [ -z "${4:-}" ] && load "$n" "$tok" "$zipf" 40000 >/dev/null
     for i in $(seq 1 "$n"); do
         args=(--socket "$d/h$i/tally.sock" --tokens "$d/h1.$tok" --connections 2 --pipeline 16
-              --requests $((200000 / n)) --seed "$i")
+              --requests $((total / n)) --seed "$((i + total))" --timeout-ms 10000 --seconds 60)
         [ "$zipf" != 0 ] && args+=(--zipf "$zipf" --links-per-tenant 1)
         "$B/bench/tally-bench" "${args[@]}" >"$d.load$i" &
         pids+=($!)
@@ -82,18 +85,21 @@ load() {
     for p in "${pids[@]}"; do wait "$p"; done
     for i in $(seq 1 "$n"); do
         out=$(tail -1 "$d.load$i")
-        rate=$((rate + $(sed 's/.*decisions_per_s=\([0-9]*\).*/\1/' <<<"$out")))
+        r=$(sed -n 's/.*decisions_per_s=\([0-9]*\).*/\1/p' <<<"$out")
+        rate=$((rate + ${r:-0}))
     done
     echo "$rate"
 }
 
 messages() { # N: lease messages per 1,000 admissions, all hosts
-    local n=$1 i m=0 a=0
+    local n=$1 i m=0 a=0 v
     for i in $(seq 1 "$n"); do
-        m=$((m + $(metric "${HTTP[$i]}" tally_lease_messages_total | cut -d. -f1)))
-        a=$((a + $(metric "${HTTP[$i]}" 'tally_decisions_total{result="admitted"}' | cut -d. -f1)))
+        v=$(metric "${HTTP[$i]}" tally_lease_messages_total | cut -d. -f1)
+        m=$((m + ${v:-0}))
+        v=$(metric "${HTTP[$i]}" 'tally_decisions_total{result="admitted"}' | cut -d. -f1)
+        a=$((a + ${v:-0}))
     done
-    awk -v m="$m" -v a="$a" 'BEGIN {printf "%.1f", a > 0 ? 1000 * m / a : 0}'
+    awk -v m="$m" -v a="$a" 'BEGIN {printf "%.1f", (a > 0 ? 1000 * m / a : 0)}'
 }
 
 # first_grants DIR HTTP_PORT FROM: the first check of 200 fresh links (FROM..FROM+199), in ms
@@ -120,8 +126,12 @@ echo "lease messages per 1,000 admissions: 1 host $msg1, 3 hosts $msg3"
 
 echo "== a fresh link's first grant (a lease from the leader's supervisor)"
 L=$(leader_of "$W/c3/h1"); F=$((L % 3 + 1))
-echo "on the leader (host $L):   $(first_grants "$W/c3/h$L" "${HTTP[$L]}" 1)"
-echo "on a follower (host $F):   $(first_grants "$W/c3/h$F" "${HTTP[$F]}" 201)"
+# The tenant's first request starts its supervisor, whose start asks ahead for its first 16
+# links: the links measured come after those.
+curl -s -o /dev/null -H "Authorization: Bearer $(head -1 "$W/c3/h1.fresh")" \
+    -H 'X-Tally-Endpoint: search' "http://127.0.0.1:${HTTP[$L]}/v1/check"
+echo "on the leader (host $L):   $(first_grants "$W/c3/h$L" "${HTTP[$L]}" 17)"
+echo "on a follower (host $F):   $(first_grants "$W/c3/h$F" "${HTTP[$F]}" 217)"
 
 echo "== failover: kill -9 of the leader's tallyd, then the first grant on a follower"
 pid=$(pgrep -f "tallyd --data $W/c3/h$L " | head -1)

@@ -30,6 +30,9 @@ void cluster__config_copy(cluster_node *n, uint64_t token, uint64_t id);
 /** The JOIN answer: the member id, the deployment key, the members and the copy. */
 void cluster__join_answer(cluster_node *n, uint64_t token, uint64_t id, const uint8_t *config,
                           size_t config_len, uint64_t config_index);
+/** Whether committed CONFIG records are not in tally.db yet (queued, being written, or
+ *  stalled): no snapshot may be taken then, or a restart would never apply them. */
+bool cluster__config_pending(const cluster_node *n);
 /** Ends the configuration's work once the log is closed (its last write finishes first).
  *  True while that runs: cluster__node_maybe_free runs again once it is done. */
 bool cluster__config_close(cluster_node *n);

@@ -567,6 +567,14 @@ cluster__config_copy(cluster_node *n, uint64_t token, uint64_t id)
     enqueue(c, o);
 }
 
+bool
+cluster__config_pending(const cluster_node *n)
+{
+    const struct node_config *c = n->config;
+
+    return c != NULL && (c->stalled || c->busy || c->retrying || c->head != NULL);
+}
+
 static void
 on_timer_closed(uv_handle_t *h)
 {

@@ -15,8 +15,14 @@
 
 #include <string.h>
 
+#include "proto_lease.h"
 #include "tally_log.h"
 #include "tenant.h"
+
+/* The supervisors' BATCH ops are the LEDGER records' (proto_lease.h, cluster_node_int.h). */
+_Static_assert(LEDGER_APPEND == PROTO_JOURNAL_APPEND && LEDGER_BEGIN == PROTO_JOURNAL_BEGIN &&
+                   LEDGER_CHUNK == PROTO_JOURNAL_CHUNK && LEDGER_END == PROTO_JOURNAL_END,
+               "journal ops");
 
 #define LEASE_FRAME   'F'
 #define LEASE_DOWN    'D'
@@ -314,9 +320,9 @@ cluster_node_ledger_append(cluster_node *n, const char *tenant, uint8_t op, cons
 
     if (n->closing || n->lg == NULL)
         return TALLY_EUNAVAIL;
-    b[0] = LEDGER_REC;
+    b[0] = RECORD_LEDGER; /* 'J' | op | tenant length | tenant | body */
     if (op == 0) {
-        b[1] = LEDGER_BARRIER;
+        b[1] = LEDGER_NOOP; /* nothing, applied after everything before it */
         return cluster_log_append(n->lg, b, 2, done, req_data);
     }
     if (tl == 0 || tl > TENANT_NAME_MAX || len > sizeof(b) - 3 - tl)

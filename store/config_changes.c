@@ -288,12 +288,16 @@ check_copy(const char *tmp, uint64_t index)
 static void
 unlink_with_wal(const char *path)
 {
-    char side[STORE_PATH_MAX + 8];
+    char side[STORE_PATH_MAX + 32];
+    size_t n = strlen(path);
 
     (void)unlink(path);
-    snprintf(side, sizeof(side), "%s-wal", path);
+    if (n + 5 > sizeof(side))
+        return; /* no such path is ever made (paths are at most STORE_PATH_MAX) */
+    memcpy(side, path, n);
+    memcpy(side + n, "-wal", 5);
     (void)unlink(side);
-    snprintf(side, sizeof(side), "%s-shm", path);
+    memcpy(side + n, "-shm", 5);
     (void)unlink(side);
 }
 

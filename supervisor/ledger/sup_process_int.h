@@ -74,7 +74,7 @@ struct sp {
     struct sp_mark {
         uint64_t seq; /* held[..end) leaves once BATCH seq is done */
         size_t end;
-    } *marks;
+    } * marks;
     size_t n_marks, cap_marks;
     uint8_t *early; /* frames come before READY: [type, flags, id, len, payload]... */
     size_t early_len, early_cap;
