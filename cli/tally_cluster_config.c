@@ -97,6 +97,8 @@ tallyd_runs(void)
     return true;
 }
 
+#define LEADER_WAIT_MS 5000 /* a leader elected meanwhile is found */
+
 /* To the leader: the one this host's tallyd names first, then every member in turn (one that
  * does not lead says so). *index once committed. */
 static int
@@ -113,19 +115,29 @@ send_to_leader(const struct cluster_state *st, const struct cluster_hostkey *key
     for (size_t i = 0; i < st->n; i++)
         if (st->members[i].id != hint)
             order[n++] = &st->members[i];
-    for (size_t i = 0; i < n; i++) {
-        int rc = cluster_admin_config(order[i], key, changes, len, ADMIN_TIMEOUT_MS, index, message,
-                                      sizeof(message));
-        if (rc == TALLY_OK)
-            return TALLY_OK;
-        if (rc == TALLY_EUNAUTH)
-            return fail(rc, EXIT_FAIL, "refused by the leader at %s: %s; nothing changed",
-                        order[i]->address, message);
-        if (rc == TALLY_EUNAVAIL && message[0] != '\0') /* it took it, or cannot now */
-            return fail(rc, EXIT_UNAVAIL, "the leader at %s: %s", order[i]->address, message);
-        if (rc == TALLY_ENOMEM || rc == TALLY_ETOOBIG)
-            return fail(rc, EXIT_IOERR, "cannot send the change: %s", tally_strerror(rc));
-        /* not the leader, or no answer there: the next member */
+    /* An election takes about one election timeout: every member is asked again for a few
+     * seconds before the cluster is said to have no leader. */
+    for (int64_t until = cli_now_ms() + LEADER_WAIT_MS;;) {
+        for (size_t i = 0; i < n; i++) {
+            int rc = cluster_admin_config(order[i], key, changes, len, ADMIN_TIMEOUT_MS, index,
+                                          message, sizeof(message));
+            if (rc == TALLY_OK)
+                return TALLY_OK;
+            if (rc == TALLY_EUNAUTH)
+                return fail(rc, EXIT_FAIL, "refused by the leader at %s: %s; nothing changed",
+                            order[i]->address, message);
+            if (rc == TALLY_EUNAVAIL && message[0] != '\0') /* it took it, or cannot now */
+                return fail(rc, EXIT_UNAVAIL, "the leader at %s: %s", order[i]->address, message);
+            if (rc == TALLY_ENOMEM || rc == TALLY_ETOOBIG)
+                return fail(rc, EXIT_IOERR, "cannot send the change: %s", tally_strerror(rc));
+            /* not the leader, or no answer there: the next member */
+        }
+        if (cli_now_ms() >= until)
+            break;
+        {
+            struct timespec ts = {0, 250 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
     }
     return fail(TALLY_EUNAVAIL, EXIT_UNAVAIL,
                 "no leader reachable (%zu members asked): a change needs a majority of the "

@@ -144,6 +144,7 @@ tallyd_main(int argc, char **argv)
             .child_idle_ms = o.child_idle,
             .max_open_children = (uint32_t)o.max_open,
             .election_ms = (uint32_t)o.election,
+            .snapshot_every = (uint32_t)o.snapshots,
         };
         code = sup_server_run(&so);
     }

@@ -22,7 +22,7 @@ static const char usage_text[] =
     "              [--max-supervisors N] [--max-connections N]\n"
     "              [--batch-sync-ms MS] [--journal-compact-rows N]\n"
     "              [--child-idle-ms MS] [--max-open-children N] [--keep-lease-ms MS]\n"
-    "              [--election-timeout-ms MS]\n"
+    "              [--election-timeout-ms MS] [--snapshot-every N]\n"
     "              [--help] [--version]\n"
     "\n"
     "Runs the tally daemon in the foreground until SIGINT or SIGTERM.\n"
@@ -72,6 +72,9 @@ static const char usage_text[] =
     "  --election-timeout-ms MS  in a cluster (tally cluster init): how long\n"
     "                     followers wait for the leader before electing another\n"
     "                     (default 1000, 100 to 60000)\n"
+    "  --snapshot-every N in a cluster: log batches between two snapshots of the\n"
+    "                     state (members, tally.db, every ledger), after which the\n"
+    "                     log forgets them (default 100000, 16 to 100000000)\n"
     "\n";
 /* The rest (one string would pass the 4095 bytes C guarantees). */
 static const char usage_tail[] =
@@ -172,7 +175,8 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                                         "--keep-lease-ms",
                                         "--fork-server",
                                         "--callers",
-                                        "--election-timeout-ms"};
+                                        "--election-timeout-ms",
+                                        "--snapshot-every"};
     const char **slots[] = {&o->data,
                             &o->http,
                             &o->socket,
@@ -191,7 +195,8 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
                             &o->keep_lease_ms,
                             &o->fork_server,
                             &o->callers,
-                            &o->election_timeout_ms};
+                            &o->election_timeout_ms,
+                            &o->snapshot_every};
     enum tally_log_level level;
     struct sockaddr_un sun;
     int i;
@@ -252,6 +257,9 @@ tallyd_parse_args(int argc, char **argv, struct tallyd_opts *o)
     if (!parse_ms(o->election_timeout_ms, 100, 60000, 1000, &o->election))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --election-timeout-ms '%s': 100 to 60000",
                            o->election_timeout_ms);
+    if (!parse_ms(o->snapshot_every, 16, 100000000, 100000, &o->snapshots))
+        return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --snapshot-every '%s': 16 to 100000000",
+                           o->snapshot_every);
     if (!parse_ms(o->wait_ms, 1, 60000, 50, &o->wait))
         return tallyd_fail(TALLYD_EXIT_USAGE, "invalid --wait-ms '%s': 1 to 60000", o->wait_ms);
     if (!parse_ms(o->idle_exit_ms, 1, 86400000, 10000, &o->idle_exit))

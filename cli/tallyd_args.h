@@ -35,6 +35,7 @@ struct tallyd_opts {
     const char *max_open_children;
     const char *keep_lease_ms;
     const char *election_timeout_ms;
+    const char *snapshot_every;
     const char *callers;     /* internal: run as caller authority N (sup_callers.h) */
     const char *fork_server; /* internal: run as the fork server; the value is spare room for
                                 the title of each supervisor it forks */
@@ -48,6 +49,7 @@ struct tallyd_opts {
     int64_t max_open;      /* --max-open-children */
     int64_t keep_lease;    /* --keep-lease-ms, 0 when not given */
     int64_t election;      /* --election-timeout-ms */
+    int64_t snapshots;     /* --snapshot-every */
     int64_t callers_shard; /* --callers */
     char host[64];         /* from --http, without brackets */
     int port;

@@ -68,8 +68,10 @@ fsm_snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsigned *n_bufs)
 
     if (lg == NULL || lg->cbs->snapshot == NULL)
         return RAFT_NOTFOUND;
+    /* A state that cannot be taken now (work in flight, a copy broken) is no error: libraft
+     * 0.15 takes RAFT_BUSY as "later", and any other error as a reason to stop the node. */
     if (lg->cbs->snapshot(lg->data, &state, &len) != TALLY_OK)
-        return RAFT_NOMEM;
+        return RAFT_BUSY;
     b = raft_malloc(sizeof(*b));
     p = raft_malloc(8 + len);
     if (b == NULL || p == NULL) {
@@ -113,14 +115,21 @@ fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
     int rc = RAFT_MALFORMED;
 
     if (lg != NULL && lg->cbs->restore != NULL && buf->len >= 8) {
+        int trc;
         for (int i = 0; i < 8; i++)
             applied = applied << 8 | p[i];
-        if (lg->cbs->restore(lg->data, p + 8, buf->len - 8) == TALLY_OK) {
+        trc = lg->cbs->restore(lg->data, p + 8, buf->len - 8);
+        if (trc == TALLY_OK) {
             lg->applied = applied;
             rc = 0;
+        } else {
+            cluster__log_raft_error("cluster_snapshot_restore_failed", "restore",
+                                    tally_strerror(trc));
         }
     }
-    raft_free(buf->base);
+    /* libraft frees the buffer of a restore that failed, this one's on success only. */
+    if (rc == 0)
+        raft_free(buf->base);
     return rc;
 }
 

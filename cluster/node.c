@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "store.h"
+#include "store_config.h"
 #include "tally_log.h"
 
 int64_t
@@ -228,24 +229,79 @@ on_leader(void *data, uint64_t leader, bool self)
 }
 
 /* The state the log's records made: SNAPSHOT_VERSION (1), the member list ([n (1)] then each
- * member as MEMBER records carry it), then every tenant's ledger (node_ledger.c). The first
- * format had no version byte: it began with n, at most CLUSTER_MEMBERS_MAX. */
-#define SNAPSHOT_VERSION 0xF1
+ * member as MEMBER records carry it), tally.db as the CONFIG records made it (its applied
+ * index (8), its length (4), its bytes), then every tenant's ledger (node_ledger.c). Read
+ * too: the format without tally.db (0xF1), and the first, with no version byte (it began
+ * with n, at most CLUSTER_MEMBERS_MAX). */
+#define SNAPSHOT_VERSION_LEDGERS 0xF1 /* members, ledgers */
+#define SNAPSHOT_VERSION         0xF2 /* members, tally.db, ledgers */
+#define SNAPSHOT_CONFIG_MAX      ((size_t)256 << 20)
 
 static int
 on_snapshot(void *data, uint8_t **buf, size_t *len)
 {
     cluster_node *n = data;
-    uint8_t head[2 + CLUSTER_MEMBERS_MAX * (10 + CLUSTER_ADDR_MAX + CLUSTER_KEY_BYTES)];
-    size_t off = 0;
+    size_t members = 2 + CLUSTER_MEMBERS_MAX * (10 + CLUSTER_ADDR_MAX + CLUSTER_KEY_BYTES);
+    uint8_t *head, *config = NULL;
+    size_t off = 0, config_len = 0;
+    uint64_t config_index = 0;
+    store_db *db = NULL;
+    int rc;
 
     if (cluster__config_pending(n))
         return TALLY_EBUSY; /* CONFIG records not in tally.db yet: the log keeps them */
+    /* tally.db as the CONFIG records so far made it (none is pending: it is all there). */
+    rc = store_config_open(n->data, false, &db);
+    if (rc == TALLY_OK)
+        rc = store_config_copy(db, SNAPSHOT_CONFIG_MAX, &config, &config_len, &config_index);
+    store_db_close(db);
+    if (rc != TALLY_OK) {
+        cluster__log_member("cluster_snapshot_failed", n->st.self, NULL, tally_strerror(rc));
+        return rc;
+    }
+    head = tally_malloc(members + 12 + config_len);
+    if (head == NULL) {
+        tally_free(config);
+        return TALLY_ENOMEM;
+    }
     head[off++] = SNAPSHOT_VERSION;
     head[off++] = (uint8_t)n->st.n;
     for (size_t i = 0; i < n->st.n; i++)
         off += cluster_member_encode(head + off, &n->st.members[i], n->st.roles[i]);
-    return cluster__ledger_snapshot(n, cluster_log_applied(n->lg), head, off, buf, len);
+    cluster__put_u64(head + off, config_index);
+    for (int i = 0; i < 4; i++)
+        head[off + 8 + i] = (uint8_t)(config_len >> (24 - 8 * i));
+    memcpy(head + off + 12, config, config_len);
+    off += 12 + config_len;
+    tally_free(config);
+    rc = cluster__ledger_snapshot(n, cluster_log_applied(n->lg), head, off, buf, len);
+    tally_free(head);
+    return rc;
+}
+
+/* The snapshot's tally.db, put in place unless this member's is as far on already. */
+static int
+restore_config(cluster_node *n, const uint8_t *p, size_t len, size_t *used)
+{
+    uint64_t index;
+    size_t cl;
+    store_db *db = NULL;
+    int rc;
+
+    if (len < 12)
+        return TALLY_EPROTO;
+    index = cluster__get_u64(p);
+    cl = (size_t)p[8] << 24 | (size_t)p[9] << 16 | (size_t)p[10] << 8 | p[11];
+    if (cl > len - 12)
+        return TALLY_EPROTO;
+    *used = 12 + cl;
+    rc = store_config_open(n->data, false, &db);
+    if (rc == TALLY_OK)
+        rc = store_config_restore(db, p + 12, cl, index);
+    store_db_close(db);
+    if (rc != TALLY_OK)
+        cluster__log_member("cluster_config_restore_failed", n->st.self, NULL, tally_strerror(rc));
+    return rc;
 }
 
 static int
@@ -253,15 +309,16 @@ on_restore(void *data, const uint8_t *p, size_t len)
 {
     cluster_node *n = data;
     struct cluster_state st;
-    bool ledgers = len >= 1 && p[0] == SNAPSHOT_VERSION;
+    bool ledgers = len >= 1 && (p[0] == SNAPSHOT_VERSION || p[0] == SNAPSHOT_VERSION_LEDGERS);
+    bool config = len >= 1 && p[0] == SNAPSHOT_VERSION;
     size_t off = ledgers ? 2 : 1;
-    int rc;
+    int rc = TALLY_OK;
 
     memset(&st, 0, sizeof(st));
     if (len < off || p[off - 1] > CLUSTER_MEMBERS_MAX)
         return TALLY_EPROTO;
     st.self = n->st.self;
-    for (unsigned k = 0; k < p[off - 1]; k++) {
+    for (unsigned k = 0, count = p[off - 1]; k < count; k++) {
         size_t used = 0;
         if (cluster_member_decode(p + off, len - off, &st.members[st.n], &st.roles[st.n], &used) !=
             TALLY_OK)
@@ -269,9 +326,14 @@ on_restore(void *data, const uint8_t *p, size_t len)
         st.n++;
         off += used;
     }
-    if (ledgers) /* checked whole before anything changes */
+    if (config) {
+        size_t used = 0;
+        rc = restore_config(n, p + off, len - off, &used);
+        off += used;
+    }
+    if (rc == TALLY_OK && ledgers) /* checked whole before anything changes */
         rc = cluster__ledger_restore(n, p + off, len - off);
-    else /* the first format: the members alone */
+    else if (rc == TALLY_OK) /* the first format: the members alone */
         rc = off == len ? TALLY_OK : TALLY_EPROTO;
     if (rc != TALLY_OK)
         return rc;
@@ -295,7 +357,8 @@ static const struct cluster_log_cbs node_cbs = {on_apply, on_leader, on_snapshot
 /* ---- open, status, close ---- */
 
 int
-cluster_node_open(uv_loop_t *loop, const char *data, unsigned election_ms, cluster_node **out)
+cluster_node_open(uv_loop_t *loop, const char *data, unsigned election_ms, unsigned snapshot_every,
+                  cluster_node **out)
 {
     struct cluster_log_opts o;
     char raft[512];
@@ -330,6 +393,7 @@ cluster_node_open(uv_loop_t *loop, const char *data, unsigned election_ms, clust
         o.members = n->st.members;
         o.n_members = n->st.n;
         o.election_ms = election_ms;
+        o.snapshot_every = snapshot_every;
         o.cbs = &node_cbs;
         o.data = n;
         o.hooks = &n->hooks;

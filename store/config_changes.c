@@ -334,3 +334,60 @@ store_config_install(const char *dir, const uint8_t *bytes, size_t len, uint64_t
         close(dfd);
     return rc;
 }
+
+/* PRAGMA user_version of `schema` on h, or -1. */
+static int
+user_version(sqlite3 *h)
+{
+    sqlite3_stmt *st = NULL;
+    int v = -1;
+
+    if (sqlite3_prepare_v2(h, "PRAGMA main.user_version", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+int
+store_config_restore(store_db *db, const uint8_t *bytes, size_t len, uint64_t index)
+{
+    sqlite3 *mem = NULL;
+    sqlite3_backup *b;
+    unsigned char *copy;
+    uint64_t have = 0;
+    int rc = store_config_applied(db, &have);
+
+    if (rc != TALLY_OK || have >= index)
+        return rc; /* this file is there already, or further on */
+    if (len < 100 || sqlite3_open_v2(":memory:", &mem, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        sqlite3_close(mem);
+        return len < 100 ? TALLY_ECORRUPT : TALLY_ENOMEM;
+    }
+    copy = sqlite3_malloc64(len);
+    if (copy == NULL) {
+        sqlite3_close(mem);
+        return TALLY_ENOMEM;
+    }
+    memcpy(copy, bytes, len);
+    copy[18] = copy[19] = 1; /* a WAL file's header: read as a rollback journal's in memory */
+    if (sqlite3_deserialize(mem, "main", copy, (sqlite3_int64)len, (sqlite3_int64)len,
+                            SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_RESIZEABLE) !=
+            SQLITE_OK ||
+        user_version(mem) < 0) {
+        sqlite3_close(mem);
+        return TALLY_ECORRUPT;
+    }
+    if (user_version(mem) != user_version(store_db_handle(db))) {
+        sqlite3_close(mem);
+        return TALLY_ESCHEMA; /* another binary's file: this one cannot take it as it is */
+    }
+    /* In place, page by page under the file's locks: every process that holds tally.db open
+     * (tallyd's front, supervisors) reads the new content, which a rename would not give. */
+    b = sqlite3_backup_init(store_db_handle(db), "main", mem, "main");
+    rc = b == NULL ? SQLITE_ERROR : sqlite3_backup_step(b, -1);
+    if (b != NULL && sqlite3_backup_finish(b) != SQLITE_OK && rc == SQLITE_DONE)
+        rc = SQLITE_ERROR;
+    sqlite3_close(mem);
+    return rc == SQLITE_DONE ? TALLY_OK : TALLY_ESTORE;
+}

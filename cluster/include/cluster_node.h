@@ -78,7 +78,7 @@ void cluster_join_result_release(struct cluster_join_result *r);
  *  TALLY_EKEYMODE, TALLY_ECORRUPT, TALLY_EIO (the log's files or its port: logged) or
  *  TALLY_ENOMEM. */
 TALLY_MUST_CHECK int cluster_node_open(uv_loop_t *loop, const char *data, unsigned election_ms,
-                                       cluster_node **out /* OUT */);
+                                       unsigned snapshot_every, cluster_node **out /* OUT */);
 /** The cluster as this host sees it now. */
 void cluster_node_status(cluster_node *n, struct proto_cluster_status *out /* OUT */);
 /* Lease frames between this host's tallyd and the leader's: the leader's supervisors decide

@@ -78,6 +78,13 @@ TALLY_MUST_CHECK int store_config_copy(store_db *db, size_t max, uint8_t **bytes
 TALLY_MUST_CHECK int store_config_install(const char *dir, const uint8_t *bytes, size_t len,
                                           uint64_t index);
 
+/** Makes the open tally.db `db` a snapshot's copy (store_config_copy's bytes, borrowed) that
+ *  reflects applied index `index`, in place (every process that has the file open sees it),
+ *  unless db has applied that index already. TALLY_OK, TALLY_ECORRUPT (not a database),
+ *  TALLY_ESCHEMA (another schema version) or a storage error. */
+TALLY_MUST_CHECK int store_config_restore(store_db *db, const uint8_t *bytes, size_t len,
+                                          uint64_t index);
+
 /* Plans. */
 TALLY_MUST_CHECK int store_plan_put(store_db *db, const struct tenant_plan *p);
 TALLY_MUST_CHECK int store_plan_get(store_db *db, const char *name, struct tenant_plan *out);

@@ -308,7 +308,8 @@ start_cluster(struct server *d)
 
     if (!cluster_state_exists(d->o->data))
         return SUP_SERVER_OK;
-    rc = cluster_node_open(&d->loop, d->o->data, d->o->election_ms, &d->cluster);
+    rc = cluster_node_open(&d->loop, d->o->data, d->o->election_ms, d->o->snapshot_every,
+                           &d->cluster);
     if (rc == TALLY_EKEYMODE)
         return fail(SUP_SERVER_CONFIG, "%s/cluster/host.key is readable by others: chmod 600 it",
                     d->o->data);
@@ -436,7 +437,8 @@ on_cluster_watch(uv_timer_t *t)
     if (d->stop_signal != 0 || d->cluster != NULL || !cluster_state_exists(d->o->data))
         return;
     uv_close((uv_handle_t *)t, NULL); /* once, whatever comes of it */
-    rc = cluster_node_open(&d->loop, d->o->data, d->o->election_ms, &d->cluster);
+    rc = cluster_node_open(&d->loop, d->o->data, d->o->election_ms, d->o->snapshot_every,
+                           &d->cluster);
     if (rc == TALLY_OK && d->front != NULL)
         link_cluster(d);
     if (tally_log_begin(&l, rc == TALLY_OK ? TALLY_LOG_INFO : TALLY_LOG_ERROR,

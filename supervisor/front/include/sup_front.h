@@ -49,6 +49,7 @@ struct sup_server_opts {
     int64_t child_idle_ms;         /* 0 = the front's default (60000) */
     uint32_t max_open_children;    /* 0 = the front's default (1024) */
     uint32_t election_ms;          /* in a cluster: the log's election timeout */
+    uint32_t snapshot_every;       /* in a cluster: batches between two snapshots (0: 100000) */
 };
 
 /** Serves `o` (borrowed) until SIGINT or SIGTERM, then shuts down in order (HTTP, the
