@@ -38,8 +38,8 @@ enum {
 };
 static const char *const copy_statements[C__COUNT] = {
     [C_APPLIED_GET] = "SELECT n FROM cluster_applied WHERE id = 1",
-    [C_APPLIED_SET] = "INSERT INTO cluster_applied(id, n) VALUES(1, ?1) "
-                      "ON CONFLICT(id) DO UPDATE SET n = excluded.n",
+    [C_APPLIED_SET] = ("INSERT INTO cluster_applied(id, n) VALUES(1, ?1) "
+                       "ON CONFLICT(id) DO UPDATE SET n = excluded.n"),
     [C_JOURNAL_ADD] = "INSERT INTO journal(rec) VALUES(?1)",
     [C_JOURNAL_CLEAR] = "DELETE FROM journal",
     [C_STAGE_ADD] = "INSERT INTO journal_staging(rec) VALUES(?1)",

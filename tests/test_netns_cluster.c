@@ -5,8 +5,10 @@
  * made with `tally cluster init`, the others join with codes from `tally
  * cluster invite`, each from inside its namespace. Then, on that network:
  *   - the leader is cut off (its link down): the two others elect another
- *     within the bound, the isolated one stops calling itself leader, and
- *     after the link comes back it follows the new leader;
+ *     within the bound, the isolated one stops calling itself leader, its own
+ *     clients get 503 on a fail-closed endpoint (a link holding no lease) within
+ *     6 s, and after the link comes back it follows the new leader and grants
+ *     again within 3 s;
  *   - two of three are killed (kill -9): the survivor has no leader; one
  *     comes back and a leader is elected within 2 s of its return;
  *   - 5% of the packets between hosts are dropped (nft) for 10 s: a leader
@@ -29,6 +31,7 @@
 #include <unistd.h>
 
 #include "test_daemon.h"
+#include "test_load.h"
 #include "test_support.h"
 
 #define HOSTS 3
@@ -53,6 +56,10 @@ struct net {
 
 static struct net net;
 static char skip_reason[256];
+/* Links of one tenant, each first used after a cut (no lease held: it must ask). */
+#define FRESH 40
+static char fresh[FRESH][96];
+static int fresh_next;
 
 static int
 run(const char *what, char *const argv[])
@@ -278,7 +285,36 @@ setup(void **state)
     join(&net.h[0], &net.h[2]);
     start(&net.h[2]);
     assert_int_equal(agreed(7u, 0, 5000), 1);
+    /* The configuration, through the log: a fail-closed endpoint and the fresh links. */
+    assert_int_equal(tally_in(&net.h[0], &o, "plan", "set", "pro", "--limit", "100000/1h", NULL),
+                     0);
+    assert_int_equal(tally_in(&net.h[0], &o, "endpoint", "set", "pay", "--limit", "100000/1h",
+                              "--on-unavailable", "closed", NULL),
+                     0);
+    assert_int_equal(tally_in(&net.h[0], &o, "tenant", "add", "acme", "--plan", "pro", NULL), 0);
+    for (int i = 0; i < FRESH; i++) {
+        assert_int_equal(tally_in(&net.h[0], &o, "link", "create", "acme", NULL), 0);
+        snprintf(fresh[i], sizeof(fresh[i]), "%.90s", o.out);
+        fresh[i][strcspn(fresh[i], "\n")] = '\0';
+    }
     return 0;
+}
+
+/* One check of a link never used before on h's socket: 200 admitted, 503 unavailable, -1. */
+static int
+fresh_check(struct host *h)
+{
+    struct test_load_result r;
+    const char *tok;
+
+    assert_true(fresh_next < FRESH);
+    tok = fresh[fresh_next++];
+    test_load_run(h->d.socket, &tok, 1, "pay", 1, 1, 10000, &r);
+    if (r.admitted == 1)
+        return 200;
+    if (r.unavailable == 1)
+        return 503;
+    return -1;
 }
 
 static int
@@ -328,9 +364,25 @@ test_netns_leader_cut_off_and_back(void **state)
             fail_msg("member %llu still calls itself leader 5 s after it was cut off", l);
         now_sleep_ms(50);
     }
-    /* Healed: it follows the new leader. */
+    /* Its own clients: a link that holds no lease gets no grant there, and the fail-closed
+     * endpoint answers 503 (at the request's deadline) within 6 s of the cut. */
+    {
+        int st = fresh_check(&net.h[li]);
+        ms = ms_since(&t0);
+        print_message("the isolated host answers %s %.0f ms after the cut\n",
+                      st == 503 ? "503" : "something else", ms);
+        assert_int_equal(st, 503);
+        assert_true(ms < 6000);
+    }
+    /* Healed: it follows the new leader, and grants again within 3 s. */
     assert_int_equal(ip("-n", net.h[li].ns, "link", "set", "eth0", "up", NULL), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     assert_int_equal(agreed(7u, 0, 5000), l2);
+    while (fresh_check(&net.h[li]) != 200) {
+        assert_true(ms_since(&t0) < 3000);
+        now_sleep_ms(100);
+    }
+    print_message("the healed host grants again %.0f ms after its link came back\n", ms_since(&t0));
 }
 
 /* The leader and term host h reports (0s when it does not answer). */
