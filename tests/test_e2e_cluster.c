@@ -240,19 +240,6 @@ start_host(struct host *h)
     assert_int_equal(test_daemon_start(&h->d, h->data, "--election-timeout-ms", "300", NULL), 0);
 }
 
-/* The leader's id in `tally cluster status` of h (0: none or no answer). */
-static unsigned long long
-leader_of(struct host *h)
-{
-    struct test_out o;
-    unsigned long long self = 0, leader = 0;
-
-    if (test_tally(h->data, &o, "cluster", "status", NULL) != 0 ||
-        sscanf(o.out, "member %llu (this host)  leader %llu", &self, &leader) != 2)
-        return 0;
-    return leader;
-}
-
 /* hosts[0..n) get data dirs DIR/PREFIXi and free ports; the first is made a one-voter
  * cluster, its tallyd started and leading. */
 static void
@@ -362,7 +349,7 @@ test_cluster_three_hosts_join_and_survive_their_leader(void **state)
         64);
 
     /* kill -9 of the leader's tallyd: the others elect another within the bound. */
-    leader = leader_of(&h[0]);
+    leader = test_cluster_leader(h[0].data);
     assert_true(leader >= 1 && leader <= 4);
     li = (int)leader - 1;
     test_daemon_kill9(&h[li].d);
@@ -374,8 +361,8 @@ test_cluster_three_hosts_join_and_survive_their_leader(void **state)
             i1 = 0;
             i2 = 1;
         }
-        a = leader_of(&h[i1]);
-        b = leader_of(&h[i2]);
+        a = test_cluster_leader(h[i1].data);
+        b = test_cluster_leader(h[i2].data);
         if (a != 0 && a == b && a != leader) {
             again = a;
             break;

@@ -49,35 +49,13 @@ static char base_token[128];  /* acme's link, made before `cluster init` */
 static char beta_token[128];  /* made on the leader */
 static char gamma_token[128]; /* made on a follower */
 
-static int64_t
-now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* The leader's id in `tally cluster status` of h (0: none or no answer). */
-static unsigned long long
-leader_of(const struct host *h)
-{
-    struct test_out o;
-    unsigned long long self = 0, leader = 0;
-
-    if (test_tally(h->e.data, &o, "cluster", "status", NULL) != 0 ||
-        sscanf(o.out, "member %llu (this host)  leader %llu", &self, &leader) != 2)
-        return 0;
-    return leader;
-}
-
 static void
 wait_leader(const struct host *h, unsigned long long want, int timeout_ms)
 {
-    int64_t until = now_ms() + timeout_ms;
+    int64_t until = test_now_ms() + timeout_ms;
 
-    while (leader_of(h) != want) {
-        if (now_ms() > until)
+    while (test_cluster_leader(h->e.data) != want) {
+        if (test_now_ms() > until)
             fail_msg("%s: no leader %llu within %d ms", h->e.data, want, timeout_ms);
         usleep(50 * 1000);
     }
@@ -243,7 +221,7 @@ test_changes_are_in_force_everywhere_when_the_command_returns(void **state)
         test_tally(hosts[2].e.data, &o, "endpoint", "show", "upload", "--plan", "pro", NULL), 0);
 
     /* From a follower: host 2 asks the leader. */
-    assert_int_equal(leader_of(&hosts[1]), 1);
+    assert_int_equal(test_cluster_leader(hosts[1].e.data), 1);
     serve_tally_ok(&hosts[1].e, NULL, 0, "tenant", "add", "gamma", "--plan", "free", NULL);
     serve_tally_ok(&hosts[1].e, gamma_token, sizeof(gamma_token), "link", "create", "gamma", NULL);
     assert_int_equal(check(&hosts[0], gamma_token), 200);
@@ -309,7 +287,7 @@ test_a_restart_applies_nothing_twice(void **state)
     start(h);
     wait_leader(h, 1, 5000);
     /* It has replayed the log once its commit index is the leader's and it applied it. */
-    until = now_ms() + 5000;
+    until = test_now_ms() + 5000;
     for (;;) {
         struct test_out a, b;
         unsigned long long ca = 0, aa = 0, cb = 0;
@@ -321,7 +299,7 @@ test_a_restart_applies_nothing_twice(void **state)
         if (pa != NULL && pb != NULL && sscanf(pa, "log    commit %llu", &ca) == 1 &&
             sscanf(pb, "log    commit %llu  applied %llu", &cb, &aa) == 2 && cb >= ca && aa >= ca)
             break;
-        if (now_ms() > until)
+        if (test_now_ms() > until)
             fail_msg("host 2 did not catch up:\n%s\n%s", a.out, b.out);
         usleep(50 * 1000);
     }
@@ -350,8 +328,8 @@ test_a_change_where_tallyd_is_down(void **state)
     assert_int_equal(test_tally(hosts[0].e.data, &o, "tenant", "show", "eta", NULL), 0);
     assert_int_equal(test_tally(h->e.data, &o, "tenant", "show", "eta", NULL), 1);
     start(h);
-    for (int64_t until = now_ms() + 5000; applied_index(h) < applied_index(&hosts[0]);) {
-        if (now_ms() > until)
+    for (int64_t until = test_now_ms() + 5000; applied_index(h) < applied_index(&hosts[0]);) {
+        if (test_now_ms() > until)
             fail_msg("host 3 did not apply the change within 5 s of its start");
         usleep(50 * 1000);
     }
@@ -448,8 +426,8 @@ test_without_a_majority_nothing_changes(void **state)
     /* The two back: a leader again, and nothing of the refused changes anywhere. */
     start(&hosts[1]);
     start(&hosts[2]);
-    for (int64_t until = now_ms() + 10000; leader_of(&hosts[0]) == 0;) {
-        if (now_ms() > until)
+    for (int64_t until = test_now_ms() + 10000; test_cluster_leader(hosts[0].e.data) == 0;) {
+        if (test_now_ms() > until)
             fail_msg("no leader 10 s after the two voters came back");
         usleep(50 * 1000);
     }

@@ -54,35 +54,13 @@ static char fresh[128]; /* beta's link, used first once the majority is gone */
  * take its install-snapshot timeout (10 s) more: rare snapshots keep restarts fast. */
 static const char *snapshot_every = "--snapshot-every=100000";
 
-static int64_t
-now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* The leader's id in `tally cluster status` of h (0: none or no answer). */
-static unsigned long long
-leader_of(const struct host *h)
-{
-    struct test_out o;
-    unsigned long long self = 0, leader = 0;
-
-    if (test_tally(h->e.data, &o, "cluster", "status", NULL) != 0 ||
-        sscanf(o.out, "member %llu (this host)  leader %llu", &self, &leader) != 2)
-        return 0;
-    return leader;
-}
-
 static void
 wait_leader(const struct host *h, unsigned long long want, int timeout_ms)
 {
-    int64_t until = now_ms() + timeout_ms;
+    int64_t until = test_now_ms() + timeout_ms;
 
-    while (leader_of(h) != want) {
-        if (now_ms() > until)
+    while (test_cluster_leader(h->e.data) != want) {
+        if (test_now_ms() > until)
             fail_msg("%s: no leader %llu within %d ms", h->e.data, want, timeout_ms);
         usleep(50 * 1000);
     }
@@ -263,7 +241,7 @@ static void
 test_cluster_failover_keeps_the_cap(void **state)
 {
     bool live[HOSTS] = {true, true, true};
-    unsigned long long leader = leader_of(&hosts[0]);
+    unsigned long long leader = test_cluster_leader(hosts[0].e.data);
     struct host *old;
     struct serve_http r;
     pid_t sups[16];
@@ -282,24 +260,24 @@ test_cluster_failover_keeps_the_cap(void **state)
     for (int i = 0; i < n_sups; i++)
         kill(sups[i], SIGKILL);
     live[leader - 1] = false;
-    t0 = now_ms();
+    t0 = test_now_ms();
     for (int i = 0; i < HOSTS && k < 0; i++)
         if (live[i])
             k = i;
     /* A link of a tenant nobody used holds no lease: it asks the new leader. */
     while (check_status(&hosts[k], hosts[k].gfresh, "search", &r) != 200) {
-        assert_true(now_ms() - t0 < 8000);
+        assert_true(test_now_ms() - t0 < 8000);
         usleep(50 * 1000);
     }
-    print_message("a new leader granted %lld ms after the kill\n", (long long)(now_ms() - t0));
-    assert_true(now_ms() - t0 < 2000); /* the election, then a cold start on the new leader */
+    print_message("a new leader granted %lld ms after the kill\n", (long long)(test_now_ms() - t0));
+    assert_true(test_now_ms() - t0 < 2000); /* the election, then a cold start on the new leader */
     admitted += 1 + gamma_round(800, live);
     print_message("in all: %d admitted of a plan of 1000\n", admitted);
     assert_true(admitted <= 1000);
     /* The old host comes back and catches up: every host's copy of the ledger is the same
      * (`tally usage` reads it). */
     start(old);
-    t_back = now_ms();
+    t_back = test_now_ms();
     /* The ledger still moves (leases returned, expired): compare both copies as they are. */
     for (;;) {
         bool same = true;
@@ -311,13 +289,13 @@ test_cluster_failover_keeps_the_cap(void **state)
         }
         if (same)
             break;
-        if (now_ms() - t_back >= 5000)
+        if (test_now_ms() - t_back >= 5000)
             print_message("a copy:\n%s\nthe new leader's:\n%s\n", u, u0);
-        assert_true(now_ms() - t_back < 5000);
+        assert_true(test_now_ms() - t_back < 5000);
         usleep(100 * 1000);
     }
     print_message("every copy of the ledger equal %lld ms after the old leader's restart\n",
-                  (long long)(now_ms() - t_back));
+                  (long long)(test_now_ms() - t_back));
 }
 
 /* A snapshot file (libraft's "snapshot-TERM-INDEX-...") in DATA/cluster/raft. */
@@ -367,22 +345,23 @@ test_cluster_wiped_host_rejoins_from_a_snapshot(void **state)
     /* Host 3 loses its disk: it leaves, and joins again from nothing as a new member. */
     if (h->e.d.pid > 0)
         test_daemon_kill9(&h->e.d);
-    t0 = now_ms();
-    while (leader_of(&hosts[0]) == 0 || leader_of(&hosts[0]) != leader_of(&hosts[1])) {
-        assert_true(now_ms() - t0 < 5000);
+    t0 = test_now_ms();
+    while (test_cluster_leader(hosts[0].e.data) == 0 ||
+           test_cluster_leader(hosts[0].e.data) != test_cluster_leader(hosts[1].e.data)) {
+        assert_true(test_now_ms() - t0 < 5000);
         usleep(50 * 1000);
     }
     assert_int_equal(test_tally(hosts[0].e.data, &o, "cluster", "leave", "3", NULL), 0);
     test_rmtree(h->e.data);
-    t0 = now_ms();
-    while (leader_of(&hosts[0]) == 0) { /* two voters now: both vote */
-        assert_true(now_ms() - t0 < 5000);
+    t0 = test_now_ms();
+    while (test_cluster_leader(hosts[0].e.data) == 0) { /* two voters now: both vote */
+        assert_true(test_now_ms() - t0 < 5000);
         usleep(50 * 1000);
     }
     {
         /* The leader's log forgot its start (a snapshot every 32 batches; configuration
          * changes are batches too), so a joiner needs one. */
-        unsigned long long l = leader_of(&hosts[0]);
+        unsigned long long l = test_cluster_leader(hosts[0].e.data);
         assert_true(l == 1 || l == 2);
         for (int k = 0; k < 80 && !has_snapshot(&hosts[l - 1]); k++) {
             char tok[128];
@@ -398,19 +377,19 @@ test_cluster_wiped_host_rejoins_from_a_snapshot(void **state)
     assert_int_equal(
         test_tally(h->e.data, &o, "cluster", "join", code, "--listen", h->listen, NULL), 0);
     start(h);
-    t0 = now_ms();
+    t0 = test_now_ms();
     /* Its ledgers and its configuration are the others', from the leader's snapshot. */
     for (;;) {
         usage_of(&hosts[0], a, sizeof(a));
         usage_of(h, b, sizeof(b));
         if (a[0] != '\0' && strcmp(a, b) == 0)
             break;
-        if (now_ms() - t0 > 30000)
+        if (test_now_ms() - t0 > 30000)
             fail_msg("the new member's ledger copy:\n%s\nthe leader's:\n%s", b, a);
         usleep(200 * 1000);
     }
     print_message("a wiped host's ledgers equal the others' %lld ms after it joined again\n",
-                  (long long)(now_ms() - t0));
+                  (long long)(test_now_ms() - t0));
     export_of(&hosts[0], a, sizeof(a));
     export_of(h, b, sizeof(b));
     assert_string_equal(a, b);
@@ -427,21 +406,21 @@ test_cluster_without_a_majority_answers_503_then_heals(void **state)
      * deciding (a kept one up to an hour): a link that holds none asks. */
     test_daemon_kill9(&hosts[1].e.d);
     test_daemon_kill9(&hosts[2].e.d);
-    t0 = now_ms();
+    t0 = test_now_ms();
     wait_leader(&hosts[0], 0, 3000); /* it stepped down: a lease granted now would be kept */
     assert_int_equal(check_status(&hosts[0], fresh, "pay", &r), 503);
-    print_message("503 %lld ms after the majority was lost\n", (long long)(now_ms() - t0));
-    assert_true(now_ms() - t0 < 6000);
+    print_message("503 %lld ms after the majority was lost\n", (long long)(test_now_ms() - t0));
+    assert_true(test_now_ms() - t0 < 6000);
     assert_non_null(strstr(r.body, "unavailable"));
     /* One host back: a majority again, and grants within 2 s of its tallyd answering. */
     start(&hosts[1]);
-    t_back = now_ms();
+    t_back = test_now_ms();
     while (check_status(&hosts[0], fresh, "pay", &r) != 200) {
         assert_true(r.status == 503);
-        assert_true(now_ms() - t_back < 2000);
+        assert_true(test_now_ms() - t_back < 2000);
         usleep(50 * 1000);
     }
-    print_message("granted %lld ms after a host came back\n", (long long)(now_ms() - t_back));
+    print_message("granted %lld ms after a host came back\n", (long long)(test_now_ms() - t_back));
 }
 
 int

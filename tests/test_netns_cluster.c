@@ -9,6 +9,9 @@
  *     clients get 503 on a fail-closed endpoint (a link holding no lease) within
  *     6 s, and after the link comes back it follows the new leader and grants
  *     again within 3 s;
+ *   - a follower is cut off: its fail-closed endpoint answers 503, its open one
+ *     admits at most its degraded limit, every admission flagged degraded; healed,
+ *     it grants again within 3 s;
  *   - two of three are killed (kill -9): the survivor has no leader; one
  *     comes back and a leader is elected within 2 s of its return;
  *   - 5% of the packets between hosts are dropped (nft) for 10 s: a leader
@@ -285,11 +288,16 @@ setup(void **state)
     join(&net.h[0], &net.h[2]);
     start(&net.h[2]);
     assert_int_equal(agreed(7u, 0, 5000), 1);
-    /* The configuration, through the log: a fail-closed endpoint and the fresh links. */
+    /* The configuration, through the log: a fail-closed endpoint, an open one, the fresh
+     * links. */
+    fresh_next = 0;
     assert_int_equal(tally_in(&net.h[0], &o, "plan", "set", "pro", "--limit", "100000/1h", NULL),
                      0);
     assert_int_equal(tally_in(&net.h[0], &o, "endpoint", "set", "pay", "--limit", "100000/1h",
                               "--on-unavailable", "closed", NULL),
+                     0);
+    assert_int_equal(tally_in(&net.h[0], &o, "endpoint", "set", "browse", "--limit", "100000/1h",
+                              "--on-unavailable", "open", "--degraded-limit", "5/1h", NULL),
                      0);
     assert_int_equal(tally_in(&net.h[0], &o, "tenant", "add", "acme", "--plan", "pro", NULL), 0);
     for (int i = 0; i < FRESH; i++) {
@@ -383,6 +391,54 @@ test_netns_leader_cut_off_and_back(void **state)
         now_sleep_ms(100);
     }
     print_message("the healed host grants again %.0f ms after its link came back\n", ms_since(&t0));
+}
+
+/* A follower cut off: its fail-closed endpoint answers 503, its open one admits no more than
+ * its degraded limit (5 an hour per child), all flagged degraded; healed, it grants again. */
+static void
+test_netns_follower_cut_off_follows_its_policies(void **state)
+{
+    struct test_load_result r;
+    struct timespec t0;
+    unsigned long long l;
+    const char *tok;
+    int fi = -1;
+
+    (void)state;
+    SKIP_UNLESS_NET();
+    l = agreed(7u, 0, 5000);
+    assert_true(l >= 1 && l <= HOSTS);
+    for (int i = 0; i < HOSTS && fi < 0; i++)
+        if ((unsigned long long)i + 1 != l)
+            fi = i;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(ip("-n", net.h[fi].ns, "link", "set", "eth0", "down", NULL), 0);
+    for (int waited = 0; leader_seen(&net.h[fi]) != 0; waited += 50) {
+        if (waited > 5000)
+            fail_msg("member %d still sees a leader 5 s after it was cut off", fi + 1);
+        now_sleep_ms(50);
+    }
+    assert_int_equal(fresh_check(&net.h[fi]), 503);
+    print_message("the cut-off follower answers 503 %.0f ms after the cut\n", ms_since(&t0));
+    assert_true(ms_since(&t0) < 6000);
+    assert_true(fresh_next < FRESH);
+    tok = fresh[fresh_next++];
+    test_load_run(net.h[fi].d.socket, &tok, 1, "browse", 20, 1, 20000, &r);
+    print_message("open endpoint cut off: %d admitted (degraded %d), %d refused, %d unavailable "
+                  "of 20\n",
+                  r.admitted, r.degraded, r.refused, r.unavailable);
+    assert_true(r.admitted >= 1 && r.admitted <= 5);
+    assert_int_equal(r.degraded, r.admitted);
+    assert_int_equal(r.admitted + r.refused + r.unavailable, 20); /* past it: 429 */
+    assert_int_equal(ip("-n", net.h[fi].ns, "link", "set", "eth0", "up", NULL), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_true(agreed(7u, 0, 5000) != 0);
+    while (fresh_check(&net.h[fi]) != 200) {
+        assert_true(ms_since(&t0) < 3000);
+        now_sleep_ms(100);
+    }
+    print_message("the healed follower grants again %.0f ms after its link came back\n",
+                  ms_since(&t0));
 }
 
 /* The leader and term host h reports (0s when it does not answer). */
@@ -498,6 +554,8 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_netns_leader_cut_off_and_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_netns_follower_cut_off_follows_its_policies, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_netns_two_of_three_killed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_netns_loss_keeps_a_leader, setup, teardown),
     };

@@ -287,3 +287,24 @@ test_free_port(void)
     close(fd);
     return port;
 }
+
+int64_t
+test_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+unsigned long long
+test_cluster_leader(const char *data)
+{
+    struct test_out o;
+    unsigned long long self = 0, leader = 0;
+
+    if (test_tally(data, &o, "cluster", "status", NULL) != 0 ||
+        sscanf(o.out, "member %llu (this host)  leader %llu", &self, &leader) != 2)
+        return 0;
+    return leader;
+}

@@ -43,6 +43,10 @@ int64_t test_rand_range(uint64_t *state, int64_t lo, int64_t hi);
 /** A TCP port on 127.0.0.1 that was free a moment ago (bound, read back, closed); -1 when
  *  none could be had. */
 int test_free_port(void);
+/** Monotonic milliseconds. */
+int64_t test_now_ms(void);
+/** The leader's id as `tally cluster status` on DATA names it (0: none known, or no answer). */
+unsigned long long test_cluster_leader(const char *data);
 /** Seed for property tests: $TALLY_SEED or the time; printed once. */
 uint64_t test_seed(void);
 
