@@ -226,7 +226,7 @@ sp_cluster_on_frame(struct sp *s, const struct proto_frame *f, void (*ready)(str
         ready(s);
         return;
     }
-    if (f->type == PROTO_JOURNAL_DONE && f->payload_len == 9) {
+    if (f->type == PROTO_JOURNAL_DONE && f->payload_len == 9 && !s->failed) {
         uint64_t seq = get_u64(f->payload);
         if (seq <= s->jdone || seq > s->jseq)
             return; /* an earlier process's, or a repeat */
