@@ -371,11 +371,22 @@ test_cluster_wiped_host_rejoins_from_a_snapshot(void **state)
         }
         assert_true(has_snapshot(&hosts[l - 1]));
     }
-    assert_int_equal(test_tally(hosts[0].e.data, &o, "cluster", "invite", NULL), 0);
-    snprintf(code, sizeof(code), "%.200s", o.out);
-    code[strcspn(code, "\n")] = '\0';
-    assert_int_equal(
-        test_tally(h->e.data, &o, "cluster", "join", code, "--listen", h->listen, NULL), 0);
+    /* Invites are taken by the leader (asked again if leadership moved meanwhile). */
+    for (int attempt = 0;; attempt++) {
+        unsigned long long l = test_cluster_leader(hosts[0].e.data);
+        test_rmtree(h->e.data);
+        if (l >= 1 && l <= 2 &&
+            test_tally(hosts[l - 1].e.data, &o, "cluster", "invite", NULL) == 0) {
+            snprintf(code, sizeof(code), "%.200s", o.out);
+            code[strcspn(code, "\n")] = '\0';
+            if (test_tally(h->e.data, &o, "cluster", "join", code, "--listen", h->listen, NULL) ==
+                0)
+                break;
+        }
+        if (attempt == 4)
+            fail_msg("join again: %s", o.err);
+        usleep(500 * 1000);
+    }
     start(h);
     t0 = test_now_ms();
     /* Its ledgers and its configuration are the others', from the leader's snapshot. */
