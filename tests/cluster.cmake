@@ -34,6 +34,9 @@ target_link_libraries(test_cluster_state PRIVATE tally_cluster)
 
 # Every member's copy of every tenant's ledger: LEDGER records applied, replays, replacements,
 # snapshots of the copies and their restore, failures (cluster/node_ledger*.c, real files).
-tally_add_test(test_cluster_ledger test_cluster_ledger.c LABELS unit)
+tally_add_test(test_cluster_ledger test_cluster_ledger.c cluster_ledger_util.c LABELS unit)
 target_link_libraries(test_cluster_ledger PRIVATE tally_cluster)
 target_include_directories(test_cluster_ledger PRIVATE ${CMAKE_SOURCE_DIR}/cluster)
+tally_add_test(test_cluster_ledger_snap test_cluster_ledger_snap.c cluster_ledger_util.c LABELS unit)
+target_link_libraries(test_cluster_ledger_snap PRIVATE tally_cluster)
+target_include_directories(test_cluster_ledger_snap PRIVATE ${CMAKE_SOURCE_DIR}/cluster)

@@ -57,13 +57,8 @@ static const char *snapshot_every = "--snapshot-every=100000";
 static void
 wait_leader(const struct host *h, unsigned long long want, int timeout_ms)
 {
-    int64_t until = test_now_ms() + timeout_ms;
-
-    while (test_cluster_leader(h->e.data) != want) {
-        if (test_now_ms() > until)
-            fail_msg("%s: no leader %llu within %d ms", h->e.data, want, timeout_ms);
-        usleep(50 * 1000);
-    }
+    if (!test_cluster_wait_leader(h->e.data, want, timeout_ms))
+        fail_msg("%s: no leader %llu within %d ms", h->e.data, want, timeout_ms);
 }
 
 static void

@@ -148,9 +148,6 @@ sp_queue_reply(struct sp *s, const struct proto_lease_msg *reply, uint32_t reque
     return rc;
 }
 
-static void on_reload(uv_timer_t *h);
-static void on_reload_tick(uv_timer_t *h);
-
 static void cluster_ready(struct sp *s);
 
 static void
@@ -173,7 +170,7 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
     uv_timer_again(&s->idle_timer);
     s->quiet_ticks = 0;
     if (!uv_is_active((uv_handle_t *)&s->reload_timer))
-        uv_timer_start(&s->reload_timer, on_reload_tick, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
+        uv_timer_start(&s->reload_timer, sp_on_reload_tick, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
     if (proto_lease_decode(f, &in) != TALLY_OK) {
         sp_log_event(s, TALLY_LOG_WARN, "bad_frame");
         proto_conn_close(c);
@@ -191,7 +188,7 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
 
         if (store_snapshot_link_by_id(s->snap, link) == NULL)
             memset(&s->config_stamp, 0, sizeof(s->config_stamp));
-        on_reload(&s->reload_timer);
+        sp_reload(s);
     }
     if (s->stopping)
         return;
@@ -239,51 +236,6 @@ on_signal(uv_signal_t *h, int signum)
     (void)signum;
     sp_flush(s);
     sp_stop(s, 0);
-}
-
-static void
-on_reload(uv_timer_t *h)
-{
-    struct sp *s = h->data;
-    const struct store_snap_tenant *t = NULL;
-    int rc;
-
-    /* Only when tally.db changed (its stamp: no connection, no lock); in a cluster, once the
-     * ledger is open (READY). */
-    if (s->ledger == NULL || !store_config_stamp_changed(s->o->data, &s->config_stamp))
-        return;
-    rc = sp_load_config(s, &t);
-    if (rc == TALLY_ENOTFOUND) {
-        sp_log_event(s, TALLY_LOG_INFO, "tenant_removed");
-        sp_flush(s);
-        sp_stop(s, 0);
-        return;
-    }
-    if (rc == TALLY_OK)
-        rc = sup_ledger_configure(s->ledger, t->plan, s->eps, s->n_eps);
-    if (rc == TALLY_OK) {
-        sp_log_event(s, TALLY_LOG_DEBUG, "supervisor_reload");
-    } else {
-        /* Read again at the next look, whatever the files say then. */
-        memset(&s->config_stamp, 0, sizeof(s->config_stamp));
-        sp_log_error(s, TALLY_LOG_ERROR, "supervisor_reload_failed", rc, NULL);
-    }
-}
-
-/* The reload timer. A supervisor that hears nothing stops looking at tally.db after a quiet
- * second: a thousand idle supervisors would otherwise wake four thousand times a second for
- * nothing (a fifth of a CPU on these machines). Nothing is lost: every ACQUIRE looks at the
- * stamp before it is decided, and the next message starts the timer again. */
-static void
-on_reload_tick(uv_timer_t *h)
-{
-    struct sp *s = h->data;
-
-    if (++s->quiet_ticks > RELOAD_QUIET_TICKS) {
-        uv_timer_stop(h);
-        return;
-    }
-    on_reload(h);
 }
 
 /* An idle supervisor keeps little memory: each file's page cache is capped at
@@ -567,7 +519,7 @@ sup_process_run(const struct sup_process_opts *o)
     }
     uv_timer_init(&s->loop, &s->reload_timer);
     s->reload_timer.data = s;
-    uv_timer_start(&s->reload_timer, on_reload_tick, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
+    uv_timer_start(&s->reload_timer, sp_on_reload_tick, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
     uv_signal_init(&s->loop, &s->sigterm);
     s->sigterm.data = s;
     uv_signal_start(&s->sigterm, on_signal, SIGTERM);

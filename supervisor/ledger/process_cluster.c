@@ -35,6 +35,13 @@ put_u64(uint8_t *p, uint64_t v)
         p[i] = (uint8_t)(v >> (56 - 8 * i));
 }
 
+static void
+put_u32(uint8_t *p, size_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+
 static uint64_t
 get_u64(const uint8_t *p)
 {
@@ -182,10 +189,7 @@ sp_cluster_append(struct sp *s, uint8_t op, const struct sup_record *v, size_t n
     for (size_t i = 0; i < n; i++) {
         size_t rl = 0;
         if (len + 4 + STORE_RECORD_MAX > sizeof(body)) { /* full: this BATCH goes, next one */
-            body[0] = (uint8_t)(count >> 24);
-            body[1] = (uint8_t)(count >> 16);
-            body[2] = (uint8_t)(count >> 8);
-            body[3] = (uint8_t)count;
+            put_u32(body, count);
             rc = send_batch(s, op, body, len);
             if (rc != TALLY_OK)
                 return rc;
@@ -195,17 +199,11 @@ sp_cluster_append(struct sp *s, uint8_t op, const struct sup_record *v, size_t n
         rc = sup_record_encode(&v[i], body + len + 4, STORE_RECORD_MAX, &rl);
         if (rc != TALLY_OK)
             return rc;
-        body[len] = (uint8_t)(rl >> 24);
-        body[len + 1] = (uint8_t)(rl >> 16);
-        body[len + 2] = (uint8_t)(rl >> 8);
-        body[len + 3] = (uint8_t)rl;
+        put_u32(body + len, rl);
         len += 4 + rl;
         count++;
     }
-    body[0] = (uint8_t)(count >> 24);
-    body[1] = (uint8_t)(count >> 16);
-    body[2] = (uint8_t)(count >> 8);
-    body[3] = (uint8_t)count;
+    put_u32(body, count);
     return send_batch(s, op, body, len);
 }
 

@@ -1,7 +1,8 @@
 /*
  * A supervisor's view of the configuration (sup_process_int.h): the tenant's snapshot read
  * from tally.db, its endpoints resolved against its plan, the link check the ledger asks,
- * and a spare's connection to tally.db, opened before its tenant was known.
+ * a spare's connection to tally.db, opened before its tenant was known, and the reload
+ * when tally.db changes (a timer while messages come, and before each ACQUIRE).
  */
 #include "sup_ledger.h"
 
@@ -121,4 +122,48 @@ sp_config_warm(const char *data)
         store_db_close(warm_config);
         warm_config = NULL;
     }
+}
+
+void
+sp_reload(struct sp *s)
+{
+    const struct store_snap_tenant *t = NULL;
+    int rc;
+
+    /* Only when tally.db changed (its stamp: no connection, no lock); in a cluster, once the
+     * ledger is open (READY). */
+    if (s->ledger == NULL || !store_config_stamp_changed(s->o->data, &s->config_stamp))
+        return;
+    rc = sp_load_config(s, &t);
+    if (rc == TALLY_ENOTFOUND) {
+        sp_log_event(s, TALLY_LOG_INFO, "tenant_removed");
+        sp_flush(s);
+        sp_stop(s, 0);
+        return;
+    }
+    if (rc == TALLY_OK)
+        rc = sup_ledger_configure(s->ledger, t->plan, s->eps, s->n_eps);
+    if (rc == TALLY_OK) {
+        sp_log_event(s, TALLY_LOG_DEBUG, "supervisor_reload");
+    } else {
+        /* Read again at the next look, whatever the files say then. */
+        memset(&s->config_stamp, 0, sizeof(s->config_stamp));
+        sp_log_error(s, TALLY_LOG_ERROR, "supervisor_reload_failed", rc, NULL);
+    }
+}
+
+/* The reload timer. A supervisor that hears nothing stops looking at tally.db after a quiet
+ * second: a thousand idle supervisors would otherwise wake four thousand times a second for
+ * nothing (a fifth of a CPU on these machines). Nothing is lost: every ACQUIRE looks at the
+ * stamp before it is decided, and the next message starts the timer again. */
+void
+sp_on_reload_tick(uv_timer_t *h)
+{
+    struct sp *s = h->data;
+
+    if (++s->quiet_ticks > RELOAD_QUIET_TICKS) {
+        uv_timer_stop(h);
+        return;
+    }
+    sp_reload(s);
 }

@@ -98,6 +98,11 @@ void sp_stop(struct sp *s, int code);
 int sp_load_config(struct sp *s, const struct store_snap_tenant **t);
 /** The ledger's link check: the link belongs to this tenant and may use the endpoint now. */
 bool sp_link_allows(void *ctx, const char *link_id, const char *endpoint, int64_t now_ms);
+/** Reads tally.db again if it changed (its stamp), and gives the ledger the new limits; a
+ *  tenant removed stops the process. Before the ledger is open (a cluster's READY), nothing. */
+void sp_reload(struct sp *s);
+/** The reload timer (data: the sp): stops itself after RELOAD_QUIET_TICKS quiet ticks. */
+void sp_on_reload_tick(uv_timer_t *h);
 /** In a spare: opens tally.db and reads its schema, for the first sp_load_config. */
 void sp_config_warm(const char *data);
 

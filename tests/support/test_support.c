@@ -308,3 +308,17 @@ test_cluster_leader(const char *data)
         return 0;
     return leader;
 }
+
+bool
+test_cluster_wait_leader(const char *data, unsigned long long want, int timeout_ms)
+{
+    int64_t until = test_now_ms() + timeout_ms;
+
+    while (test_cluster_leader(data) != want) {
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        if (test_now_ms() > until)
+            return false;
+        nanosleep(&ts, NULL);
+    }
+    return true;
+}

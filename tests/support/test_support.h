@@ -47,6 +47,8 @@ int test_free_port(void);
 int64_t test_now_ms(void);
 /** The leader's id as `tally cluster status` on DATA names it (0: none known, or no answer). */
 unsigned long long test_cluster_leader(const char *data);
+/** Waits until DATA's tallyd names `want` as the leader: false when timeout_ms went by first. */
+bool test_cluster_wait_leader(const char *data, unsigned long long want, int timeout_ms);
 /** Seed for property tests: $TALLY_SEED or the time; printed once. */
 uint64_t test_seed(void);
 
