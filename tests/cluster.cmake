@@ -26,7 +26,7 @@ add_dependencies(test_e2e_cluster_leases tallyd tally_cli)
 # Three hosts, each in a network namespace of its own (ip netns, veth pairs on a bridge): a
 # leader cut off and back, two of three killed. Skipped, with the reason, where namespaces
 # cannot be made (not root, no iproute2).
-tally_add_test(test_netns_cluster test_netns_cluster.c LABELS e2e)
+tally_add_test(test_netns_cluster test_netns_cluster.c netns_util.c LABELS e2e)
 add_dependencies(test_netns_cluster tallyd tally_cli)
 
 tally_add_test(test_cluster_state test_cluster_state.c LABELS unit)
