@@ -10,7 +10,7 @@
 DEB_PACKAGES := build-essential cmake pkg-config clang clang-format libclang-rt-14-dev \
                 libuv1-dev libsqlite3-dev libsodium-dev libcmocka-dev libhttp-parser-dev libraft-dev \
                 sqlite3 curl nginx caddy redis-server wrk gnuplot-nox cppcheck clang-tidy \
-                iproute2 nftables libnetfilter-queue-dev faketime libfaketime
+                iproute2 nftables iptables libnetfilter-queue-dev faketime libfaketime
 DATA ?= $(CURDIR)/.tally
 HTTP ?= 127.0.0.1:8080
 JOBS ?= 2
