@@ -245,11 +245,11 @@ print_status(const struct proto_cluster_status *s)
            (unsigned long long)s->term);
     printf("log    commit %llu  applied %llu  last %llu\n", (unsigned long long)s->commit_index,
            (unsigned long long)s->applied_index, (unsigned long long)s->last_index);
-    printf("%-4s %-24s %-6s %-8s %-17s %s\n", "id", "address", "role", "in log", "key",
-           "replicated");
+    printf("%-4s %-24s %-6s %-8s %-17s %-10s %s\n", "id", "address", "role", "in log", "key",
+           "clock", "replicated");
     for (unsigned i = 0; i < s->n; i++) {
         const struct proto_cluster_member *m = &s->m[i];
-        char fp[2 * CLUSTER_KEY_BYTES + 1], rep[64];
+        char fp[2 * CLUSTER_KEY_BYTES + 1], rep[64], clock[24];
 
         cluster_key_hex(m->pk, fp);
         fp[16] = '\0';
@@ -260,8 +260,12 @@ print_status(const struct proto_cluster_status *s)
                                               : 0));
         else
             snprintf(rep, sizeof(rep), "-");
-        printf("%-4llu %-24s %-6s %-8s %-17s %s%s\n", (unsigned long long)m->id, m->address,
-               m->role == 1 ? "front" : "voter", log_role(m->log_role), fp, rep,
+        if (m->clock_known)
+            snprintf(clock, sizeof(clock), "%+lld ms", (long long)m->clock_skew_ms);
+        else
+            snprintf(clock, sizeof(clock), "-");
+        printf("%-4llu %-24s %-6s %-8s %-17s %-10s %s%s\n", (unsigned long long)m->id, m->address,
+               m->role == 1 ? "front" : "voter", log_role(m->log_role), fp, clock, rep,
                m->id == s->leader ? "  leader" : "");
     }
 }

@@ -14,15 +14,17 @@
  * which every member writes into its copy of DATA/tenants/T/ledger.db (node_ledger.c). Bodies:
  * APPEND and CHUNK carry count (4, big-endian) then count x (length (4) | record); BEGIN and
  * END none; NOOP has neither tenant nor body ('J' 'N': a barrier, applied as nothing). */
-#define RECORD_LEDGER 'J'
-#define LEDGER_APPEND 'A' /* the records go at the end of the tenant's journal */
-#define LEDGER_BEGIN  'B' /* the tenant's staging copy is emptied */
-#define LEDGER_CHUNK  'C' /* the records go at the end of the staging copy */
-#define LEDGER_END    'E' /* in one transaction the journal becomes the staging copy */
-#define LEDGER_NOOP   'N'
-#define ADMIN_LEAVE   1
-#define RECONCILE_MS  500
-#define JOINS_MAX     4
+#define RECORD_LEDGER      'J'
+#define LEDGER_APPEND      'A' /* the records go at the end of the tenant's journal */
+#define LEDGER_BEGIN       'B' /* the tenant's staging copy is emptied */
+#define LEDGER_CHUNK       'C' /* the records go at the end of the staging copy */
+#define LEDGER_END         'E' /* in one transaction the journal becomes the staging copy */
+#define LEDGER_NOOP        'N'
+#define ADMIN_LEAVE        1
+#define RECONCILE_MS       500
+#define CLOCK_PROBE_MS     2000 /* a follower probes the leader's clock this often */
+#define CLOCK_SKEW_WARN_MS 250  /* a member's skew this large is logged as a warning */
+#define JOINS_MAX          4
 /* A member that left stays in the log's configuration this long after its LEAVE applied here,
  * so that heartbeats carry the commit to it and it learns it left. */
 #define REMOVE_GRACE_MS 1500
@@ -56,6 +58,21 @@ struct cluster_node {
         uint64_t token, member;
     } lease_in[CLUSTER_MEMBERS_MAX];
     bool role_known, role_leading, role_link; /* as last told */
+    /* Clocks (node_lease.c): each member's wall clock minus the leader's, in ms, measured by
+     * the member over its lease link and reported to the leader. A follower knows its own
+     * (clock_self_*); the leader knows every member's that reports (clock_of[]). */
+    struct {
+        uint64_t sent_hr;     /* uv_hrtime of the probe in flight (0: none) */
+        int64_t sent_wall_us; /* its wall clock, echoed by the leader */
+        uint64_t next_ms;     /* uv_now of the next probe */
+        bool known, warned;   /* a measurement is there; its size was logged as too large */
+        int64_t skew_ms;
+    } clock_self;
+    struct {
+        uint64_t member;
+        bool known, warned;
+        int64_t skew_ms;
+    } clock_of[CLUSTER_MEMBERS_MAX];
     bool closing, log_closed;
     struct node_config *config; /* tally.db on the log (node_config.c), made at first use */
     struct node_ledger *ledger; /* every tenant's journal copy (node_ledger.c) */

@@ -415,6 +415,31 @@ cluster_node_open(uv_loop_t *loop, const char *data, unsigned election_ms, unsig
     return TALLY_OK;
 }
 
+/* Member m's clock against the leader's, as far as this member knows it (node_lease.c). */
+static void
+clock_of(const cluster_node *n, uint64_t leader, struct proto_cluster_member *m)
+{
+    if (leader == 0)
+        return;
+    if (m->id == leader) {
+        m->clock_known = 1;
+        return;
+    }
+    if (m->id == n->st.self) {
+        m->clock_known = n->clock_self.known;
+        m->clock_skew_ms = n->clock_self.skew_ms;
+        return;
+    }
+    if (leader != n->st.self)
+        return; /* a follower knows its own only */
+    for (size_t k = 0; k < CLUSTER_MEMBERS_MAX; k++) {
+        if (n->clock_of[k].member == m->id && n->clock_of[k].known) {
+            m->clock_known = 1;
+            m->clock_skew_ms = n->clock_of[k].skew_ms;
+        }
+    }
+}
+
 void
 cluster_node_status(cluster_node *n, struct proto_cluster_status *out)
 {
@@ -444,6 +469,7 @@ cluster_node_status(cluster_node *n, struct proto_cluster_status *out)
             m->progress_known = ls.servers[k].progress_known;
             m->match_index = ls.servers[k].match_index;
         }
+        clock_of(n, ls.leader, m);
     }
 }
 

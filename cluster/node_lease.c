@@ -10,10 +10,20 @@
  * On the link, after the hello, every message is one of
  *   'F' | tenant length (1) | tenant | one lease frame     a child's frame, or its answer
  *   'D' | tenant length (1) | tenant                       leader: tenant's supervisor went away
+ *   'T' | wall µs (8) | known (1) | skew ms (8)            follower: a probe of the leader's clock,
+ *                                                          with its last measurement
+ *   'U' | the probe's wall µs (8) | leader's wall µs (8)   leader: the answer
+ * Clocks: a follower probes every CLOCK_PROBE_MS. Its skew (its wall clock minus the leader's)
+ * is taken at the middle of the round trip, timed on the monotonic clock, so it is off by at
+ * most half the round trip. Windows are decided by the leader's clock alone (leases are
+ * relative time), so a skew costs no exactness; it is reported (status, a warning past
+ * CLOCK_SKEW_WARN_MS) because a leader change moves every window boundary by it.
  */
 #include "cluster_node_int.h"
 
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "proto_lease.h"
 #include "tally_log.h"
@@ -24,9 +34,44 @@ _Static_assert(LEDGER_APPEND == PROTO_JOURNAL_APPEND && LEDGER_BEGIN == PROTO_JO
                    LEDGER_CHUNK == PROTO_JOURNAL_CHUNK && LEDGER_END == PROTO_JOURNAL_END,
                "journal ops");
 
-#define LEASE_FRAME   'F'
-#define LEASE_DOWN    'D'
-#define LEASE_MSG_MAX (2 + TENANT_NAME_MAX + 65536)
+#define LEASE_FRAME        'F'
+#define LEASE_DOWN         'D'
+#define LEASE_CLOCK        'T'
+#define LEASE_CLOCK_ANSWER 'U'
+#define LEASE_MSG_MAX      (2 + TENANT_NAME_MAX + 65536)
+#define CLOCK_PROBE_LEN    18
+#define CLOCK_ANSWER_LEN   17
+
+static int64_t
+wall_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* A member's skew is measured: logged once when it reaches CLOCK_SKEW_WARN_MS, once more when it
+ * falls back under half that. */
+static void
+clock_note(uint64_t member, uint64_t leader, bool *known, bool *warned, int64_t *skew_ms, int64_t v)
+{
+    struct tally_log l;
+    int64_t mag = v < 0 ? -v : v;
+
+    *known = true;
+    *skew_ms = v;
+    if (*warned ? mag >= CLOCK_SKEW_WARN_MS / 2 : mag < CLOCK_SKEW_WARN_MS)
+        return;
+    *warned = !*warned;
+    if (tally_log_begin(&l, *warned ? TALLY_LOG_WARN : TALLY_LOG_INFO,
+                        *warned ? "cluster_clock_skew" : "cluster_clock_skew_ok")) {
+        tally_log_int(&l, "member", (int64_t)member);
+        tally_log_int(&l, "leader", (int64_t)leader);
+        tally_log_int(&l, "skew_ms", v);
+        tally_log_end(&l);
+    }
+}
 
 static void
 tell_role(cluster_node *n)
@@ -45,6 +90,43 @@ tell_role(cluster_node *n)
 
 /* ---- a follower's link to the leader ---- */
 
+/* A probe of the leader's clock, when one is due; it carries the last measurement. */
+static void
+clock_probe(cluster_node *n)
+{
+    uint8_t msg[CLOCK_PROBE_LEN];
+    uint64_t now = uv_now(n->loop);
+
+    if (!n->lease_out_ready || now < n->clock_self.next_ms)
+        return;
+    n->clock_self.next_ms = now + CLOCK_PROBE_MS;
+    n->clock_self.sent_hr = uv_hrtime();
+    n->clock_self.sent_wall_us = wall_us();
+    msg[0] = LEASE_CLOCK;
+    cluster__put_u64(msg + 1, (uint64_t)n->clock_self.sent_wall_us);
+    msg[9] = n->clock_self.known;
+    cluster__put_u64(msg + 10, (uint64_t)n->clock_self.skew_ms);
+    if (cluster_conn_send(n->lease_out, msg, sizeof(msg)) != TALLY_OK)
+        n->clock_self.sent_hr = 0;
+}
+
+/* The leader's answer to the probe in flight (any other is stale and ignored). */
+static void
+clock_answer(cluster_node *n, const uint8_t *msg, size_t len)
+{
+    int64_t rtt_us, leader_us;
+
+    if (len != CLOCK_ANSWER_LEN || n->clock_self.sent_hr == 0 ||
+        cluster__get_u64(msg + 1) != (uint64_t)n->clock_self.sent_wall_us)
+        return;
+    rtt_us = (int64_t)((uv_hrtime() - n->clock_self.sent_hr) / 1000);
+    leader_us = (int64_t)cluster__get_u64(msg + 9);
+    n->clock_self.sent_hr = 0;
+    clock_note(n->st.self, n->lease_out_to, &n->clock_self.known, &n->clock_self.warned,
+               &n->clock_self.skew_ms,
+               (n->clock_self.sent_wall_us + rtt_us / 2 - leader_us) / 1000);
+}
+
 static void
 on_out_ready(cluster_conn *c, void *data)
 {
@@ -56,8 +138,12 @@ on_out_ready(cluster_conn *c, void *data)
         return;
     }
     n->lease_out_ready = true;
+    n->clock_self.known = false; /* measured against this leader from now on */
+    n->clock_self.sent_hr = 0;
+    n->clock_self.next_ms = 0;
     cluster__log_member("cluster_lease_link_up", n->lease_out_to, NULL, NULL);
     tell_role(n);
+    clock_probe(n);
 }
 
 /* A message: its tenant (NUL-terminated into t) and what follows it. */
@@ -84,6 +170,10 @@ on_out_msg(cluster_conn *c, const uint8_t *msg, size_t len, void *data)
     const uint8_t *rest;
     size_t rest_len;
 
+    if (len > 0 && msg[0] == LEASE_CLOCK_ANSWER) {
+        clock_answer(n, msg, len);
+        return;
+    }
     if (lease_parse(msg, len, tenant, &rest, &rest_len) != TALLY_OK ||
         (msg[0] == LEASE_DOWN && rest_len != 0) ||
         (msg[0] != LEASE_DOWN && msg[0] != LEASE_FRAME)) {
@@ -156,11 +246,13 @@ cluster__lease_tick(cluster_node *n)
         for (size_t i = 0; i < CLUSTER_MEMBERS_MAX; i++) {
             if (n->lease_in[i].token != 0)
                 cluster_log_lease_close(n->lg, n->lease_in[i].token);
+            n->clock_of[i].known = false; /* measured against this leader only */
         }
     }
     if (!leading && leader != 0 && leader != n->st.self && n->lease_out == NULL)
         dial_leader(n, leader);
     tell_role(n);
+    clock_probe(n);
 }
 
 bool
@@ -183,6 +275,8 @@ cluster__on_lease_open(void *ctx, uint64_t token, uint64_t member)
     for (size_t i = 0; i < CLUSTER_MEMBERS_MAX; i++) {
         if (n->lease_in[i].token != 0 && n->lease_in[i].member == member)
             cluster_log_lease_close(n->lg, n->lease_in[i].token); /* its older link */
+        if (n->clock_of[i].member == member)
+            n->clock_of[i].known = false; /* a new process, maybe a new clock: measured again */
     }
     for (size_t i = 0; i < CLUSTER_MEMBERS_MAX; i++) {
         if (n->lease_in[i].token == 0) {
@@ -204,6 +298,38 @@ lease_slot(const cluster_node *n, uint64_t token)
     return CLUSTER_MEMBERS_MAX;
 }
 
+/* Leader: a member's probe, answered with this clock; the measurement it carries is kept. */
+static int
+clock_report(cluster_node *n, size_t link, const uint8_t *msg, size_t len)
+{
+    uint8_t out[CLOCK_ANSWER_LEN];
+    uint64_t member = n->lease_in[link].member;
+    size_t k, free_k = CLUSTER_MEMBERS_MAX;
+
+    if (len != CLOCK_PROBE_LEN || msg[9] > 1)
+        return TALLY_EPROTO;
+    out[0] = LEASE_CLOCK_ANSWER;
+    memcpy(out + 1, msg + 1, 8);
+    cluster__put_u64(out + 9, (uint64_t)wall_us());
+    (void)cluster_log_lease_send(n->lg, n->lease_in[link].token, out, sizeof(out));
+    if (msg[9] == 0)
+        return TALLY_OK;
+    for (k = 0; k < CLUSTER_MEMBERS_MAX && n->clock_of[k].member != member; k++) {
+        if (free_k == CLUSTER_MEMBERS_MAX && n->clock_of[k].member == 0)
+            free_k = k;
+    }
+    if (k == CLUSTER_MEMBERS_MAX) {
+        if (free_k == CLUSTER_MEMBERS_MAX)
+            return TALLY_OK; /* more members than slots: not reported */
+        k = free_k;
+        memset(&n->clock_of[k], 0, sizeof(n->clock_of[k]));
+        n->clock_of[k].member = member;
+    }
+    clock_note(member, n->st.self, &n->clock_of[k].known, &n->clock_of[k].warned,
+               &n->clock_of[k].skew_ms, (int64_t)cluster__get_u64(msg + 10));
+    return TALLY_OK;
+}
+
 void
 cluster__on_lease_msg(void *ctx, uint64_t token, const uint8_t *msg, size_t len)
 {
@@ -215,6 +341,11 @@ cluster__on_lease_msg(void *ctx, uint64_t token, const uint8_t *msg, size_t len)
 
     if (i == CLUSTER_MEMBERS_MAX)
         return;
+    if (msg[0] == LEASE_CLOCK) {
+        if (clock_report(n, i, msg, len) != TALLY_OK)
+            cluster_log_lease_close(n->lg, token);
+        return;
+    }
     if (msg[0] != LEASE_FRAME || lease_parse(msg, len, tenant, &rest, &rest_len) != TALLY_OK) {
         cluster_log_lease_close(n->lg, token);
         return;

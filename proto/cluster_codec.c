@@ -1,6 +1,6 @@
 /*
  * The CLUSTER request and its reply (proto_cluster.h): fixed-width integers,
- * a short string per member address, the member's 32-byte key.
+ * a short string per member address, the member's 32-byte key, its clock's skew.
  */
 #include "proto_cluster.h"
 
@@ -47,6 +47,8 @@ proto_cluster_reply_encode(uint8_t *out, size_t cap, uint32_t id,
         proto_put_u64(&w, m->match_index);
         proto_put_str(&w, m->address);
         proto_put_bytes(&w, m->pk, sizeof(m->pk));
+        proto_put_u8(&w, m->clock_known);
+        proto_put_u64(&w, (uint64_t)m->clock_skew_ms);
     }
     if (w.bad)
         return 0;
@@ -80,7 +82,9 @@ proto_cluster_reply_decode(const struct proto_frame *f, struct proto_cluster_sta
         m->match_index = proto_get_u64(&c);
         proto_get_str(&c, m->address, sizeof(m->address));
         proto_get_bytes(&c, m->pk, sizeof(m->pk));
-        if (m->role > 1 || m->log_role > 3 || m->progress_known > 1)
+        m->clock_known = proto_get_u8(&c);
+        m->clock_skew_ms = (int64_t)proto_get_u64(&c);
+        if (m->role > 1 || m->log_role > 3 || m->progress_known > 1 || m->clock_known > 1)
             return TALLY_EPROTO;
     }
     return proto_cursor_done(&c) ? TALLY_OK : TALLY_EPROTO;

@@ -40,3 +40,9 @@ target_include_directories(test_cluster_ledger PRIVATE ${CMAKE_SOURCE_DIR}/clust
 tally_add_test(test_cluster_ledger_snap test_cluster_ledger_snap.c cluster_ledger_util.c LABELS unit)
 target_link_libraries(test_cluster_ledger_snap PRIVATE tally_cluster)
 target_include_directories(test_cluster_ledger_snap PRIVATE ${CMAKE_SOURCE_DIR}/cluster)
+
+# One host's clock 2 s ahead (libfaketime) while leadership moves across namespaces: the skew
+# reported, every window at most its cap, window ids never back in any copy of the ledger.
+tally_add_test(test_netns_cluster_clock test_netns_cluster_clock.c netns_util.c LABELS e2e)
+target_link_libraries(test_netns_cluster_clock PRIVATE tally_ledger_internal)
+add_dependencies(test_netns_cluster_clock tallyd tally_cli)

@@ -2,7 +2,7 @@
  * The binary framing and the client protocol codecs: frames delivered whole,
  * split at every byte and glued together come out identical; bad lengths and
  * versions are protocol errors; every truncation of every client message is
- * rejected; random bytes never crash a decoder.
+ * rejected (CLUSTER_REPLY's too); random bytes never crash a decoder.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,10 +11,12 @@
 
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "proto_client.h"
+#include "proto_cluster.h"
 #include "test_support.h"
 
 static uint8_t buf[PROTO_FRAME_MAX];
@@ -180,6 +182,58 @@ test_client_messages_round_trip_and_truncations_fail(void **state)
     assert_int_equal(proto_check_reply_decode(&f, &crb), TALLY_EPROTO);
 }
 
+static int
+dec_cluster_reply(const struct proto_frame *f)
+{
+    struct proto_cluster_status m;
+    return proto_cluster_reply_decode(f, &m);
+}
+
+/* CLUSTER_REPLY: members with their clocks' skew (negative, unknown) come back as sent; every
+ * truncation fails; a clock flag other than 0 or 1 is a protocol error. */
+static void
+test_cluster_reply_round_trip(void **state)
+{
+    static struct proto_cluster_status s, back;
+    struct proto_frame_reader r;
+    struct proto_frame f;
+    size_t len;
+
+    (void)state;
+    memset(&s, 0, sizeof(s));
+    s.in_cluster = 1;
+    s.self = 2, s.leader = 1, s.term = 7;
+    s.commit_index = s.applied_index = s.last_index = 99;
+    s.n = 3;
+    for (uint8_t i = 0; i < 3; i++) {
+        s.m[i].id = i + 1u;
+        snprintf(s.m[i].address, sizeof(s.m[i].address), "10.0.0.%u:7400", i + 1u);
+        memset(s.m[i].pk, 0xa0 + i, sizeof(s.m[i].pk));
+    }
+    s.m[0].clock_known = 1; /* the leader: 0 */
+    s.m[1].clock_known = 1;
+    s.m[1].clock_skew_ms = -2003;
+    len = proto_cluster_reply_encode(frame, sizeof(frame), 5, &s);
+    assert_true(len > PROTO_FRAME_HEADER);
+    check_truncations(len, dec_cluster_reply);
+    proto_frame_reader_init(&r, buf, sizeof(buf));
+    assert_int_equal(proto_frame_reader_feed(&r, frame, len), TALLY_OK);
+    assert_int_equal(proto_frame_next(&r, &f), TALLY_OK);
+    assert_int_equal(proto_cluster_reply_decode(&f, &back), TALLY_OK);
+    assert_int_equal(back.n, 3);
+    assert_int_equal(back.m[1].clock_known, 1);
+    assert_int_equal(back.m[1].clock_skew_ms, -2003);
+    assert_int_equal(back.m[2].clock_known, 0);
+    assert_string_equal(back.m[2].address, "10.0.0.3:7400");
+    assert_memory_equal(back.m[2].pk, s.m[2].pk, sizeof(s.m[2].pk));
+    s.m[2].clock_known = 2;
+    len = proto_cluster_reply_encode(frame, sizeof(frame), 5, &s);
+    proto_frame_reader_init(&r, buf, sizeof(buf));
+    assert_int_equal(proto_frame_reader_feed(&r, frame, len), TALLY_OK);
+    assert_int_equal(proto_frame_next(&r, &f), TALLY_OK);
+    assert_int_equal(proto_cluster_reply_decode(&f, &back), TALLY_EPROTO);
+}
+
 static void
 test_random_bytes_never_crash(void **state)
 {
@@ -219,6 +273,7 @@ main(void)
         cmocka_unit_test(test_frames_glued_together),
         cmocka_unit_test(test_bad_length_and_version),
         cmocka_unit_test(test_client_messages_round_trip_and_truncations_fail),
+        cmocka_unit_test(test_cluster_reply_round_trip),
         cmocka_unit_test(test_random_bytes_never_crash),
     };
     return cmocka_run_group_tests_name("proto_frame", tests, NULL, NULL);

@@ -30,6 +30,8 @@ struct proto_cluster_member {
     uint64_t match_index;
     char address[PROTO_CLUSTER_ADDR_MAX];
     uint8_t pk[32];
+    uint8_t clock_known;   /* clock_skew_ms is measured (the leader's is 0 by definition) */
+    int64_t clock_skew_ms; /* its wall clock minus the leader's */
 };
 
 struct proto_cluster_status {
