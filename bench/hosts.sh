@@ -6,7 +6,10 @@
 #   - lease messages per 1,000 admissions, summed over the hosts (/metrics);
 #   - grant latency: a fresh link's first request on the leader and on a follower (its lease
 #     comes from the leader over the cluster port), p50 and p99 over 200 links each;
-#   - failover: kill -9 of the leader's tallyd, then the time to the first grant on a follower.
+#   - failover: kill -9 of the leader's tallyd, then the time to the first grant on a follower;
+#   - the same grant latency with each host in a network namespace of its own (veth pairs on a
+#     bridge: the cluster's traffic crosses a network stack), where namespaces can be made (root,
+#     iproute2).
 # Every host shares this machine's 2 CPUs: three tallyds and the load compete for them, so the
 # "3 hosts" line measures what the cluster costs, not what three machines would give.
 # Usage: bench/hosts.sh [BUILD_DIR]   (default build/bench, the build of bench/run)
@@ -14,7 +17,13 @@ set -euo pipefail
 B=${1:-build/bench}
 W=$(mktemp -d /tmp/tally-hosts.XXXXXX)
 T="$B/cli/tally"
-trap 'pkill -f "tallyd --data $W" 2>/dev/null || true; rm -rf "$W"' EXIT
+NS=tlyb-$$
+cleanup() {
+    pkill -f "tallyd --data $W" 2>/dev/null || true
+    for n in sw h1 h2 h3; do ip netns del "$NS-$n" 2>/dev/null || true; done
+    rm -rf "$W"
+}
+trap cleanup EXIT
 cmake --build "$B" -j2 --target tallyd tally_cli tally-bench tally-bench-links >/dev/null
 
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -102,12 +111,14 @@ messages() { # N: lease messages per 1,000 admissions, all hosts
     awk -v m="$m" -v a="$a" 'BEGIN {printf "%.1f", (a > 0 ? 1000 * m / a : 0)}'
 }
 
-# first_grants DIR HTTP_PORT FROM: the first check of 200 fresh links (FROM..FROM+199), in ms
+# first_grants DIR HTTP_PORT FROM [NETNS [FRESH]]: the first check of 200 fresh links
+# (FROM..FROM+199 of FRESH, default the 3-host cluster's), in ms; curl runs inside NETNS if given
 first_grants() {
-    local d=$1 p=$2 from=$3 k tok
+    local d=$1 p=$2 from=$3 ns=${4:-} fresh=${5:-$W/c3/h1.fresh} k tok run=()
+    [ -n "$ns" ] && run=(ip netns exec "$ns")
     for k in $(seq "$from" $((from + 199))); do
-        tok=$(sed -n "${k}p" "$W/c3/h1.fresh")
-        curl -s -o /dev/null -w '%{time_total}\n' -H "Authorization: Bearer $tok" \
+        tok=$(sed -n "${k}p" "$fresh")
+        "${run[@]}" curl -s -o /dev/null -w '%{time_total}\n' -H "Authorization: Bearer $tok" \
             -H 'X-Tally-Endpoint: search' "http://127.0.0.1:$p/v1/check"
     done | awk '{print $1 * 1000}' | sort -n |
         awk '{v[NR]=$1} END {printf "p50 %.2f ms  p99 %.2f ms", v[int(NR*0.5)], v[int(NR*0.99)]}'
@@ -144,3 +155,57 @@ until [ "$(curl -s -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $tok
     sleep 0.02
 done
 echo "first grant on host $F $(( ($(date +%s%N) - t0) / 1000000 )) ms after the kill"
+
+# netns_cluster: three hosts, each a namespace ($NS-h1..3, 10.214.0.1..3 on a bridge in $NS-sw),
+# its data dir $W/n/hI and its tallyd (HTTP on 127.0.0.1:8080 inside its namespace)
+netns_cluster() {
+    local d="$W/n" i code
+    mkdir -p "$d"
+    ip netns add "$NS-sw"
+    ip -n "$NS-sw" link add br0 type bridge
+    ip -n "$NS-sw" link set br0 up
+    for i in 1 2 3; do
+        ip netns add "$NS-h$i"
+        ip -n "$NS-h$i" link set lo up
+        ip link add "vb$i-$$" netns "$NS-h$i" type veth peer name "pb$i-$$" netns "$NS-sw"
+        ip -n "$NS-sw" link set "pb$i-$$" master br0
+        ip -n "$NS-sw" link set "pb$i-$$" up
+        ip -n "$NS-h$i" link set "vb$i-$$" name eth0
+        ip -n "$NS-h$i" addr add "10.214.0.$i/24" dev eth0
+        ip -n "$NS-h$i" link set eth0 up
+    done
+    "$T" --data "$d/h1" init 2>/dev/null
+    "$T" --data "$d/h1" plan set pro --limit 1000000000/1h
+    "$T" --data "$d/h1" endpoint set search --limit 100000000/1h
+    "$B/bench/tally-bench-links" --data "$d/h1" --plan pro --tenants 1 --links 420 \
+        --prefix fresh --out "$d/h1.fresh" >/dev/null
+    ip netns exec "$NS-h1" "$T" --data "$d/h1" cluster init --listen 10.214.0.1:7400 >/dev/null
+    ip netns exec "$NS-h1" "$B/cli/tallyd" --data "$d/h1" --http 127.0.0.1:8080 2>>"$d/h1.log" &
+    for _ in $(seq 1 200); do [ -S "$d/h1/tally.sock" ] && break; sleep 0.05; done
+    wait_leader "$d/h1"
+    for i in 2 3; do
+        code=$("$T" --data "$d/h1" cluster invite 2>/dev/null)
+        ip netns exec "$NS-h$i" "$T" --data "$d/h$i" cluster join "$code" \
+            --listen "10.214.0.$i:7400" >/dev/null
+        ip netns exec "$NS-h$i" "$B/cli/tallyd" --data "$d/h$i" --http 127.0.0.1:8080 \
+            2>>"$d/h$i.log" &
+    done
+    for i in 1 2 3; do
+        for _ in $(seq 1 200); do [ -S "$d/h$i/tally.sock" ] && break; sleep 0.05; done
+        wait_leader "$d/h$i"
+    done
+}
+
+echo "== across network namespaces: a fresh link's first grant, each host in a namespace"
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! ip netns add "$NS-probe" 2>/dev/null; then
+    echo "skipped: network namespaces cannot be made here (needs root and iproute2)"
+else
+    ip netns del "$NS-probe"
+    pkill -f "tallyd --data $W/c3" || true
+    netns_cluster
+    L=$(leader_of "$W/n/h1"); F=$((L % 3 + 1))
+    ip netns exec "$NS-h$L" curl -s -o /dev/null -H "Authorization: Bearer $(head -1 "$W/n/h1.fresh")" \
+        -H 'X-Tally-Endpoint: search' "http://127.0.0.1:8080/v1/check"
+    echo "on the leader (host $L):   $(first_grants "$W/n/h$L" 8080 17 "$NS-h$L" "$W/n/h1.fresh")"
+    echo "on a follower (host $F):   $(first_grants "$W/n/h$F" 8080 217 "$NS-h$F" "$W/n/h1.fresh")"
+fi
