@@ -5,7 +5,8 @@
  * expiry timer, then every child (sup_sim_child.c). Every frame goes through the real codec.
  * Clocks: true time t; the host's wall clock t + wall_off, which steps back now and then; each
  * child's monotonic clock runs at 1 + drift (|drift| <= 1%, the children assume 2%) and keeps
- * running across a crash of the child process.
+ * running across a crash of the child process. A world given a log (sup_sim_int.h, struct
+ * sim_log) hands each turn to it instead of persisting it, and the log starts the supervisor.
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
@@ -83,8 +84,6 @@ sim_ep_index(const struct sim_world *w, const char *name)
     return -1;
 }
 
-static void sup_start(struct sim_world *w);
-
 /* The big buffers of a world outlive a schedule (no allocator churn between runs). */
 static void *
 reuse(void *p, size_t n, size_t size, bool zero)
@@ -98,7 +97,8 @@ reuse(void *p, size_t n, size_t size, bool zero)
 }
 
 static void
-setup(struct sim_world *w, const struct sim_params *p, struct sim_result *r)
+setup(struct sim_world *w, const struct sim_params *p, const struct sim_log *log,
+      struct sim_result *r)
 {
     struct sim_world keep = *w;
 
@@ -106,6 +106,7 @@ setup(struct sim_world *w, const struct sim_params *p, struct sim_result *r)
     memset(r, 0, sizeof(*r));
     w->p = *p;
     w->r = r;
+    w->log = log;
     w->rng = p->seed;
     sim_configure(w);
     w->net = reuse(keep.net, SIM_NET_MAX, sizeof(*w->net), false);
@@ -117,7 +118,8 @@ setup(struct sim_world *w, const struct sim_params *p, struct sim_result *r)
     w->journal = reuse(keep.journal, w->capj, sizeof(*w->journal), false);
     w->cap_leases = keep.cap_leases > 0 ? keep.cap_leases : 4096;
     w->leases = reuse(keep.leases, w->cap_leases, sizeof(*w->leases), true);
-    sup_start(w);
+    if (log == NULL)
+        sim_sup_start(w); /* with a log, once it has a leader (its step) */
     for (int i = 0; i < p->children; i++) {
         w->ch[i].ep = w->eps[i];
         w->ch[i].mono0 = sim_range(w, 1000, 1000000);
@@ -225,8 +227,8 @@ persist_batch(struct sim_world *w)
     sim_batch_done(w, true);
 }
 
-static void
-sup_start(struct sim_world *w)
+void
+sim_sup_start(struct sim_world *w)
 {
     struct sup_records out = {w->batch, 0, SIM_BATCH_MAX};
 
@@ -312,6 +314,19 @@ push_recalls(struct sim_world *w)
     }
 }
 
+void
+sim_sup_crash(struct sim_world *w, int64_t down_until)
+{
+    sup_ledger_close(w->sup);
+    w->sup = NULL;
+    w->nb = 0;
+    w->nrep = 0;
+    sim_batch_done(w, false);
+    w->sup_down_until = down_until;
+    if (w->log != NULL)
+        w->log->crashed(w);
+}
+
 static void
 sup_end_of_turn(struct sim_world *w)
 {
@@ -329,13 +344,12 @@ sup_end_of_turn(struct sim_world *w)
     if (w->crash_at_persist) {
         /* Killed before the commit: the batch's records and replies are gone together. */
         w->crash_at_persist = false;
-        sup_ledger_close(w->sup);
-        w->sup = NULL;
-        w->nb = 0;
-        w->nrep = 0;
-        sim_batch_done(w, false);
-        w->sup_down_until = w->t + sim_range(w, 0, 200);
+        sim_sup_crash(w, w->t + sim_range(w, 0, 200));
         w->r->sup_crashes++;
+        return;
+    }
+    if (w->log != NULL) {
+        w->log->turn(w); /* the log's output gate: replies leave once it has committed */
         return;
     }
     persist_batch(w); /* the output gate: records durable, then the replies leave */
@@ -406,7 +420,10 @@ faults(struct sim_world *w)
     }
     if (w->sup != NULL && chance(w, w->p.sup_crash_per_100k))
         w->crash_at_persist = true;
-    if (w->t == w->lower_at)
+    if (w->t == w->lower_at && w->sup == NULL && w->log != NULL)
+        w->lower_at++; /* a log may still commit a dead supervisor's batches: lower it once one
+                        * runs, whose ledger holds everything that may commit before its own */
+    else if (w->t == w->lower_at)
         sim_lower_limit(w);
     for (int i = 0; i < w->p.children; i++) {
         if (w->ch[i].c != NULL && (chance(w, w->p.child_crash_per_100k) ||
@@ -431,8 +448,10 @@ step(struct sim_world *w)
                 sup_child_set_connected(w->ch[i].c, true, sim_child_time(w, i));
         }
     }
-    if (w->sup == NULL && w->t >= w->sup_down_until)
-        sup_start(w);
+    if (w->log != NULL)
+        w->log->step(w);
+    else if (w->sup == NULL && w->t >= w->sup_down_until)
+        sim_sup_start(w);
     for (int i = 0; i < w->p.children; i++) {
         if (w->ch[i].c == NULL && w->t >= w->ch[i].down_until)
             sim_child_open(w, i);
@@ -464,12 +483,18 @@ drain_ms(const struct sim_world *w)
 void
 sim_run(const struct sim_params *p, struct sim_result *r)
 {
+    sim_run_log(p, NULL, r);
+}
+
+void
+sim_run_log(const struct sim_params *p, const struct sim_log *log, struct sim_result *r)
+{
     static struct sim_world *w; /* reused: one schedule after the other */
 
     if (w == NULL)
         w = calloc(1, sizeof(*w));
     assert_non_null(w);
-    setup(w, p, r);
+    setup(w, p, log, r);
     for (w->t = 0; w->t < p->duration_ms; w->t++)
         step(w);
     /* Drain: no more faults or requests; reports, returns and debt flow to the supervisor. */
@@ -482,6 +507,12 @@ sim_run(const struct sim_params *p, struct sim_result *r)
     }
     for (int64_t end = w->t + drain_ms(w); w->t < end; w->t++)
         step(w);
+    /* A log drains too: what was handed to it decided, its copies caught up. */
+    for (int64_t end = w->t + SIM_SETTLE_MS; log != NULL && !log->settled(w); w->t++) {
+        if (w->t == end)
+            sim_fail(w, "the log did not settle within %d ms of the drain", SIM_SETTLE_MS);
+        step(w);
+    }
     for (int i = 0; i < p->children; i++) {
         struct sup_child_stats st;
 
@@ -491,6 +522,8 @@ sim_run(const struct sim_params *p, struct sim_result *r)
             r->warms += st.warms;
         }
     }
+    if (log != NULL)
+        log->end(w);
     sim_check_end(w);
     teardown(w);
 }

@@ -11,7 +11,8 @@
 
 #include "sup_sim.h"
 
-#define SIM_MAP_CAP 8192 /* power of two */
+#define SIM_MAP_CAP   8192 /* power of two */
+#define SIM_SETTLE_MS 5000 /* after the drain, the longest a log may take to settle */
 
 /* A small map from a 5-int key to 2 values (ground-truth counters). */
 struct sim_map_entry {
@@ -90,9 +91,32 @@ struct sim_reply {
     uint8_t b[SIM_FRAME_MAX];
 };
 
+struct sim_world;
+
+/* A replicated log in place of the journal (sup_sim_raft.c). The supervisor's records go to it
+ * at the end of each turn and its replies leave when the log says they may; the log also says
+ * where and when a supervisor starts, and from which copy of the journal it is rebuilt. A world
+ * without one keeps the journal of sup_sim.c (persist, then reply, in the same step). */
+struct sim_log {
+    void *ctx;
+    /** Each step, before the frames are delivered: the log's clock and faults, the replies it
+     *  releases, and a supervisor started (sim_sup_start) or crashed (sim_sup_crash). */
+    void (*step)(struct sim_world *w);
+    /** The end of a supervisor's turn: the records in w->batch, the replies in w->replies and
+     *  the ledger's RECALLs are the log's (w->nb and w->nrep are to be emptied). */
+    void (*turn)(struct sim_world *w);
+    /** The supervisor process died: what it handed over and did not answer is never answered. */
+    void (*crashed)(struct sim_world *w);
+    /** After the drain: true once nothing waits for the log and the log's copies agree. */
+    bool (*settled)(struct sim_world *w);
+    /** The log's own checks at the end, before sim_check_end (which replays w->journal). */
+    void (*end)(struct sim_world *w);
+};
+
 struct sim_world {
     struct sim_params p;
     struct sim_result *r;
+    const struct sim_log *log; /* NULL: the journal below is the supervisor's own */
     uint64_t rng;
     int64_t t;        /* true time, ms from the start */
     int64_t wall_off; /* supervisor (and host) wall clock = t + wall_off */
@@ -107,6 +131,7 @@ struct sim_world {
     sup_ledger *sup; /* NULL while down */
     int64_t sup_down_until;
     bool crash_at_persist;
+    /* The durable journal; with a log, what the log has committed, in its order. */
     struct sup_record *journal;
     size_t nj, capj;
     struct sup_record batch[SIM_BATCH_MAX];
@@ -151,6 +176,14 @@ struct sim_world {
 #define SIM_EXPENSIVE 1 /* index of the child of the expensive endpoint */
 
 /* sup_sim.c */
+/** Runs one schedule with `log` (borrowed; NULL: the in-memory journal) as the journal. */
+void sim_run_log(const struct sim_params *p, const struct sim_log *log,
+                 struct sim_result *r /* OUT */);
+/** Starts the supervisor: replays w->journal, then sup_ledger_start (its EPOCH in w->batch). */
+void sim_sup_start(struct sim_world *w);
+/** The supervisor process dies now: its ledger, its turn's records and replies are lost; it may
+ *  start again at `down_until`. Tells the log (crashed). */
+void sim_sup_crash(struct sim_world *w, int64_t down_until);
 void sim_net_push(struct sim_world *w, bool to_sup, int child, const uint8_t *b, size_t len);
 void sim_encode(const struct proto_lease_msg *m, uint8_t *b, size_t *len);
 void sim_decode(const uint8_t *b, size_t len, struct proto_lease_msg *m);
