@@ -169,6 +169,25 @@ netns_start(struct netns_host *h)
     test_daemon_use_bin(NULL);
 }
 
+void
+netns_start_args(struct netns_host *h, ...)
+{
+    const char *a[8] = {NULL};
+    va_list ap;
+    int n = 0;
+
+    va_start(ap, h);
+    while (n < 8 && (a[n] = va_arg(ap, const char *)) != NULL)
+        n++;
+    va_end(ap);
+    test_daemon_use_bin(h->wrapper);
+    /* test_daemon_start stops at the first NULL: the unused ones end the list. */
+    assert_int_equal(test_daemon_start(&h->d, h->data, "--election-timeout-ms", "300", a[0], a[1],
+                                       a[2], a[3], a[4], a[5], a[6], a[7], NULL),
+                     0);
+    test_daemon_use_bin(NULL);
+}
+
 unsigned long long
 netns_leader_seen(struct netns_host *h)
 {

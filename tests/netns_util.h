@@ -54,6 +54,9 @@ int netns_cluster_make(struct netns_net *net);
 void netns_cluster_destroy(struct netns_net *net);
 /** Starts h's tallyd (after a kill: restarts it). */
 void netns_start(struct netns_host *h);
+/** netns_start() with more arguments for tallyd (NULL-terminated; past 8 ignored), e.g.
+ *  "--snapshot-every", "32". */
+void netns_start_args(struct netns_host *h, ...);
 /** h's tallyd from now on runs under `env ENV...` (NULL: plainly), e.g. libfaketime's. */
 void netns_wrap(struct netns_host *h, const char *env);
 /** The leader h names (0: none known, or tallyd did not answer). */

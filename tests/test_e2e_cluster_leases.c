@@ -23,7 +23,6 @@
 
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -33,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster_digest.h"
 #include "serve_util.h"
 #include "test_load.h"
 
@@ -221,17 +221,6 @@ gamma_round(int each, bool *live)
     return admitted;
 }
 
-/* `tally usage gamma` on h: the ledger as its copy of the journal says (NUL: no answer). */
-static void
-usage_of(const struct host *h, char *out, size_t cap)
-{
-    struct test_out o;
-
-    out[0] = '\0';
-    if (test_tally(h->e.data, &o, "usage", "gamma", NULL) == 0)
-        snprintf(out, cap, "%s", o.out);
-}
-
 static void
 test_cluster_failover_keeps_the_cap(void **state)
 {
@@ -276,10 +265,10 @@ test_cluster_failover_keeps_the_cap(void **state)
     /* The ledger still moves (leases returned, expired): compare both copies as they are. */
     for (;;) {
         bool same = true;
-        usage_of(&hosts[k], u0, sizeof(u0));
+        cluster_usage(hosts[k].e.data, "gamma", u0, sizeof(u0));
         assert_true(u0[0] != '\0');
         for (int i = 0; i < HOSTS; i++) {
-            usage_of(&hosts[i], u, sizeof(u));
+            cluster_usage(hosts[i].e.data, "gamma", u, sizeof(u));
             same = same && strcmp(u, u0) == 0;
         }
         if (same)
@@ -291,34 +280,6 @@ test_cluster_failover_keeps_the_cap(void **state)
     }
     print_message("every copy of the ledger equal %lld ms after the old leader's restart\n",
                   (long long)(test_now_ms() - t_back));
-}
-
-/* A snapshot file (libraft's "snapshot-TERM-INDEX-...") in DATA/cluster/raft. */
-static bool
-has_snapshot(const struct host *h)
-{
-    char dir[300];
-    struct dirent *e;
-    bool found = false;
-    DIR *d;
-
-    snprintf(dir, sizeof(dir), "%s/cluster/raft", h->e.data);
-    d = opendir(dir);
-    while (d != NULL && !found && (e = readdir(d)) != NULL)
-        found = strncmp(e->d_name, "snapshot-", 9) == 0;
-    if (d != NULL)
-        closedir(d);
-    return found;
-}
-
-static void
-export_of(const struct host *h, char *out, size_t cap)
-{
-    struct test_out o;
-
-    out[0] = '\0';
-    if (test_tally(h->e.data, &o, "export", NULL) == 0)
-        snprintf(out, cap, "%s", o.out);
 }
 
 static void
@@ -358,13 +319,13 @@ test_cluster_wiped_host_rejoins_from_a_snapshot(void **state)
          * changes are batches too), so a joiner needs one. */
         unsigned long long l = test_cluster_leader(hosts[0].e.data);
         assert_true(l == 1 || l == 2);
-        for (int k = 0; k < 80 && !has_snapshot(&hosts[l - 1]); k++) {
+        for (int k = 0; k < 80 && !cluster_has_snapshot(hosts[l - 1].e.data); k++) {
             char tok[128];
             struct serve_http r;
             serve_tally_ok(&hosts[0].e, tok, sizeof(tok), "link", "create", "delta", NULL);
             (void)check_status(&hosts[0], tok, "search", &r); /* its lease: a LEDGER batch */
         }
-        assert_true(has_snapshot(&hosts[l - 1]));
+        assert_true(cluster_has_snapshot(hosts[l - 1].e.data));
     }
     /* Invites are taken by the leader (asked again if leadership moved meanwhile). */
     for (int attempt = 0;; attempt++) {
@@ -386,8 +347,8 @@ test_cluster_wiped_host_rejoins_from_a_snapshot(void **state)
     t0 = test_now_ms();
     /* Its ledgers and its configuration are the others', from the leader's snapshot. */
     for (;;) {
-        usage_of(&hosts[0], a, sizeof(a));
-        usage_of(h, b, sizeof(b));
+        cluster_usage(hosts[0].e.data, "gamma", a, sizeof(a));
+        cluster_usage(h->e.data, "gamma", b, sizeof(b));
         if (a[0] != '\0' && strcmp(a, b) == 0)
             break;
         if (test_now_ms() - t0 > 30000)
@@ -396,8 +357,8 @@ test_cluster_wiped_host_rejoins_from_a_snapshot(void **state)
     }
     print_message("a wiped host's ledgers equal the others' %lld ms after it joined again\n",
                   (long long)(test_now_ms() - t0));
-    export_of(&hosts[0], a, sizeof(a));
-    export_of(h, b, sizeof(b));
+    cluster_export(hosts[0].e.data, a, sizeof(a));
+    cluster_export(h->e.data, b, sizeof(b));
     assert_string_equal(a, b);
 }
 

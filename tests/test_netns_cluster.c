@@ -11,7 +11,9 @@
  *     again within 3 s;
  *   - a follower is cut off: its fail-closed endpoint answers 503, its open one
  *     admits at most its degraded limit, every admission flagged degraded; healed,
- *     it grants again within 3 s;
+ *     it grants again within 3 s, and its degraded admissions are charged to the
+ *     ledger exactly once (`tally usage` on every member: before the cut + the
+ *     degraded ones + the fresh check after);
  *   - two of three are killed (kill -9): the survivor has no leader; one
  *     comes back and a leader is elected within 2 s of its return;
  *   - 5% of the packets between hosts are dropped (nft) for 10 s: a leader
@@ -31,6 +33,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cluster_digest.h"
 #include "netns_util.h"
 #include "test_load.h"
 
@@ -98,6 +101,22 @@ teardown(void **state)
 
 #define SKIP_UNLESS_NET() NETNS_SKIP_UNLESS_UP(net)
 
+/* `tally usage acme` on every member, host `first` first (its children give their leases back
+ * before it reads), into u; true when every member reads the same. */
+static bool
+usage_everywhere(int first, char u[HOSTS][8192])
+{
+    bool same = true;
+
+    cluster_usage(net.h[first].data, "acme", u[first], sizeof(u[first]));
+    for (int i = 0; i < HOSTS; i++) {
+        if (i != first)
+            cluster_usage(net.h[i].data, "acme", u[i], sizeof(u[i]));
+        same = same && u[i][0] != '\0' && strcmp(u[i], u[first]) == 0;
+    }
+    return same;
+}
+
 static void
 test_netns_leader_cut_off_and_back(void **state)
 {
@@ -149,15 +168,20 @@ test_netns_leader_cut_off_and_back(void **state)
 }
 
 /* A follower cut off: its fail-closed endpoint answers 503, its open one admits no more than
- * its degraded limit (5 an hour per child), all flagged degraded; healed, it grants again. */
+ * its degraded limit (5 an hour per child), all flagged degraded; healed, it grants again, and
+ * the degraded admissions are charged to the ledger as debt exactly once: `tally usage` on
+ * every member counts them once, the plan's and the open endpoint's rows alike. */
 static void
 test_netns_follower_cut_off_follows_its_policies(void **state)
 {
+    static char u[HOSTS][8192];
     struct test_load_result r;
     struct timespec t0;
     unsigned long long l;
+    long long plan0, browse0, plan = -1, browse = -1, want_plan, want_browse;
     const char *tok;
-    int fi = -1;
+    int fi = -1, fresh_admitted = 0;
+    bool same = false;
 
     (void)state;
     SKIP_UNLESS_NET();
@@ -166,6 +190,14 @@ test_netns_follower_cut_off_follows_its_policies(void **state)
     for (int i = 0; i < HOSTS && fi < 0; i++)
         if ((unsigned long long)i + 1 != l)
             fi = i;
+    /* The ledger before the cut, as every member's copy counts it (no row: nothing yet). */
+    for (int k = 0; k < 50 && !(same = usage_everywhere(fi, u)); k++)
+        netns_sleep_ms(100);
+    assert_true(same);
+    plan0 = cluster_usage_sum(u[fi], "plan", NULL);
+    browse0 = cluster_usage_sum(u[fi], "endpoint", "browse");
+    plan0 = plan0 < 0 ? 0 : plan0;
+    browse0 = browse0 < 0 ? 0 : browse0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     assert_int_equal(netns_ip("-n", net.h[fi].ns, "link", "set", "eth0", "down", NULL), 0);
     for (int waited = 0; netns_leader_seen(&net.h[fi]) != 0; waited += 50) {
@@ -192,8 +224,35 @@ test_netns_follower_cut_off_follows_its_policies(void **state)
         assert_true(netns_ms_since(&t0) < 3000);
         netns_sleep_ms(100);
     }
+    fresh_admitted = 1;
     print_message("the healed follower grants again %.0f ms after its link came back\n",
                   netns_ms_since(&t0));
+    /* The debt comes back with the open endpoint's next ACQUIRE or heartbeat (every second
+     * while there is debt): once on the plan and once on the endpoint, never twice. */
+    want_plan = plan0 + r.admitted + fresh_admitted;
+    want_browse = browse0 + r.admitted;
+    for (;;) {
+        same = usage_everywhere(fi, u);
+        plan = cluster_usage_sum(u[fi], "plan", NULL);
+        browse = cluster_usage_sum(u[fi], "endpoint", "browse");
+        if (same && plan == want_plan && browse == want_browse)
+            break;
+        if (netns_ms_since(&t0) > 10000)
+            fail_msg("10 s after healing: usage %s on every member; plan %lld (want %lld: %lld "
+                     "before the cut, %d degraded, %d fresh), browse %lld (want %lld); on host "
+                     "%d:\n%s",
+                     same ? "equal" : "not equal", plan, want_plan, plan0, r.admitted,
+                     fresh_admitted, browse, want_browse, fi + 1, u[fi]);
+        netns_sleep_ms(200);
+    }
+    print_message("healed: usage on every member counts the %d degraded admissions once %.0f ms "
+                  "after the link came back (plan %lld -> %lld, browse %lld -> %lld)\n",
+                  r.admitted, netns_ms_since(&t0), plan0, plan, browse0, browse);
+    /* And only once: past two more heartbeats, still the same everywhere. */
+    netns_sleep_ms(2500);
+    assert_true(usage_everywhere(fi, u));
+    assert_int_equal(cluster_usage_sum(u[fi], "plan", NULL), want_plan);
+    assert_int_equal(cluster_usage_sum(u[fi], "endpoint", "browse"), want_browse);
 }
 
 /* 5% of the packets each host sends to the others dropped (nft numgen) for 10 s: TCP
