@@ -56,6 +56,27 @@ tally_add_test(test_cluster_ledger_snap test_cluster_ledger_snap.c cluster_ledge
 target_link_libraries(test_cluster_ledger_snap PRIVATE tally_cluster)
 target_include_directories(test_cluster_ledger_snap PRIVATE ${CMAKE_SOURCE_DIR}/cluster)
 
+# Delay and loss between hosts: nfq_delay (tools/nfq_delay.c), a test tool never installed,
+# holds the packets an iptables NFQUEUE rule hands it (this kernel has no netem), and
+# test_netns_cluster_delay runs three hosts' clients for three minutes through it (every window
+# at most its cap, the grants' p99, the ledger copies equal). Skipped, with the reason, without
+# namespaces, iptables' NFQUEUE or nfq_delay (libnetfilter_queue missing).
+pkg_check_modules(NFQ IMPORTED_TARGET libnetfilter_queue)
+find_package(Threads REQUIRED)
+tally_add_test(test_netns_cluster_delay test_netns_cluster_delay.c netns_util.c cluster_digest.c
+               LABELS e2e slow)
+target_link_libraries(test_netns_cluster_delay PRIVATE tally_proto PkgConfig::SQLITE3
+                      Threads::Threads)
+add_dependencies(test_netns_cluster_delay tallyd tally_cli)
+set_tests_properties(test_netns_cluster_delay PROPERTIES TIMEOUT 600)
+if(NFQ_FOUND)
+    add_executable(nfq_delay tools/nfq_delay.c)
+    target_link_libraries(nfq_delay PRIVATE PkgConfig::NFQ tally_warnings)
+    add_dependencies(test_netns_cluster_delay nfq_delay)
+    target_compile_definitions(test_netns_cluster_delay PRIVATE
+                               NFQ_DELAY_BIN="$<TARGET_FILE:nfq_delay>")
+endif()
+
 # One host's clock 2 s ahead (libfaketime) while leadership moves across namespaces: the skew
 # reported, every window at most its cap, window ids never back in any copy of the ledger.
 tally_add_test(test_netns_cluster_clock test_netns_cluster_clock.c netns_util.c LABELS e2e)
