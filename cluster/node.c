@@ -117,6 +117,9 @@ apply_member(cluster_node *n, const uint8_t *p, size_t len)
 
     if (cluster_member_decode(p, len, &m, &role, &used) != TALLY_OK || used != len)
         return; /* not a record this version writes: ignored everywhere alike */
+    if (cluster_state_note_id(&n->st, m.id) && cluster_state_member(&n->st, m.id) != NULL &&
+        cluster_state_save(n->data, &n->st) != TALLY_OK)
+        cluster__log_member("cluster_members_unsaved", m.id, m.address, "members file not written");
     if (cluster_state_member(&n->st, m.id) == NULL && n->st.n < CLUSTER_MEMBERS_MAX) {
         n->st.members[n->st.n] = m;
         n->st.roles[n->st.n] = role;
@@ -229,12 +232,14 @@ on_leader(void *data, uint64_t leader, bool self)
 }
 
 /* The state the log's records made: SNAPSHOT_VERSION (1), the member list ([n (1)] then each
- * member as MEMBER records carry it), tally.db as the CONFIG records made it (its applied
- * index (8), its length (4), its bytes), then every tenant's ledger (node_ledger.c). Read
- * too: the format without tally.db (0xF1), and the first, with no version byte (it began
- * with n, at most CLUSTER_MEMBERS_MAX). */
+ * member as MEMBER records carry it), the next member id (8), tally.db as the CONFIG records
+ * made it (its applied index (8), its length (4), its bytes), then every tenant's ledger
+ * (node_ledger.c). Read too: the format without the next id (0xF2: the highest member's + 1
+ * then), the one without tally.db (0xF1), and the first, with no version byte (it began with
+ * n, at most CLUSTER_MEMBERS_MAX). */
 #define SNAPSHOT_VERSION_LEDGERS 0xF1 /* members, ledgers */
-#define SNAPSHOT_VERSION         0xF2 /* members, tally.db, ledgers */
+#define SNAPSHOT_VERSION_CONFIG  0xF2 /* members, tally.db, ledgers */
+#define SNAPSHOT_VERSION         0xF3 /* members, next id, tally.db, ledgers */
 #define SNAPSHOT_CONFIG_MAX      ((size_t)256 << 20)
 
 static int
@@ -259,7 +264,7 @@ on_snapshot(void *data, uint8_t **buf, size_t *len)
         cluster__log_member("cluster_snapshot_failed", n->st.self, NULL, tally_strerror(rc));
         return rc;
     }
-    head = tally_malloc(members + 12 + config_len);
+    head = tally_malloc(members + 8 + 12 + config_len);
     if (head == NULL) {
         tally_free(config);
         return TALLY_ENOMEM;
@@ -268,6 +273,8 @@ on_snapshot(void *data, uint8_t **buf, size_t *len)
     head[off++] = (uint8_t)n->st.n;
     for (size_t i = 0; i < n->st.n; i++)
         off += cluster_member_encode(head + off, &n->st.members[i], n->st.roles[i]);
+    cluster__put_u64(head + off, n->st.next_id);
+    off += 8;
     cluster__put_u64(head + off, config_index);
     for (int i = 0; i < 4; i++)
         head[off + 8 + i] = (uint8_t)(config_len >> (24 - 8 * i));
@@ -309,8 +316,9 @@ on_restore(void *data, const uint8_t *p, size_t len)
 {
     cluster_node *n = data;
     struct cluster_state st;
-    bool ledgers = len >= 1 && (p[0] == SNAPSHOT_VERSION || p[0] == SNAPSHOT_VERSION_LEDGERS);
-    bool config = len >= 1 && p[0] == SNAPSHOT_VERSION;
+    bool next = len >= 1 && p[0] == SNAPSHOT_VERSION;
+    bool config = next || (len >= 1 && p[0] == SNAPSHOT_VERSION_CONFIG);
+    bool ledgers = config || (len >= 1 && p[0] == SNAPSHOT_VERSION_LEDGERS);
     size_t off = ledgers ? 2 : 1;
     int rc = TALLY_OK;
 
@@ -323,8 +331,16 @@ on_restore(void *data, const uint8_t *p, size_t len)
         if (cluster_member_decode(p + off, len - off, &st.members[st.n], &st.roles[st.n], &used) !=
             TALLY_OK)
             return TALLY_EPROTO;
+        (void)cluster_state_note_id(&st, st.members[st.n].id);
         st.n++;
         off += used;
+    }
+    if (next) {
+        if (len - off < 8)
+            return TALLY_EPROTO;
+        if (cluster__get_u64(p + off) > 0)
+            (void)cluster_state_note_id(&st, cluster__get_u64(p + off) - 1);
+        off += 8;
     }
     if (config) {
         size_t used = 0;
@@ -337,9 +353,13 @@ on_restore(void *data, const uint8_t *p, size_t len)
         rc = off == len ? TALLY_OK : TALLY_EPROTO;
     if (rc != TALLY_OK)
         return rc;
+    /* A host that joined after the snapshot was taken is not in it: its MEMBER record comes
+     * later in the log, and it keeps the members its join gave it meanwhile. (A member that
+     * left learns it from the LEAVE record.) */
+    if (n->st.next_id > 0)
+        (void)cluster_state_note_id(&st, n->st.next_id - 1);
     if (cluster_state_member(&st, st.self) == NULL)
-        cluster__log_member("cluster_left", st.self, NULL,
-                            "not in the snapshot's members: stop tallyd");
+        (void)cluster_state_note_id(&n->st, st.next_id - 1);
     else
         n->st = st; /* a host keeps its own entry to start again from its files */
     if (cluster_state_save(n->data, &n->st) != TALLY_OK)

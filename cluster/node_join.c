@@ -144,7 +144,7 @@ cluster__strangers_welcome(void *ctx)
 static uint64_t
 next_id(const cluster_node *n)
 {
-    uint64_t id = 0;
+    uint64_t id = n->st.next_id > 0 ? n->st.next_id - 1 : 0; /* ids of members who left too */
 
     for (size_t i = 0; i < n->st.n; i++)
         if (n->st.members[i].id > id)

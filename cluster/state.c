@@ -150,8 +150,27 @@ format_members(const struct cluster_state *s, char *out, size_t cap, size_t *len
             return TALLY_ETOOBIG;
         off += (size_t)n;
     }
+    {
+        struct cluster_state c = *s;
+
+        for (size_t i = 0; i < c.n; i++)
+            (void)cluster_state_note_id(&c, c.members[i].id);
+        n = snprintf(out + off, cap - off, "next %" PRIu64 "\n", c.next_id);
+        if (n < 0 || (size_t)n >= cap - off)
+            return TALLY_ETOOBIG;
+        off += (size_t)n;
+    }
     *len = off;
     return TALLY_OK;
+}
+
+bool
+cluster_state_note_id(struct cluster_state *s, uint64_t id)
+{
+    if (id == UINT64_MAX || id < s->next_id)
+        return false;
+    s->next_id = id + 1;
+    return true;
 }
 
 int
@@ -235,9 +254,21 @@ parse_members(char *text, struct cluster_state *s)
     if (errno != 0 || *end != '\0' || self == 0)
         return TALLY_ECORRUPT;
     s->self = self;
-    while ((line = strtok_r(NULL, "\n", &save)) != NULL)
-        if (parse_member(line, s) != TALLY_OK)
+    while ((line = strtok_r(NULL, "\n", &save)) != NULL) {
+        if (strncmp(line, "next ", 5) == 0) {
+            unsigned long long next;
+
+            errno = 0;
+            next = strtoull(line + 5, &end, 10);
+            if (errno != 0 || *end != '\0' || next == 0 || s->next_id != 0)
+                return TALLY_ECORRUPT;
+            s->next_id = next;
+        } else if (parse_member(line, s) != TALLY_OK) {
             return TALLY_ECORRUPT;
+        }
+    }
+    for (size_t i = 0; i < s->n; i++)
+        (void)cluster_state_note_id(s, s->members[i].id);
     return cluster_state_member(s, s->self) != NULL ? TALLY_OK : TALLY_ECORRUPT;
 }
 

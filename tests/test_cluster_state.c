@@ -101,6 +101,50 @@ test_state_round_trip_and_refusals(void **state)
     }
 }
 
+/* Ids of members who left are never given again: "next" survives a save and a load, a file
+ * without it (or with one below its members) reads as the highest id + 1. */
+static void
+test_state_next_id(void **state)
+{
+    struct cluster_hostkey key, back_key;
+    struct cluster_state st, back;
+    char path[256];
+    FILE *f;
+
+    (void)state;
+    two_members(&key, &st);
+    assert_int_equal(cluster_state_create(dir, &key, &st), TALLY_OK);
+    assert_int_equal(cluster_state_load(dir, &back_key, &back), TALLY_OK);
+    assert_int_equal(back.next_id, 3);
+    assert_true(cluster_state_note_id(&st, 7)); /* member 7 joined, then left */
+    assert_false(cluster_state_note_id(&st, 4));
+    assert_int_equal(st.next_id, 8);
+    assert_int_equal(cluster_state_save(dir, &st), TALLY_OK);
+    assert_int_equal(cluster_state_load(dir, &back_key, &back), TALLY_OK);
+    assert_int_equal(back.next_id, 8);
+    assert_int_equal(back.n, 2);
+    /* Written by hand: no "next" line, then one below the members, then two. */
+    snprintf(path, sizeof(path), "%s/cluster/members", dir);
+    for (int k = 0; k < 3; k++) {
+        char hex1[65], hex2[65];
+        cluster_key_hex(st.members[0].pk, hex1);
+        cluster_key_hex(st.members[1].pk, hex2);
+        f = fopen(path, "w");
+        assert_non_null(f);
+        fprintf(f,
+                "tally-cluster 1\nself 2\nmember 1 10.0.0.1:7400 voter %s\n%s"
+                "member 2 [fd00::2]:7400 front %s\n%s",
+                hex1, k == 1 ? "next 2\n" : "", hex2, k == 2 ? "next 5\nnext 6\n" : "");
+        fclose(f);
+        if (k < 2) {
+            assert_int_equal(cluster_state_load(dir, &back_key, &back), TALLY_OK);
+            assert_int_equal(back.next_id, 3);
+        } else {
+            assert_int_equal(cluster_state_load(dir, &back_key, &back), TALLY_ECORRUPT);
+        }
+    }
+}
+
 /* Each byte of the members file replaced in turn by a space, a digit or a newline: the load
  * either fails as corrupt or reads exactly what a writer could have written (never a key
  * or address that was not there). Each cut of the file likewise. */
@@ -271,6 +315,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_state_round_trip_and_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_state_next_id, setup, teardown),
         cmocka_unit_test_setup_teardown(test_state_members_file_altered_or_cut, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invites_serve_once_and_expire, setup, teardown),
         cmocka_unit_test_setup_teardown(test_invite_taken_never_comes_back, setup, teardown),

@@ -343,6 +343,10 @@ test_cluster_wiped_host_rejoins_from_a_snapshot(void **state)
             fail_msg("join again: %s", o.err);
         usleep(500 * 1000);
     }
+    /* A new member, never the id of the one that left: with it, the new host's children would
+     * be the dead host's (same names), answered from their duplicate windows. */
+    print_message("%s", o.out);
+    assert_non_null(strstr(o.out, "joined the cluster as member 4 "));
     start(h);
     t0 = test_now_ms();
     /* Its ledgers and its configuration are the others', from the leader's snapshot. */

@@ -2,7 +2,8 @@
  * A host's cluster files, under DATA/cluster/ (0700):
  *   host.key   this host's static secret key ("tally-host-key 1" and 64 hex digits), 0600
  *   members    who is in the cluster as this host knows it: a versioned text file
- *              ("tally-cluster 1", "self ID", one "member ID ADDRESS ROLE KEY" line each)
+ *              ("tally-cluster 1", "self ID", one "member ID ADDRESS ROLE KEY" line each,
+ *              "next ID": no member gets an id below it any more)
  *   raft/      libraft's files (cluster_log.h)
  * A data dir without DATA/cluster/members is a single host. Files are written to a
  * temporary name, synced and renamed, so a crash leaves the old file or the new one.
@@ -23,6 +24,11 @@ enum cluster_role {
 
 struct cluster_state {
     uint64_t self;
+    /* The lowest id no member ever had: a member that left keeps its id forever (a host that
+     * joins again is a new member, with new child counters: an old id would make its children
+     * the dead host's, answered from their duplicate windows). Written as "next ID" in the
+     * members file; a file without it (or below its members) reads as the highest id + 1. */
+    uint64_t next_id;
     size_t n;
     struct cluster_member members[CLUSTER_MEMBERS_MAX];
     enum cluster_role roles[CLUSTER_MEMBERS_MAX];
@@ -58,6 +64,8 @@ TALLY_MUST_CHECK int cluster_invite_take(const char *data, const uint8_t secret[
                                          int64_t now_ms);
 /** True iff an unexpired invite waits. */
 bool cluster_invites_pending(const char *data, int64_t now_ms);
+/** Member id was given (now or once): s->next_id is above it from now on. True iff it moved. */
+bool cluster_state_note_id(struct cluster_state *s, uint64_t id);
 /** The entry of member id in s, or NULL. */
 const struct cluster_member *cluster_state_member(const struct cluster_state *s, uint64_t id);
 
