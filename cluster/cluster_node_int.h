@@ -24,6 +24,7 @@
 #define RECONCILE_MS       500
 #define CLOCK_PROBE_MS     2000 /* a follower probes the leader's clock this often */
 #define CLOCK_SKEW_WARN_MS 250  /* a member's skew this large is logged as a warning */
+#define CLOCK_SAMPLES      4    /* a skew is the one of the shortest of the last few round trips */
 #define JOINS_MAX          4
 /* A member that left stays in the log's configuration this long after its LEAVE applied here,
  * so that heartbeats carry the commit to it and it learns it left. */
@@ -66,7 +67,11 @@ struct cluster_node {
         int64_t sent_wall_us; /* its wall clock, echoed by the leader */
         uint64_t next_ms;     /* uv_now of the next probe */
         bool known, warned;   /* a measurement is there; its size was logged as too large */
-        int64_t skew_ms;
+        int64_t skew_ms;      /* of the sample with the shortest round trip of the last few */
+        struct {
+            int64_t rtt_us, skew_us; /* rtt_us 0: an empty slot */
+        } sample[CLOCK_SAMPLES];
+        unsigned at; /* the slot the next sample takes */
     } clock_self;
     struct {
         uint64_t member;

@@ -7,13 +7,31 @@
  */
 #include "cluster_conn.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "tally_log.h"
 
 #define READ_CHUNK 65536
 #define DRAIN_MS   1000 /* a closing connection's queued bytes get this long to leave */
+/* Loss recovery on the cluster's connections (Linux 6.15 and later; older kernels refuse the
+ * options and keep their defaults). A lease grant crosses the network twice (the request, the
+ * commit) with one frame in flight, so a lost segment is found by a timer, not by duplicate
+ * acks: Linux's minimum retransmission timeout (200 ms) and its tail loss probe, which waits
+ * for a delayed ack of up to 200 ms, would each add that much to a grant. Between members
+ * (one site, round trips of a few ms to tens of ms) 50 ms is still well above a round trip,
+ * and the peer, a tallyd too, acks within 20 ms. */
+#ifndef TCP_RTO_MIN_US
+#define TCP_RTO_MIN_US 45
+#endif
+#ifndef TCP_DELACK_MAX_US
+#define TCP_DELACK_MAX_US 46
+#endif
+#define RTO_MIN_US    50000
+#define DELACK_MAX_US 20000
 
 enum conn_state {
     CONN_CONNECTING, /* a dial waits for TCP */
@@ -309,6 +327,20 @@ conn_new(uv_loop_t *loop, const struct cluster_conn_opts *o, cluster_conn **out)
     return TALLY_OK;
 }
 
+/* No Nagle (frames are small and each is awaited), and the loss recovery above. */
+static void
+tune(cluster_conn *c)
+{
+    uv_os_fd_t fd;
+    int rto = RTO_MIN_US, delack = DELACK_MAX_US;
+
+    uv_tcp_nodelay(&c->tcp, 1);
+    if (uv_fileno((uv_handle_t *)&c->tcp, &fd) != 0)
+        return;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_RTO_MIN_US, &rto, sizeof(rto));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_DELACK_MAX_US, &delack, sizeof(delack));
+}
+
 static void
 on_connect(uv_connect_t *req, int status)
 {
@@ -320,7 +352,7 @@ on_connect(uv_connect_t *req, int status)
         conn_fail(c, TALLY_EUNAVAIL); /* nobody listens there, or unreachable */
         return;
     }
-    uv_tcp_nodelay(&c->tcp, 1);
+    tune(c);
     start_reading(c);
 }
 
@@ -422,7 +454,7 @@ cluster_conn_accept(uv_stream_t *server, cluster_chan_peer_fn peer_ok, void *pee
         *out = c;
         return TALLY_OK;
     }
-    uv_tcp_nodelay(&c->tcp, 1);
+    tune(c);
     start_reading(c);
     *out = c;
     return TALLY_OK;

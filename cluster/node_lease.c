@@ -15,9 +15,10 @@
  *   'U' | the probe's wall µs (8) | leader's wall µs (8)   leader: the answer
  * Clocks: a follower probes every CLOCK_PROBE_MS. Its skew (its wall clock minus the leader's)
  * is taken at the middle of the round trip, timed on the monotonic clock, so it is off by at
- * most half the round trip. Windows are decided by the leader's clock alone (leases are
- * relative time), so a skew costs no exactness; it is reported (status, a warning past
- * CLOCK_SKEW_WARN_MS) because a leader change moves every window boundary by it.
+ * most half the round trip: of the last CLOCK_SAMPLES, the shortest round trip's. Windows are
+ * decided by the leader's clock alone (leases are relative time), so a skew costs no exactness; it
+ * is reported (status, a warning past CLOCK_SKEW_WARN_MS) because a leader change moves every
+ * window boundary by it.
  */
 #include "cluster_node_int.h"
 
@@ -115,6 +116,7 @@ static void
 clock_answer(cluster_node *n, const uint8_t *msg, size_t len)
 {
     int64_t rtt_us, leader_us;
+    unsigned best;
 
     if (len != CLOCK_ANSWER_LEN || n->clock_self.sent_hr == 0 ||
         cluster__get_u64(msg + 1) != (uint64_t)n->clock_self.sent_wall_us)
@@ -122,9 +124,21 @@ clock_answer(cluster_node *n, const uint8_t *msg, size_t len)
     rtt_us = (int64_t)((uv_hrtime() - n->clock_self.sent_hr) / 1000);
     leader_us = (int64_t)cluster__get_u64(msg + 9);
     n->clock_self.sent_hr = 0;
+    /* One leg slowed (a retransmission) moves the middle of the round trip by up to half of
+     * it: of the last few samples, the one with the shortest round trip is the most exact. */
+    n->clock_self.sample[n->clock_self.at].rtt_us = rtt_us > 0 ? rtt_us : 1;
+    n->clock_self.sample[n->clock_self.at].skew_us =
+        n->clock_self.sent_wall_us + rtt_us / 2 - leader_us;
+    n->clock_self.at = (n->clock_self.at + 1) % CLOCK_SAMPLES;
+    best = 0;
+    for (unsigned k = 1; k < CLOCK_SAMPLES; k++) {
+        if (n->clock_self.sample[k].rtt_us > 0 &&
+            (n->clock_self.sample[best].rtt_us == 0 ||
+             n->clock_self.sample[k].rtt_us < n->clock_self.sample[best].rtt_us))
+            best = k;
+    }
     clock_note(n->st.self, n->lease_out_to, &n->clock_self.known, &n->clock_self.warned,
-               &n->clock_self.skew_ms,
-               (n->clock_self.sent_wall_us + rtt_us / 2 - leader_us) / 1000);
+               &n->clock_self.skew_ms, n->clock_self.sample[best].skew_us / 1000);
 }
 
 static void
@@ -138,9 +152,7 @@ on_out_ready(cluster_conn *c, void *data)
         return;
     }
     n->lease_out_ready = true;
-    n->clock_self.known = false; /* measured against this leader from now on */
-    n->clock_self.sent_hr = 0;
-    n->clock_self.next_ms = 0;
+    memset(&n->clock_self, 0, sizeof(n->clock_self)); /* measured against this leader */
     cluster__log_member("cluster_lease_link_up", n->lease_out_to, NULL, NULL);
     tell_role(n);
     clock_probe(n);
