@@ -21,17 +21,17 @@
  * options and keep their defaults). A lease grant crosses the network twice (the request, the
  * commit) with one frame in flight, so a lost segment is found by a timer, not by duplicate
  * acks: Linux's minimum retransmission timeout (200 ms) and its tail loss probe, which waits
- * for a delayed ack of up to 200 ms, would each add that much to a grant. Between members
- * (one site, round trips of a few ms to tens of ms) 50 ms is still well above a round trip,
- * and the peer, a tallyd too, acks within 20 ms. */
+ * for a delayed ack of up to 200 ms, would each add that much to a grant. The timeout is
+ * still the smoothed round trip plus at least the minimum (20 ms here), and the peer, a tallyd
+ * too, acks within 10 ms, so a timer does not fire before an ack could have come. */
 #ifndef TCP_RTO_MIN_US
 #define TCP_RTO_MIN_US 45
 #endif
 #ifndef TCP_DELACK_MAX_US
 #define TCP_DELACK_MAX_US 46
 #endif
-#define RTO_MIN_US    50000
-#define DELACK_MAX_US 20000
+#define RTO_MIN_US    20000
+#define DELACK_MAX_US 10000
 
 enum conn_state {
     CONN_CONNECTING, /* a dial waits for TCP */
