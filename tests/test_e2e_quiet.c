@@ -15,6 +15,14 @@
  *    endpoint, not the revoked one). Once that supervisor has exited idle, the
  *    second link's first request is decided locally: still one start. Without
  *    the warm-up it starts the supervisor a second time.
+ *  - A tenant refused until its window's end keeps its supervisor over that end:
+ *    5/4s spent early in a window, the refused link asks nothing until the next
+ *    window, yet the same process (same pid, one start) grants its first request
+ *    there, and exits idle afterwards. Without the rule it exits idle about a
+ *    second after the refusals, long before the window ends, and the next
+ *    window's first request starts it again.
+ *  - Otherwise the idle exit is as before: a tenant never refused, and one
+ *    refused for a year (past the 60 s horizon), exit after --idle-exit-ms.
  */
 /* clang-format off */
 #include <stdarg.h>
@@ -159,6 +167,91 @@ test_other_links_ride_one_start(void **state)
     serve_stop(&e->s);
 }
 
+static double
+starts(const struct env *e)
+{
+    return serve_metric_now(&e->s, "tally_supervisor_events_total{event=\"start\"}");
+}
+
+/* Idle exits tallyd has counted, once it counted `want` (the process leaves /proc before
+ * tallyd reaps it), within 5 s. */
+static int
+idle_exits(const struct env *e, int want)
+{
+    static const char series[] = "tally_supervisor_events_total{event=\"idle_exit\"}";
+
+    for (int i = 0; i < 500 && (int)serve_metric_now(&e->s, series) < want; i++)
+        serve_sleep_ms(10);
+    return (int)serve_metric_now(&e->s, series);
+}
+
+#define WINDOW_MS 4000
+
+static void
+test_refused_tenant_keeps_its_supervisor_over_the_window_end(void **state)
+{
+    struct env *e = *state;
+    struct serve_http h;
+    pid_t pid[4];
+    int64_t end;
+
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "api", "--limit", "5/4s", NULL);
+    serve_start(&e->s, "--idle-exit-ms=1000", NULL);
+    /* Early in a window: an idle exit 1 to 1.5 s after the refusals (and the leases' return,
+     * 1 s after their last use) would come well before its end. */
+    while (serve_wall_ms() % WINDOW_MS > 200)
+        serve_sleep_ms(5);
+    end = serve_wall_ms() / WINDOW_MS * WINDOW_MS + WINDOW_MS;
+    assert_int_equal(admitted_of(e, 8), 5);
+    assert_true(serve_wall_ms() < end - 2500);
+    assert_int_equal(test_supervisor_pids(e->s.data, "acme", pid, 4), 1);
+    while (serve_wall_ms() < end + 100)
+        serve_sleep_ms(20);
+    /* The refused link comes back now: its supervisor is still there, the same process. */
+    assert_int_equal(test_supervisor_pids(e->s.data, "acme", pid + 1, 3), 1);
+    assert_int_equal(pid[1], pid[0]);
+    serve_check(&e->s, e->token, "api", &h);
+    assert_int_equal(h.status, 200);
+    assert_int_equal(test_supervisor_pids(e->s.data, "acme", pid + 2, 2), 1);
+    assert_int_equal(pid[2], pid[0]);
+    assert_int_equal((int)starts(e), 1);
+    assert_int_equal(
+        (int)serve_metric_now(&e->s, "tally_supervisor_events_total{event=\"restart\"}"), 0);
+    /* Not refused any more: it exits idle as usual. */
+    assert_true(test_wait_supervisors(e->s.data, "acme", 0, 10000));
+    assert_int_equal(idle_exits(e, 1), 1);
+    serve_stop(&e->s);
+}
+
+static void
+test_supervisor_not_told_to_come_back_soon_exits_idle(void **state)
+{
+    struct env *e = *state;
+    int64_t t0;
+
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "tight", "--limit", "2/365d", NULL);
+    serve_start(&e->s, "--idle-exit-ms=1000", NULL);
+    /* Never refused. */
+    assert_int_equal(admitted_of(e, 3), 3);
+    t0 = serve_now_ms();
+    assert_true(test_wait_supervisors(e->s.data, "acme", 0, 10000));
+    print_message("not refused: exited %lld ms after its last request\n",
+                  (long long)(serve_now_ms() - t0));
+    /* Refused for a year: past the horizon, no reason to stay. */
+    for (int i = 0; i < 4; i++) {
+        struct serve_http h;
+        serve_check(&e->s, e->token, "tight", &h);
+        assert_int_equal(h.status, i < 2 ? 200 : 429);
+    }
+    t0 = serve_now_ms();
+    assert_true(test_wait_supervisors(e->s.data, "acme", 0, 10000));
+    print_message("refused for a year: exited %lld ms after its last request\n",
+                  (long long)(serve_now_ms() - t0));
+    assert_int_equal((int)starts(e), 2);
+    assert_int_equal(idle_exits(e, 2), 2);
+    serve_stop(&e->s);
+}
+
 int
 main(void)
 {
@@ -166,6 +259,10 @@ main(void)
         cmocka_unit_test_setup_teardown(test_quiet_supervisor_sleeps_and_misses_nothing, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_other_links_ride_one_start, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_refused_tenant_keeps_its_supervisor_over_the_window_end, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_supervisor_not_told_to_come_back_soon_exits_idle,
+                                        setup, teardown),
     };
 
     return cmocka_run_group_tests_name("e2e_quiet", tests, NULL, NULL);

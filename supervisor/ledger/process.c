@@ -148,6 +148,28 @@ sp_queue_reply(struct sp *s, const struct proto_lease_msg *reply, uint32_t reque
     return rc;
 }
 
+/* A DENY sends a child away until now + retry_after_ms, and the child asks nothing before then
+ * (it answers its requests from the refusal). A supervisor that exited idle meanwhile would be
+ * started again by all its children at once when that time comes, typically the start of the
+ * next window: a cold start (in a cluster, a barrier and a replay) in the path of the window's
+ * first grants. So the idle exit waits for the latest such return plus the idle period
+ * (on_idle). Only returns within DENY_HOLD_MAX_MS count: a tenant refused for an hour, or for
+ * ever (NEVER), does not hold a process that long. */
+#define DENY_HOLD_MAX_MS 60000
+
+static void
+hold_for_deny(struct sp *s, const struct proto_lease_msg *reply)
+{
+    uint64_t back;
+
+    if (reply->type != PROTO_LEASE_DENY || (reply->deny.flags & PROTO_LEASE_DENY_NEVER) != 0 ||
+        reply->deny.retry_after_ms <= 0 || reply->deny.retry_after_ms > DENY_HOLD_MAX_MS)
+        return;
+    back = uv_now(&s->loop) + (uint64_t)reply->deny.retry_after_ms;
+    if (back > s->deny_back_ms)
+        s->deny_back_ms = back;
+}
+
 static void cluster_ready(struct sp *s);
 
 static void
@@ -202,6 +224,7 @@ on_frame(proto_conn *c, const struct proto_frame *f, void *data)
         sp_stop(s, 74);
         return;
     }
+    hold_for_deny(s, &reply);
     arm_expiry(s);
 }
 
@@ -222,7 +245,14 @@ static void
 on_idle(uv_timer_t *t)
 {
     struct sp *s = t->data;
+    uint64_t now = uv_now(&s->loop);
+    uint64_t idle = uv_timer_get_repeat(t);
 
+    /* Children refused until deny_back_ms come back then: stay for them (hold_for_deny). */
+    if (s->deny_back_ms != 0 && s->deny_back_ms + idle > now) {
+        uv_timer_start(t, on_idle, s->deny_back_ms + idle - now, idle);
+        return;
+    }
     sp_flush(s);
     sp_log_event(s, TALLY_LOG_INFO, "supervisor_idle_exit");
     sp_stop(s, 0);

@@ -36,6 +36,7 @@ struct sp {
     uv_check_t check;
     uv_timer_t expire_timer;
     uv_timer_t idle_timer;
+    uint64_t deny_back_ms; /* loop time a DENY told a child to come back at, the latest (0: none) */
     uv_timer_t reload_timer; /* runs only while messages come: stopped after a quiet second */
     unsigned quiet_ticks;    /* reload ticks since the last message */
     uv_timer_t sync_timer;   /* batched mode: fsyncs the journal's unsynced commits */

@@ -6,7 +6,9 @@
  * messages; the records of each loop turn are committed in one transaction
  * (synchronous=FULL in strict durability) before any reply of that turn is
  * written (output gate). It exits on EOF of its channel (tallyd went away),
- * on SIGTERM/SIGINT, and after idle_exit_ms without a message (hibernation).
+ * on SIGTERM/SIGINT, and after idle_exit_ms without a message (hibernation),
+ * though not before idle_exit_ms past the latest time a DENY of it told a child
+ * to come back, when that time was at most 60 s away.
  */
 #ifndef SUP_PROCESS_H
 #define SUP_PROCESS_H
