@@ -3,8 +3,11 @@
  * line as Prometheus text (0.0.4): every sample belongs to a family declared
  * by # HELP and # TYPE, names and labels are well formed, histogram buckets
  * are cumulative with +Inf equal to _count, and counts match the traffic
- * sent. No label carries a token or a link id. The log: one JSON line per
- * event (start, supervisor start, exit after kill -9, restart, stop), and
+ * sent. No label carries a token or a link id. A lease round trip runs from
+ * its request's first send, through the child's retransmissions, to its
+ * answer (a supervisor stopped for 420 ms while a request waits). The log:
+ * one JSON line per event (start, supervisor start, exit after kill -9,
+ * restart, stop), and
  * one line per transition when an endpoint enters degraded (fail-open) or
  * unavailable (fail-closed) mode because its supervisor stopped answering
  * (SIGSTOP), and when it recovers (SIGCONT), whatever the number of requests
@@ -25,6 +28,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "serve_util.h"
 #include "tally.h"
@@ -337,6 +342,55 @@ test_quiet_link_keeps_its_lease_while_plenty(void **state)
     serve_stop(&e->s);
 }
 
+/* Round trips above 0.25 s in tally_lease_rtt_seconds so far. */
+static double
+rtt_over_quarter(const struct env *e)
+{
+    struct serve_http m;
+
+    get_metrics(e, &m);
+    return serve_metric(m.body, "tally_lease_rtt_seconds_count") -
+           serve_metric(m.body, "tally_lease_rtt_seconds_bucket{le=\"0.25\"}");
+}
+
+/* tally_lease_rtt_seconds runs from a request's first send to its answer, whatever the child's
+ * retransmissions meanwhile. The supervisor is stopped for 420 ms while a request waits for a
+ * grant (search: 3 per link, the second request asks again); the child sends its ACQUIRE and
+ * again after 20, 60, 140 and 300 ms. The round trip recorded is about 420 ms, above the
+ * 0.25 s bucket; timed from the last retransmission it would read about 120 ms. */
+static void
+test_lease_rtt_counts_from_the_first_send(void **state)
+{
+    struct env *e = *state;
+    struct serve_http r;
+    pid_t pids[4], waker;
+    double over;
+    int64_t t0;
+
+    serve_start(&e->s, "--wait-ms=2000", NULL);
+    serve_check(&e->s, e->token, "search", &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(test_supervisor_pids(e->s.data, "acme", pids, 4), 1);
+    serve_sleep_ms(1500); /* the first lease has gone back (1 s idle): the next request asks */
+    over = rtt_over_quarter(e);
+    kill(pids[0], SIGSTOP);
+    waker = fork();
+    assert_true(waker >= 0);
+    if (waker == 0) {
+        serve_sleep_ms(420);
+        kill(pids[0], SIGCONT);
+        _exit(0);
+    }
+    t0 = serve_now_ms();
+    serve_check(&e->s, e->token, "search", &r);
+    assert_int_equal(waitpid(waker, NULL, 0), waker);
+    print_message("the check waited %lld ms for its grant\n", (long long)(serve_now_ms() - t0));
+    assert_int_equal(r.status, 200);
+    assert_true(serve_now_ms() - t0 >= 400);
+    assert_true(rtt_over_quarter(e) >= over + 1);
+    serve_stop(&e->s);
+}
+
 /* Every line tallyd itself writes is one JSON object with ts, level, event. */
 static void
 check_log_lines(const struct env *e)
@@ -564,6 +618,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_metrics_page_is_valid_and_counts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_quiet_link_keeps_its_lease_while_plenty, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_lease_rtt_counts_from_the_first_send, setup, teardown),
         cmocka_unit_test_setup_teardown(test_log_lines_for_supervisor_lifecycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_degraded_transitions_are_one_line_each, setup,
                                         teardown),

@@ -1,6 +1,7 @@
 /*
  * The front's view of itself (front_obs.h): latency histograms with fixed
- * buckets, lease round trips matched by (child, seq) in a fixed table, and
+ * buckets, lease round trips from a request's first send to its answer,
+ * matched by (child, incarnation, seq) in a fixed table, and
  * the service mode of each child counter, read off the answers it gives: a
  * degraded admission means degraded mode, a 503 by the endpoint's policy (the
  * supervisor out of reach or too slow) means unavailable mode, and an
@@ -44,22 +45,37 @@ rtt_slot(sup_front *f, const struct front_child *fc, uint64_t seq)
 }
 
 void
-front_obs_lease_sent(sup_front *f, const struct front_child *fc, uint64_t seq)
+front_obs_lease_sent(sup_front *f, struct front_child *fc, uint64_t incarnation, uint64_t seq)
 {
     struct front_obs_rtt *s = rtt_slot(f, fc, seq);
 
-    /* A retransmission restarts the clock: the round trip is the one that answered. */
+    /* A round trip runs from a request's first send to its answer: the child retransmits
+     * after 20, 40, 80 ms ..., and a clock restarted at each retransmission would read a wait
+     * of 345 ms as 45. A child's first sends come in seq order, so a seq above the highest
+     * sent by its incarnation is a first send and takes the slot; a lower one is a
+     * retransmission and leaves the slot as it is: it holds the first send's time, or, when
+     * another request took the slot meanwhile, this request goes unmeasured (never measured
+     * short). */
+    if (incarnation != fc->obs_incarnation) {
+        fc->obs_incarnation = incarnation;
+        fc->obs_seq_hi = 0;
+    }
+    if (seq <= fc->obs_seq_hi)
+        return;
+    fc->obs_seq_hi = seq;
     s->child = fc;
+    s->incarnation = incarnation;
     s->seq = seq;
     s->sent_ns = uv_hrtime();
 }
 
 void
-front_obs_lease_answered(sup_front *f, const struct front_child *fc, uint64_t seq)
+front_obs_lease_answered(sup_front *f, const struct front_child *fc, uint64_t incarnation,
+                         uint64_t seq)
 {
     struct front_obs_rtt *s = rtt_slot(f, fc, seq);
 
-    if (s->child != fc || s->seq != seq || s->sent_ns == 0)
+    if (s->child != fc || s->incarnation != incarnation || s->seq != seq || s->sent_ns == 0)
         return; /* a duplicate answer, or its slot was reused */
     sup_front_hist_observe(&f->stats.lease_rtt, uv_hrtime() - s->sent_ns);
     s->child = NULL;

@@ -138,7 +138,7 @@ front_child_pump(struct front_child *fc)
                 continue;
             }
             f->stats.lease_messages++;
-            front_obs_lease_sent(f, fc, m.origin.seq);
+            front_obs_lease_sent(f, fc, m.origin.incarnation, m.origin.seq);
         }
         sup_manager_uncork(cork);
         more = front_store_flush(fc) || took;
@@ -278,7 +278,7 @@ front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame 
     if (fc == NULL || fc->child == NULL)
         return; /* an earlier incarnation's answer: its leases expire as spent */
     if (m.type != PROTO_LEASE_RECALL) /* its seq names a lease, not a request */
-        front_obs_lease_answered(f, fc, m.origin.seq);
+        front_obs_lease_answered(f, fc, m.origin.incarnation, m.origin.seq);
     memset(&ev, 0, sizeof(ev));
     if (sup_child_on_message(fc->child, front_now(), &m, &ev) == TALLY_OK)
         front_child_on_event(fc, &ev);

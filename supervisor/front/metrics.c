@@ -167,7 +167,9 @@ leases(struct proto_http_response *resp, const struct sup_front_stats *fs)
             "loop turn.",
             fs->pump_deferrals);
     histogram(resp, "tally_lease_rtt_seconds",
-              "Lease round trips: a request to a supervisor until its answer.", &fs->lease_rtt);
+              "Lease round trips: a request's first send to a supervisor until its answer, "
+              "retransmissions included.",
+              &fs->lease_rtt);
     family(resp, "tally_supervisor_events_total", "counter", "Supervisor processes by event.");
     proto_http_response_printf(
         resp,

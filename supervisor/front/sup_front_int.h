@@ -120,6 +120,8 @@ struct front_child {
     struct sup_front_req *parked; /* FIFO: head; tail via head->prev */
     uint8_t mode;                 /* enum front_mode, for front_obs.c */
     int64_t mode_since_ms;        /* monotonic: when mode last left normal */
+    uint64_t obs_incarnation;     /* front_obs.c: the child's incarnation last seen sending, */
+    uint64_t obs_seq_hi;          /* and the highest seq it sent (first sends come in order) */
 };
 
 struct sup_front {

@@ -152,7 +152,7 @@ struct sup_front_stats {
     uint32_t endpoints_degraded; /* child counters now answering degraded */
     uint32_t endpoints_unavailable;
     struct sup_front_hist decision;  /* sup_front_check to the answer */
-    struct sup_front_hist lease_rtt; /* lease request sent to its answer */
+    struct sup_front_hist lease_rtt; /* a lease request's first send to its answer */
     uint32_t children;               /* child counters known: open, opening or closing */
     uint32_t children_open;          /* of those, with their file open (or being opened) */
     uint64_t child_opens;  /* child files opened (first use, or again after an idle close) */
