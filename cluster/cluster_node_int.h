@@ -14,14 +14,18 @@
  * which every member writes into its copy of DATA/tenants/T/ledger.db (node_ledger.c). Bodies:
  * APPEND and CHUNK carry count (4, big-endian) then count x (length (4) | record); BEGIN and
  * END none; NOOP has neither tenant nor body ('J' 'N': a barrier, applied as nothing). */
-#define RECORD_LEDGER      'J'
-#define LEDGER_APPEND      'A' /* the records go at the end of the tenant's journal */
-#define LEDGER_BEGIN       'B' /* the tenant's staging copy is emptied */
-#define LEDGER_CHUNK       'C' /* the records go at the end of the staging copy */
-#define LEDGER_END         'E' /* in one transaction the journal becomes the staging copy */
-#define LEDGER_NOOP        'N'
-#define ADMIN_LEAVE        1
-#define RECONCILE_MS       500
+#define RECORD_LEDGER 'J'
+#define LEDGER_APPEND 'A' /* the records go at the end of the tenant's journal */
+#define LEDGER_BEGIN  'B' /* the tenant's staging copy is emptied */
+#define LEDGER_CHUNK  'C' /* the records go at the end of the staging copy */
+#define LEDGER_END    'E' /* in one transaction the journal becomes the staging copy */
+#define LEDGER_NOOP   'N'
+#define ADMIN_LEAVE   1
+#define RECONCILE_MS  500
+/* A follower's lease frames go over this many connections to the leader at once: a segment
+ * lost on one (its recovery waits for a timer: a round trip or more) costs nothing while a
+ * copy arrives on another. Duplicates are the lease protocol's to drop (it drops resends). */
+#define LEASE_LANES        2
 #define CLOCK_PROBE_MS     2000 /* a follower probes the leader's clock this often */
 #define CLOCK_SKEW_WARN_MS 250  /* a member's skew this large is logged as a warning */
 #define CLOCK_SAMPLES      4    /* a skew is the one of the shortest of the last few round trips */
@@ -49,15 +53,18 @@ struct cluster_node {
         uint64_t id;
         uint64_t at_ms; /* uv_now when its LEAVE applied */
     } departed[JOINS_MAX];
-    /* Lease frames (node_lease.c): a follower's link to the leader; the leader's links from
-     * the members. */
+    /* Lease frames (node_lease.c): a follower's links to the leader (LEASE_LANES connections,
+     * each frame sent on every one); the leader's links from the members. */
     struct cluster_lease_cbs lease_cbs;
-    cluster_conn *lease_out;
+    cluster_conn *lease_out[LEASE_LANES];
+    bool lease_out_ready[LEASE_LANES];
+    bool lease_up;         /* a lane is ready (as the front was last told) */
     uint64_t lease_out_to; /* the leader it dials */
-    bool lease_out_ready;
     struct {
         uint64_t token, member;
-    } lease_in[CLUSTER_MEMBERS_MAX];
+        uint64_t opened; /* its order among the links (the oldest goes first) */
+    } lease_in[CLUSTER_MEMBERS_MAX * LEASE_LANES];
+    uint64_t lease_opened;
     bool role_known, role_leading, role_link; /* as last told */
     /* Clocks (node_lease.c): each member's wall clock minus the leader's, in ms, measured by
      * the member over its lease link and reported to the leader. A follower knows its own
@@ -102,6 +109,8 @@ void cluster__lease_tick(cluster_node *n);
 /** Closes the lease links; true when nothing is left open (else cluster__node_maybe_free
  *  runs again once the link to the leader is closed). */
 bool cluster__lease_close(cluster_node *n);
+/** True while a lane to the leader is open (or closing). */
+bool cluster__lease_open_any(const cluster_node *n);
 /** Frees n once its log and its lease link are both closed. */
 void cluster__node_maybe_free(cluster_node *n);
 int cluster__on_lease_open(void *ctx, uint64_t token, uint64_t member);

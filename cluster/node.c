@@ -499,7 +499,7 @@ cluster__node_maybe_free(cluster_node *n)
     void (*cb)(void *) = n->close_cb;
     void *cb_data = n->close_data;
 
-    if (!n->log_closed || n->lease_out != NULL)
+    if (!n->log_closed || cluster__lease_open_any(n))
         return;
     if (cluster__config_close(n))
         return; /* again once tally.db's last write is done */

@@ -41,6 +41,7 @@ _Static_assert(LEDGER_APPEND == PROTO_JOURNAL_APPEND && LEDGER_BEGIN == PROTO_JO
 #define LEASE_CLOCK_ANSWER 'U'
 #define LEASE_MSG_MAX      (2 + TENANT_NAME_MAX + 65536)
 #define CLOCK_PROBE_LEN    18
+#define LEASE_SLOT_NONE    ((size_t)-1)
 #define CLOCK_ANSWER_LEN   17
 
 static int64_t
@@ -78,7 +79,7 @@ static void
 tell_role(cluster_node *n)
 {
     bool leading = n->lg != NULL && !n->closing && cluster_log_leading(n->lg);
-    bool link = !leading && n->lease_out_ready;
+    bool link = !leading && n->lease_up;
 
     if (n->lease_cbs.on_role == NULL ||
         (n->role_known && n->role_leading == leading && n->role_link == link))
@@ -98,7 +99,7 @@ clock_probe(cluster_node *n)
     uint8_t msg[CLOCK_PROBE_LEN];
     uint64_t now = uv_now(n->loop);
 
-    if (!n->lease_out_ready || now < n->clock_self.next_ms)
+    if (!n->lease_up || now < n->clock_self.next_ms)
         return;
     n->clock_self.next_ms = now + CLOCK_PROBE_MS;
     n->clock_self.sent_hr = uv_hrtime();
@@ -107,8 +108,23 @@ clock_probe(cluster_node *n)
     cluster__put_u64(msg + 1, (uint64_t)n->clock_self.sent_wall_us);
     msg[9] = n->clock_self.known;
     cluster__put_u64(msg + 10, (uint64_t)n->clock_self.skew_ms);
-    if (cluster_conn_send(n->lease_out, msg, sizeof(msg)) != TALLY_OK)
-        n->clock_self.sent_hr = 0;
+    for (int i = 0; i < LEASE_LANES; i++) { /* on one lane: its answer comes back on it */
+        if (n->lease_out_ready[i]) {
+            if (cluster_conn_send(n->lease_out[i], msg, sizeof(msg)) != TALLY_OK)
+                n->clock_self.sent_hr = 0;
+            return;
+        }
+    }
+}
+
+static int
+lane_of(const cluster_node *n, const cluster_conn *c)
+{
+    for (int i = 0; i < LEASE_LANES; i++) {
+        if (n->lease_out[i] == c)
+            return i;
+    }
+    return -1;
 }
 
 /* The leader's answer to the probe in flight (any other is stale and ignored). */
@@ -146,12 +162,16 @@ on_out_ready(cluster_conn *c, void *data)
 {
     cluster_node *n = data;
     uint8_t hello = CLUSTER_HELLO_LEASE;
+    int lane = lane_of(n, c);
 
-    if (cluster_conn_send(c, &hello, 1) != TALLY_OK) {
+    if (lane < 0 || cluster_conn_send(c, &hello, 1) != TALLY_OK) {
         cluster_conn_close(c);
         return;
     }
-    n->lease_out_ready = true;
+    n->lease_out_ready[lane] = true;
+    if (n->lease_up)
+        return; /* another lane to the same leader was up already */
+    n->lease_up = true;
     memset(&n->clock_self, 0, sizeof(n->clock_self)); /* measured against this leader */
     cluster__log_member("cluster_lease_link_up", n->lease_out_to, NULL, NULL);
     tell_role(n);
@@ -200,29 +220,48 @@ on_out_msg(cluster_conn *c, const uint8_t *msg, size_t len, void *data)
         n->lease_cbs.on_down(n->lease_cbs.ctx, tenant);
 }
 
+bool
+cluster__lease_open_any(const cluster_node *n)
+{
+    for (int i = 0; i < LEASE_LANES; i++) {
+        if (n->lease_out[i] != NULL)
+            return true;
+    }
+    return false;
+}
+
+/* A lane closed: the link is down once no lane is ready (the others are dialed again). */
 static void
 on_out_close(cluster_conn *c, int rc, void *data)
 {
     cluster_node *n = data;
-    bool was_ready = n->lease_out_ready;
+    int lane = lane_of(n, c);
+    bool any = false;
 
-    (void)c;
-    n->lease_out = NULL;
-    n->lease_out_ready = false;
-    if (was_ready)
-        cluster__log_member("cluster_lease_link_down", n->lease_out_to, NULL, tally_strerror(rc));
-    n->lease_out_to = 0;
+    if (lane >= 0) {
+        n->lease_out[lane] = NULL;
+        n->lease_out_ready[lane] = false;
+    }
+    for (int i = 0; i < LEASE_LANES; i++)
+        any |= n->lease_out_ready[i];
+    if (!cluster__lease_open_any(n))
+        n->lease_out_to = 0;
     if (n->closing) {
         cluster__node_maybe_free(n);
         return;
     }
-    if (was_ready && n->lease_cbs.on_down != NULL)
+    if (any || !n->lease_up)
+        return;
+    n->lease_up = false;
+    cluster__log_member("cluster_lease_link_down", n->lease_out_to, NULL, tally_strerror(rc));
+    if (n->lease_cbs.on_down != NULL)
         n->lease_cbs.on_down(n->lease_cbs.ctx, NULL);
     tell_role(n);
 }
 
 static const struct cluster_conn_cbs out_cbs = {on_out_ready, on_out_msg, on_out_close, NULL};
 
+/* Dials every lane not open to the leader. */
 static void
 dial_leader(cluster_node *n, uint64_t leader)
 {
@@ -237,9 +276,11 @@ dial_leader(cluster_node *n, uint64_t leader)
     o.handshake_ms = 2000;
     o.cbs = &out_cbs;
     o.data = n;
-    if (cluster_conn_dial(n->loop, (const struct sockaddr *)&sa, m->pk, &o, &n->lease_out) ==
-        TALLY_OK)
-        n->lease_out_to = leader;
+    for (int i = 0; i < LEASE_LANES; i++) {
+        if (n->lease_out[i] == NULL && cluster_conn_dial(n->loop, (const struct sockaddr *)&sa,
+                                                         m->pk, &o, &n->lease_out[i]) == TALLY_OK)
+            n->lease_out_to = leader;
+    }
 }
 
 void
@@ -252,16 +293,22 @@ cluster__lease_tick(cluster_node *n)
         return;
     leading = cluster_log_leading(n->lg);
     leader = cluster_log_leader(n->lg);
-    if (n->lease_out != NULL && (leading || leader != n->lease_out_to))
-        cluster_conn_close(n->lease_out); /* its on_close tells the front */
+    for (int i = 0; i < LEASE_LANES; i++) {
+        if (n->lease_out[i] != NULL && (leading || leader != n->lease_out_to))
+            cluster_conn_close(n->lease_out[i]); /* the last on_close tells the front */
+    }
     if (!leading) {
-        for (size_t i = 0; i < CLUSTER_MEMBERS_MAX; i++) {
+        for (size_t i = 0; i < CLUSTER_MEMBERS_MAX * LEASE_LANES; i++) {
             if (n->lease_in[i].token != 0)
                 cluster_log_lease_close(n->lg, n->lease_in[i].token);
-            n->clock_of[i].known = false; /* measured against this leader only */
         }
+        for (size_t i = 0; i < CLUSTER_MEMBERS_MAX; i++)
+            n->clock_of[i].known = false; /* measured against this leader only */
     }
-    if (!leading && leader != 0 && leader != n->st.self && n->lease_out == NULL)
+    /* A lane missing: dialed again, to the leader the others are open to (or, none open, to
+     * the leader now). */
+    if (!leading && leader != 0 && leader != n->st.self &&
+        (!cluster__lease_open_any(n) || leader == n->lease_out_to))
         dial_leader(n, leader);
     tell_role(n);
     clock_probe(n);
@@ -270,9 +317,11 @@ cluster__lease_tick(cluster_node *n)
 bool
 cluster__lease_close(cluster_node *n)
 {
-    if (n->lease_out != NULL)
-        cluster_conn_close(n->lease_out);
-    return n->lease_out == NULL;
+    for (int i = 0; i < LEASE_LANES; i++) {
+        if (n->lease_out[i] != NULL)
+            cluster_conn_close(n->lease_out[i]);
+    }
+    return !cluster__lease_open_any(n);
 }
 
 /* ---- the leader's side: links from the members ---- */
@@ -284,16 +333,29 @@ cluster__on_lease_open(void *ctx, uint64_t token, uint64_t member)
 
     if (n->closing || !cluster_log_leading(n->lg))
         return TALLY_EUNAVAIL; /* it dials the leader it learns of next */
-    for (size_t i = 0; i < CLUSTER_MEMBERS_MAX; i++) {
-        if (n->lease_in[i].token != 0 && n->lease_in[i].member == member)
-            cluster_log_lease_close(n->lg, n->lease_in[i].token); /* its older link */
-        if (n->clock_of[i].member == member)
-            n->clock_of[i].known = false; /* a new process, maybe a new clock: measured again */
+    /* A member keeps LEASE_LANES links at most: one more means one is stale (its process went
+     * away, its connection not noticed yet): the oldest goes. */
+    {
+        size_t count = 0, oldest = 0;
+
+        for (size_t i = 0; i < CLUSTER_MEMBERS_MAX * LEASE_LANES; i++) {
+            if (n->lease_in[i].token == 0 || n->lease_in[i].member != member)
+                continue;
+            if (count++ == 0 || n->lease_in[i].opened < n->lease_in[oldest].opened)
+                oldest = i;
+        }
+        if (count >= LEASE_LANES)
+            cluster_log_lease_close(n->lg, n->lease_in[oldest].token);
     }
     for (size_t i = 0; i < CLUSTER_MEMBERS_MAX; i++) {
+        if (n->clock_of[i].member == member)
+            n->clock_of[i].known = false; /* maybe a new process, a new clock: measured again */
+    }
+    for (size_t i = 0; i < CLUSTER_MEMBERS_MAX * LEASE_LANES; i++) {
         if (n->lease_in[i].token == 0) {
             n->lease_in[i].token = token;
             n->lease_in[i].member = member;
+            n->lease_in[i].opened = ++n->lease_opened;
             return TALLY_OK;
         }
     }
@@ -303,11 +365,11 @@ cluster__on_lease_open(void *ctx, uint64_t token, uint64_t member)
 static size_t
 lease_slot(const cluster_node *n, uint64_t token)
 {
-    for (size_t i = 0; i < CLUSTER_MEMBERS_MAX; i++) {
+    for (size_t i = 0; i < CLUSTER_MEMBERS_MAX * LEASE_LANES; i++) {
         if (n->lease_in[i].token == token)
             return i;
     }
-    return CLUSTER_MEMBERS_MAX;
+    return LEASE_SLOT_NONE;
 }
 
 /* Leader: a member's probe, answered with this clock; the measurement it carries is kept. */
@@ -351,7 +413,7 @@ cluster__on_lease_msg(void *ctx, uint64_t token, const uint8_t *msg, size_t len)
     const uint8_t *rest;
     size_t rest_len;
 
-    if (i == CLUSTER_MEMBERS_MAX)
+    if (i == LEASE_SLOT_NONE)
         return;
     if (msg[0] == LEASE_CLOCK) {
         if (clock_report(n, i, msg, len) != TALLY_OK)
@@ -372,10 +434,8 @@ cluster__on_lease_close(void *ctx, uint64_t token)
     cluster_node *n = ctx;
     size_t i = lease_slot(n, token);
 
-    if (i < CLUSTER_MEMBERS_MAX) {
-        n->lease_in[i].token = 0;
-        n->lease_in[i].member = 0;
-    }
+    if (i != LEASE_SLOT_NONE)
+        memset(&n->lease_in[i], 0, sizeof(n->lease_in[i]));
 }
 
 /* ---- the front's side ---- */
@@ -418,21 +478,24 @@ cluster_node_lease_send(cluster_node *n, uint64_t member, const char *tenant, co
     static uint8_t b[LEASE_MSG_MAX]; /* loop thread only */
     size_t bl = 0;
     size_t i;
+    bool sent = false;
 
     if (n->closing || lease_put(LEASE_FRAME, tenant, frame, len, b, &bl) != TALLY_OK)
         return TALLY_EUNAVAIL;
+    /* On every lane: the first copy to arrive counts, the others are dropped as resends. */
     if (member == 0) {
-        if (n->lease_out == NULL || !n->lease_out_ready)
-            return TALLY_EUNAVAIL;
-        return cluster_conn_send(n->lease_out, b, bl) == TALLY_OK ? TALLY_OK : TALLY_EUNAVAIL;
+        for (i = 0; i < LEASE_LANES; i++) {
+            if (n->lease_out_ready[i] && cluster_conn_send(n->lease_out[i], b, bl) == TALLY_OK)
+                sent = true;
+        }
+        return sent ? TALLY_OK : TALLY_EUNAVAIL;
     }
-    for (i = 0; i < CLUSTER_MEMBERS_MAX; i++) {
-        if (n->lease_in[i].token != 0 && n->lease_in[i].member == member)
-            return cluster_log_lease_send(n->lg, n->lease_in[i].token, b, bl) == TALLY_OK
-                       ? TALLY_OK
-                       : TALLY_EUNAVAIL;
+    for (i = 0; i < CLUSTER_MEMBERS_MAX * LEASE_LANES; i++) {
+        if (n->lease_in[i].token != 0 && n->lease_in[i].member == member &&
+            cluster_log_lease_send(n->lg, n->lease_in[i].token, b, bl) == TALLY_OK)
+            sent = true;
     }
-    return TALLY_EUNAVAIL;
+    return sent ? TALLY_OK : TALLY_EUNAVAIL;
 }
 
 void
@@ -443,7 +506,7 @@ cluster_node_lease_down(cluster_node *n, const char *tenant)
 
     if (n->closing || lease_put(LEASE_DOWN, tenant, NULL, 0, b, &bl) != TALLY_OK)
         return;
-    for (size_t i = 0; i < CLUSTER_MEMBERS_MAX; i++) {
+    for (size_t i = 0; i < CLUSTER_MEMBERS_MAX * LEASE_LANES; i++) {
         if (n->lease_in[i].token != 0)
             (void)cluster_log_lease_send(n->lg, n->lease_in[i].token, b, bl);
     }
