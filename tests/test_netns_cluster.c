@@ -14,8 +14,17 @@
  *     it grants again within 3 s, and its degraded admissions are charged to the
  *     ledger exactly once (`tally usage` on every member: before the cut + the
  *     degraded ones + the fresh check after);
- *   - two of three are killed (kill -9): the survivor has no leader; one
- *     comes back and a leader is elected within 2 s of its return;
+ *   - two of three are killed, the leader among them (kill -9 of every process
+ *     of theirs: tallyd, its fork server, its supervisors, spare ones too), a
+ *     tenant alone on a plan of 300 an hour used from every host before: the
+ *     survivor names no leader, a link that holds no lease gets 503 on a
+ *     fail-closed endpoint within 6 s of the kill, and the tenant's own link
+ *     admits only from the leases it held, then 503 only; one host back, a
+ *     grant on it or on the survivor within 2 s of its tallyd answering; all
+ *     three back and loaded until every host is refused: at most 300 admitted
+ *     in all, at least 285 (leases that ended unused count as spent), every
+ *     member's ledger copies equal within 5 s and `tally usage` the same on
+ *     every member (at least what the clients counted, at most the cap);
  *   - 5% of the packets between hosts are dropped (nft) for 10 s: a leader
  *     all name at the end, the term changes counted.
  * Needs root and `ip netns` (iproute2): without them every test is skipped,
@@ -28,9 +37,12 @@
 
 #include <cmocka.h>
 
+#include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "cluster_digest.h"
@@ -101,17 +113,17 @@ teardown(void **state)
 
 #define SKIP_UNLESS_NET() NETNS_SKIP_UNLESS_UP(net)
 
-/* `tally usage acme` on every member, host `first` first (its children give their leases back
+/* `tally usage TENANT` on every member, host `first` first (its children give their leases back
  * before it reads), into u; true when every member reads the same. */
 static bool
-usage_everywhere(int first, char u[HOSTS][8192])
+usage_everywhere(int first, const char *tenant, char u[HOSTS][8192])
 {
     bool same = true;
 
-    cluster_usage(net.h[first].data, "acme", u[first], sizeof(u[first]));
+    cluster_usage(net.h[first].data, tenant, u[first], sizeof(u[first]));
     for (int i = 0; i < HOSTS; i++) {
         if (i != first)
-            cluster_usage(net.h[i].data, "acme", u[i], sizeof(u[i]));
+            cluster_usage(net.h[i].data, tenant, u[i], sizeof(u[i]));
         same = same && u[i][0] != '\0' && strcmp(u[i], u[first]) == 0;
     }
     return same;
@@ -191,7 +203,7 @@ test_netns_follower_cut_off_follows_its_policies(void **state)
         if ((unsigned long long)i + 1 != l)
             fi = i;
     /* The ledger before the cut, as every member's copy counts it (no row: nothing yet). */
-    for (int k = 0; k < 50 && !(same = usage_everywhere(fi, u)); k++)
+    for (int k = 0; k < 50 && !(same = usage_everywhere(fi, "acme", u)); k++)
         netns_sleep_ms(100);
     assert_true(same);
     plan0 = cluster_usage_sum(u[fi], "plan", NULL);
@@ -232,7 +244,7 @@ test_netns_follower_cut_off_follows_its_policies(void **state)
     want_plan = plan0 + r.admitted + fresh_admitted;
     want_browse = browse0 + r.admitted;
     for (;;) {
-        same = usage_everywhere(fi, u);
+        same = usage_everywhere(fi, "acme", u);
         plan = cluster_usage_sum(u[fi], "plan", NULL);
         browse = cluster_usage_sum(u[fi], "endpoint", "browse");
         if (same && plan == want_plan && browse == want_browse)
@@ -250,7 +262,7 @@ test_netns_follower_cut_off_follows_its_policies(void **state)
                   r.admitted, netns_ms_since(&t0), plan0, plan, browse0, browse);
     /* And only once: past two more heartbeats, still the same everywhere. */
     netns_sleep_ms(2500);
-    assert_true(usage_everywhere(fi, u));
+    assert_true(usage_everywhere(fi, "acme", u));
     assert_int_equal(cluster_usage_sum(u[fi], "plan", NULL), want_plan);
     assert_int_equal(cluster_usage_sum(u[fi], "endpoint", "browse"), want_browse);
 }
@@ -297,35 +309,303 @@ test_netns_loss_keeps_a_leader(void **state)
     assert_true(l != 0);
 }
 
+/* The capped plan of the two-of-three scenario: one tenant on it, alone, each host's client
+ * using its own link on the fail-closed endpoint. */
+#define SOLO_CAP   300
+#define SOLO_SLACK 15 /* what the cap may end short by: leases that ended unused count as spent */
+#define SOLO_RUNS  20 /* rounds of the last phase's load at most */
+
+/* Pids of the live processes of h's host: every command line that holds `--data DATA ` (its
+ * tallyd, the fork server it started and the supervisors forked from it, spare ones too),
+ * zombies left out. */
+static int
+host_pids(const struct netns_host *h, pid_t *pids, int max)
+{
+    char want[300], line[4096], path[64], stat[256];
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+
+    snprintf(want, sizeof(want), "--data %s ", h->data);
+    /* One stream, read by this thread only. */
+    /* cppcheck-suppress readdirCalled */
+    while (d != NULL && (e = readdir(d)) != NULL && n < max) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        size_t len;
+        FILE *f;
+
+        if (pid <= 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+        if ((f = fopen(path, "rb")) == NULL)
+            continue;
+        len = fread(line, 1, sizeof(line) - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < len; i++)
+            line[i] = line[i] == '\0' ? ' ' : line[i];
+        line[len] = '\0';
+        if (strstr(line, want) == NULL)
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        if ((f = fopen(path, "r")) == NULL)
+            continue;
+        if (fgets(stat, sizeof(stat), f) != NULL) {
+            const char *rp = strrchr(stat, ')');
+            if (rp == NULL || rp[1] == '\0' || rp[2] != 'Z')
+                pids[n++] = pid;
+        }
+        fclose(f);
+    }
+    if (d != NULL)
+        closedir(d);
+    return n;
+}
+
+/* kill -9 of every process of hosts x and y at once: their tallyds, then what those ran (the
+ * fork servers, the supervisors, spare ones too); none is left 2 s later. Returns the number of
+ * processes killed, the supervisors among them into *sups. */
+static int
+kill_two_hosts(int x, int y, int *sups)
+{
+    struct netns_host *hs[2] = {&net.h[x], &net.h[y]};
+    pid_t pids[2][32], s[16];
+    int n[2], left;
+
+    *sups = 0;
+    for (int k = 0; k < 2; k++) {
+        n[k] = host_pids(hs[k], pids[k], 32);
+        *sups += test_supervisor_pids(hs[k]->data, "solo", s, 16) +
+                 test_supervisor_pids(hs[k]->data, "acme", s, 16);
+    }
+    for (int k = 0; k < 2; k++)
+        (void)kill(hs[k]->d.pid, SIGKILL);
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < n[k]; i++)
+            (void)kill(pids[k][i], SIGKILL);
+    for (int k = 0; k < 2; k++)
+        test_daemon_kill9(&hs[k]->d); /* reaps it */
+    for (int waited = 0;; waited += 20) {
+        left = host_pids(hs[0], pids[0], 32) + host_pids(hs[1], pids[1], 32);
+        if (left == 0)
+            break;
+        if (waited > 2000)
+            fail_msg("%d processes of hosts %d and %d still live 2 s after kill -9", left, x + 1,
+                     y + 1);
+        netns_sleep_ms(20);
+    }
+    return n[0] + n[1];
+}
+
+/* One check of tok on `pay` (fail-closed) on h's socket: 200 admitted, 503 unavailable, 429
+ * refused, -1 no answer. */
+static int
+pay_check(struct netns_host *h, const char *tok)
+{
+    struct test_load_result r;
+
+    test_load_run(h->d.socket, &tok, 1, "pay", 1, 1, 10000, &r);
+    if (r.admitted == 1)
+        return 200;
+    if (r.unavailable == 1)
+        return 503;
+    if (r.refused == 1)
+        return 429;
+    return -1;
+}
+
+/* `n` checks of tok on `pay` on h's socket, pipelined over 4 connections; every one answered. */
+static void
+pay_load(int host, const char *tok, int n, struct test_load_result *r)
+{
+    test_load_run(net.h[host].d.socket, &tok, 1, "pay", n, 4, 30000, r);
+    if (r->lost + r->other + r->bad_request + r->unauthorized + r->degraded != 0)
+        fail_msg("host %d: %d checks: %d lost, %d other, %d bad, %d unauthorized, %d degraded",
+                 host + 1, n, r->lost, r->other, r->bad_request, r->unauthorized, r->degraded);
+    assert_int_equal(r->admitted + r->refused + r->unavailable, n);
+}
+
+/* Two of three hosts killed, the leader among them (kill -9 of every process of theirs). A
+ * tenant alone on a plan of 300 an hour, on the fail-closed endpoint: some checks from every
+ * host before; on the survivor, a link that holds no lease answers 503 within 6 s of the kill,
+ * and the tenant's own link admits only from the leases it already held, the rest 503 (its load
+ * exceeds what the cap leaves); one host back: a grant on it or the survivor within 2 s of its
+ * tallyd answering; the third back, load from every host until every one is refused: the total
+ * admitted at most the cap and within SOLO_SLACK of it, every member's ledger copies equal
+ * within 5 s, and `tally usage` reading the same on every member (at least the clients'
+ * count, at most the cap). */
 static void
 test_netns_two_of_three_killed(void **state)
 {
+    static char u[HOSTS][8192];
+    char solo[HOSTS][96], p_back[2][96];
+    struct test_load_result r;
+    struct test_out o;
+    const char *datas[HOSTS];
     unsigned long long l;
-    int a, b, c;
+    int a, b, c, st, procs, sups;
+    int before[HOSTS] = {0}, before_503[HOSTS] = {0}, outage = 0, one_back[HOSTS] = {0}, last = 0,
+        total = 0;
+    int back_on = -1, runs = 0;
     struct timespec t0;
-    double ms;
+    double ms_503, ms_back;
+    long ms_digest;
+    long long plan = -1;
+    bool same = false;
 
     (void)state;
     SKIP_UNLESS_NET();
+    /* The capped plan through the log: a tenant on its own, a link for each host's client. */
+    assert_int_equal(netns_tally(&net.h[0], &o, "plan", "set", "solo", "--limit", "300/1h", NULL),
+                     0);
+    assert_int_equal(netns_tally(&net.h[0], &o, "tenant", "add", "solo", "--plan", "solo", NULL),
+                     0);
+    for (int i = 0; i < HOSTS; i++) {
+        assert_int_equal(netns_tally(&net.h[0], &o, "link", "create", "solo", NULL), 0);
+        snprintf(solo[i], sizeof(solo[i]), "%.90s", o.out);
+        solo[i][strcspn(solo[i], "\n")] = '\0';
+    }
     l = netns_agreed(&net, 7u, 0, 5000);
     assert_true(l >= 1 && l <= HOSTS);
-    a = (int)l - 1; /* the leader and one more die */
+    a = (int)l - 1; /* the leader and one more die; b comes back first, then a */
     b = (a + 1) % HOSTS;
     c = (a + 2) % HOSTS;
-    test_daemon_kill9(&net.h[a].d);
-    test_daemon_kill9(&net.h[b].d);
+    /* Before: some checks from every host, each its own link, 30 at once until 30 are
+     * admitted (a check waits 50 ms for a grant, --wait-ms: the first ones of a link may answer
+     * 503 while its first lease is being committed). */
+    for (int i = 0; i < HOSTS; i++) {
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        while (before[i] < 30) {
+            if (netns_ms_since(&t0) > 5000)
+                fail_msg("host %d: %d admitted, %d unavailable in 5 s", i + 1, before[i],
+                         before_503[i]);
+            pay_load(i, solo[i], 30 - before[i], &r);
+            assert_int_equal(r.refused, 0);
+            before[i] += r.admitted;
+            before_503[i] += r.unavailable;
+            total += r.admitted;
+        }
+    }
+    print_message("before the kill: %d + %d + %d = %d admitted of a plan of %d (%d, %d, %d "
+                  "unavailable; leader: host %d)\n",
+                  before[0], before[1], before[2], total, SOLO_CAP, before_503[0], before_503[1],
+                  before_503[2], a + 1);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    procs = kill_two_hosts(a, b, &sups);
+    print_message("hosts %d and %d killed: %d processes (%d supervisors)\n", a + 1, b + 1, procs,
+                  sups);
     /* The survivor has no leader: no majority to elect one. */
     for (int waited = 0; netns_leader_seen(&net.h[c]) != 0; waited += 50) {
         if (waited > 6000)
             fail_msg("the survivor still names a leader 6 s after two of three died");
         netns_sleep_ms(50);
     }
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* A link that holds no lease (of a tenant not used yet) asks, and nobody grants: the
+     * fail-closed endpoint answers 503. */
+    st = fresh_check(&net.h[c]);
+    ms_503 = netns_ms_since(&t0);
+    print_message("the survivor answers %d on a fresh link %.0f ms after the kill\n", st, ms_503);
+    assert_int_equal(st, 503);
+    assert_true(ms_503 < 6000);
+    /* The tenant's own link admits from the leases it held, no more: its load (the whole cap)
+     * exceeds what the cap leaves, so some of it answers 503, none is refused (nobody decides). */
+    pay_load(c, solo[c], SOLO_CAP, &r);
+    outage = r.admitted;
+    total += outage;
+    print_message("the survivor's link meanwhile: %d admitted (leases it held), %d unavailable of "
+                  "%d\n",
+                  r.admitted, r.unavailable, SOLO_CAP);
+    assert_int_equal(r.refused, 0);
+    assert_true(r.unavailable > 0);
+    assert_true(total <= SOLO_CAP);
+    /* Those spent, nothing more: the same link again, every check 503. */
+    pay_load(c, solo[c], 20, &r);
+    print_message("then %d admitted, %d unavailable of 20\n", r.admitted, r.unavailable);
+    assert_int_equal(r.unavailable, 20);
+    /* Still no grant: two links that hold no lease, one asked on the survivor just before a
+     * host comes back, the other on the host once back. */
+    snprintf(p_back[0], sizeof(p_back[0]), "%s", fresh[fresh_next++]);
+    snprintf(p_back[1], sizeof(p_back[1]), "%s", fresh[fresh_next++]);
+    assert_int_equal(pay_check(&net.h[c], p_back[0]), 503);
+    /* One host back: grants within 2 s of its tallyd answering, on it or on the survivor. */
     netns_start(&net.h[b]);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int k = 0;; k++) {
+        int h = k % 2 == 0 ? c : b;
+        st = pay_check(&net.h[h], p_back[k % 2]);
+        if (st == 200) {
+            back_on = h;
+            break;
+        }
+        if (st != 503)
+            fail_msg("host %d answers %d %.0f ms after host %d came back", h + 1, st,
+                     netns_ms_since(&t0), b + 1);
+        if (netns_ms_since(&t0) > 2000)
+            fail_msg("no grant 2 s after host %d came back (leader seen: %llu)", b + 1,
+                     netns_leader_seen(&net.h[c]));
+        netns_sleep_ms(50);
+    }
+    ms_back = netns_ms_since(&t0);
     l = netns_agreed(&net, (1u << b) | (1u << c), 0, 2000);
-    ms = netns_ms_since(&t0);
-    print_message("one host back: member %llu leads after %.0f ms\n", l, ms);
-    assert_true(l != 0);
+    print_message("host %d back: a grant on host %d %.0f ms after its tallyd answered (member "
+                  "%llu leads)\n",
+                  b + 1, back_on + 1, ms_back, l);
+    assert_true(ms_back < 2000);
+    /* Two hosts: some more checks from each. */
+    for (int i = 0; i < HOSTS; i++) {
+        if (i == a)
+            continue;
+        pay_load(i, solo[i], 20, &r);
+        one_back[i] = r.admitted;
+        total += r.admitted;
+    }
+    print_message("with hosts %d and %d: %d + %d admitted\n", b + 1, c + 1, one_back[b],
+                  one_back[c]);
+    assert_true(total <= SOLO_CAP);
+    /* The third back, then load from every host until every one is refused. */
+    netns_start(&net.h[a]);
+    assert_true(netns_agreed(&net, 7u, 0, 5000) != 0);
+    for (;; runs++) {
+        int admitted = 0, refused_everywhere = 1;
+
+        if (runs == SOLO_RUNS)
+            fail_msg("%d rounds of load: still not refused on every host (%d admitted in all)",
+                     runs, total);
+        for (int i = 0; i < HOSTS; i++) {
+            pay_load(i, solo[i], 60, &r);
+            admitted += r.admitted;
+            refused_everywhere = refused_everywhere && r.refused > 0 && r.admitted == 0;
+        }
+        last += admitted;
+        total += admitted;
+        if (refused_everywhere)
+            break;
+        netns_sleep_ms(100);
+    }
+    print_message("all three back: %d admitted in %d rounds of 3 x 60, then refused on every "
+                  "host\n",
+                  last, runs + 1);
+    print_message("in all: %d admitted of a plan of %d (before %d, outage %d, one back %d, all "
+                  "back %d)\n",
+                  total, SOLO_CAP, before[0] + before[1] + before[2], outage,
+                  one_back[b] + one_back[c], last);
+    assert_true(total <= SOLO_CAP);
+    assert_true(total >= SOLO_CAP - SOLO_SLACK);
+    /* Every member's copies of the ledgers equal, and the plan's row the same everywhere. */
+    for (int i = 0; i < HOSTS; i++)
+        datas[i] = net.h[i].data;
+    ms_digest = cluster_digests_agree(datas, HOSTS, 5000);
+    print_message("every member's ledger copies equal %ld ms after the load\n", ms_digest);
+    assert_true(ms_digest >= 0);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (!(same = usage_everywhere(c, "solo", u)) && netns_ms_since(&t0) < 10000)
+        netns_sleep_ms(200);
+    plan = cluster_usage_sum(u[c], "plan", NULL);
+    print_message("tally usage solo on every member: %s, the plan counts %lld\n",
+                  same ? "equal" : "not equal", plan);
+    if (!same || plan < total || plan > SOLO_CAP)
+        fail_msg("usage %s on every member; the clients counted %d admitted, the plan's row "
+                 "%lld, the cap %d; on host %d:\n%s",
+                 same ? "equal" : "not equal", total, plan, SOLO_CAP, c + 1, u[c]);
 }
 
 int
