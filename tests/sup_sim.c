@@ -420,9 +420,8 @@ faults(struct sim_world *w)
     }
     if (w->sup != NULL && chance(w, w->p.sup_crash_per_100k))
         w->crash_at_persist = true;
-    if (w->t == w->lower_at && w->sup == NULL && w->log != NULL)
-        w->lower_at++; /* a log may still commit a dead supervisor's batches: lower it once one
-                        * runs, whose ledger holds everything that may commit before its own */
+    if (w->t == w->lower_at && w->log != NULL && !w->log->caught_up(w))
+        w->lower_at++; /* the bounds of a lowered limit are taken from a ledger that is durable */
     else if (w->t == w->lower_at)
         sim_lower_limit(w);
     for (int i = 0; i < w->p.children; i++) {

@@ -107,6 +107,10 @@ struct sim_log {
     void (*turn)(struct sim_world *w);
     /** The supervisor process died: what it handed over and did not answer is never answered. */
     void (*crashed)(struct sim_world *w);
+    /** True when a supervisor runs and the log has committed all it handed over: its live
+     *  ledger is the durable one (in flight, a credit lost with its batch would leave the
+     *  durable G - C above the live one). */
+    bool (*caught_up)(struct sim_world *w);
     /** After the drain: true once nothing waits for the log and the log's copies agree. */
     bool (*settled)(struct sim_world *w);
     /** The log's own checks at the end, before sim_check_end (which replays w->journal). */

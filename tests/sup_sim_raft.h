@@ -41,7 +41,7 @@ struct sim_raft_result {
     uint64_t leader_changes;    /* elections after the first */
     uint64_t supervisor_starts; /* barriers committed and supervisors rebuilt from a copy */
     uint64_t leader_cuts, follower_cuts, kills, deposes, disk_faults, members_broken;
-    uint64_t restores;           /* snapshots a member restored */
+    uint64_t snapshots;          /* libraft snapshots the members' FSMs took */
     uint64_t replacements_begun; /* compactions on the log: BEGIN committed */
     uint64_t replacements;       /* and END committed: every copy replaced at once */
     int64_t leaderless_max_ms;   /* the longest stretch without a leader, after the first */

@@ -30,7 +30,7 @@
 #include "sup_sim_raft.h"
 #include "test_support.h"
 
-#define SCHEDULES_DEFAULT 300
+#define SCHEDULES_DEFAULT 500
 
 static uint64_t seed;
 
@@ -109,7 +109,7 @@ raft_params(uint64_t s, unsigned voters, struct sim_raft_params *rp)
     rp->voters = voters;
     rp->election_ms = 50 + (unsigned)(r % 71);
     r = mix(r);
-    rp->snapshot_every = 4 + (unsigned)(r % 17);
+    rp->snapshot_every = 8 + (unsigned)(r % 57);
     r = mix(r);
     rp->leader_cut_per_100k = (int)(r % 150);
     r = mix(r);
@@ -164,11 +164,12 @@ run_schedules(unsigned voters, int n)
         add(&total, &r);
     }
     printf("sim raft, %u voters: %d schedules: %llu admitted (%llu degraded), %llu refused, "
-           "%llu unavailable, %llu grants (%llu kept), %llu RECALLs\n",
+           "%llu unavailable, %llu grants (%llu kept), %llu RECALLs; %llu schedules lowered the "
+           "plan's limit on the way\n",
            voters, n, (unsigned long long)total.admitted, (unsigned long long)total.degraded,
            (unsigned long long)total.refused, (unsigned long long)total.unavailable,
            (unsigned long long)total.grants, (unsigned long long)total.kept_grants,
-           (unsigned long long)total.recalls);
+           (unsigned long long)total.recalls, (unsigned long long)total.limit_changes);
     printf("sim raft, %u voters: %llu batches to the log, %llu committed (%llu after their "
            "supervisor had gone, never answered), %llu applies failed; %llu replies and "
            "RECALLs released after their commit\n",
@@ -186,12 +187,13 @@ run_schedules(unsigned voters, int n)
     printf(
         "sim raft, %u voters: faults: leader cut off %llu, followers cut off %llu, %llu kills, "
         "%llu leaders deposed, %llu disk faults (after which libraft stopped %llu members), %llu "
-        "snapshots restored; %llu supervisor crashes, %llu child crashes, %llu partitions "
+        "snapshots taken by the members' FSMs; %llu supervisor crashes, %llu child crashes, %llu "
+        "partitions "
         "from the children, %llu clock steps, %llu duplicates re-answered\n",
         voters, (unsigned long long)rr.leader_cuts, (unsigned long long)rr.follower_cuts,
         (unsigned long long)rr.kills, (unsigned long long)rr.deposes,
         (unsigned long long)rr.disk_faults, (unsigned long long)rr.members_broken,
-        (unsigned long long)rr.restores, (unsigned long long)total.sup_crashes,
+        (unsigned long long)rr.snapshots, (unsigned long long)total.sup_crashes,
         (unsigned long long)total.child_crashes, (unsigned long long)total.partitions,
         (unsigned long long)total.clock_steps, (unsigned long long)total.duplicates);
     assert_true(total.admitted > 0 && rr.committed > 0);
@@ -199,7 +201,7 @@ run_schedules(unsigned voters, int n)
     if (only == NULL && n >= 50) {
         assert_true(rr.leader_changes > 0 && rr.leader_cuts > 0 && rr.follower_cuts > 0);
         assert_true(rr.kills > 0 && rr.deposes > 0 && rr.disk_faults > 0);
-        assert_true(rr.orphans > 0 && rr.failed_applies > 0 && rr.restores > 0);
+        assert_true(rr.orphans > 0 && rr.failed_applies > 0 && rr.snapshots > 0);
         assert_true(rr.replacements > 0);
         assert_true(rr.supervisor_starts > (uint64_t)n);
     }
