@@ -106,6 +106,9 @@ void cluster__join_accept(cluster_node *n, uint64_t token, uint64_t id);
 /** Lease links (node_lease.c): dials or drops the link to the leader as leadership says and
  *  tells the front where its leases come from. */
 void cluster__lease_tick(cluster_node *n);
+/** Whether a supervisor may start from this member's copy of `tenant`'s journal (after a
+ *  barrier): TALLY_OK, or TALLY_EUNAVAIL (logged) while the copy is broken (node_ledger.c). */
+int cluster__ledger_ready(cluster_node *n, const char *tenant);
 /** Closes the lease links; true when nothing is left open (else cluster__node_maybe_free
  *  runs again once the link to the leader is closed). */
 bool cluster__lease_close(cluster_node *n);

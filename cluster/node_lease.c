@@ -517,6 +517,29 @@ cluster_node_lease_down(cluster_node *n, const char *tenant)
 #define LEDGER_REC     'J' /* a LEDGER record: 'J' | op | tenant length | tenant | body */
 #define LEDGER_BARRIER 'N' /* 'J' 'N': nothing, applied after everything before it */
 
+/* A supervisor's barrier: once applied, this member's copy of the tenant's journal holds every
+ * record committed before it, unless the copy broke (a record it could not take: it lacks the
+ * records from there on until a snapshot or a restart heals it). A supervisor started from
+ * that copy would grant again what they granted, so it hears no (READY failed) and exits;
+ * the tenant waits for a healed copy or another leader. */
+struct barrier {
+    cluster_node *n;
+    cluster_log_done_fn done;
+    void *req_data;
+    char tenant[TENANT_NAME_MAX + 1];
+};
+
+static void
+on_barrier(void *data, int rc)
+{
+    struct barrier *br = data;
+
+    if (rc == TALLY_OK)
+        rc = cluster__ledger_ready(br->n, br->tenant);
+    br->done(br->req_data, rc);
+    tally_free(br);
+}
+
 int
 cluster_node_ledger_append(cluster_node *n, const char *tenant, uint8_t op, const uint8_t *body,
                            size_t len, cluster_log_done_fn done, void *req_data)
@@ -528,8 +551,23 @@ cluster_node_ledger_append(cluster_node *n, const char *tenant, uint8_t op, cons
         return TALLY_EUNAVAIL;
     b[0] = RECORD_LEDGER; /* 'J' | op | tenant length | tenant | body */
     if (op == 0) {
+        struct barrier *br;
+        int rc;
+
         b[1] = LEDGER_NOOP; /* nothing, applied after everything before it */
-        return cluster_log_append(n->lg, b, 2, done, req_data);
+        if (tl == 0 || tl > TENANT_NAME_MAX)
+            return cluster_log_append(n->lg, b, 2, done, req_data);
+        br = tally_malloc(sizeof(*br));
+        if (br == NULL)
+            return TALLY_ENOMEM;
+        br->n = n;
+        br->done = done;
+        br->req_data = req_data;
+        memcpy(br->tenant, tenant, tl + 1);
+        rc = cluster_log_append(n->lg, b, 2, on_barrier, br);
+        if (rc != TALLY_OK)
+            tally_free(br);
+        return rc;
     }
     if (tl == 0 || tl > TENANT_NAME_MAX || len > sizeof(b) - 3 - tl)
         return TALLY_EINVAL;

@@ -89,6 +89,17 @@ cluster__ledger_broken(const struct node_ledger *lg, const char *tenant)
     return false;
 }
 
+int
+cluster__ledger_ready(cluster_node *n, const char *tenant)
+{
+    if (n->ledger == NULL || !cluster__ledger_broken(n->ledger, tenant))
+        return TALLY_OK;
+    cluster__log_member("cluster_ledger_copy_broken", n->st.self, NULL,
+                        "no supervisor starts from this member's copy of the tenant's ledger "
+                        "until a snapshot or a restart heals it");
+    return TALLY_EUNAVAIL;
+}
+
 void
 cluster__ledger_unbreak(struct node_ledger *lg, const char *tenant)
 {

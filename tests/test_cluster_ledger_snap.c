@@ -240,6 +240,10 @@ test_failed_copy_is_skipped_until_a_snapshot(void **state)
     apply(n, 5, LEDGER_APPEND, "well", r2, 1);
     read_copy(dir, "well", got, NULL, NULL, NULL);
     assert_int_equal(got->n, 2);
+    /* No supervisor starts from a broken copy (its barrier answers no), one starts from a whole
+     * one. */
+    assert_int_equal(cluster__ledger_ready(n, "sick"), TALLY_EUNAVAIL);
+    assert_int_equal(cluster__ledger_ready(n, "well"), TALLY_OK);
     /* No snapshot while a copy is broken: it would carry the gap past the log's end. */
     assert_int_equal(cluster__ledger_snapshot(n, 5, NULL, 0, &snap, &snap_len), TALLY_EIO);
     assert_null(snap);
@@ -256,6 +260,7 @@ test_failed_copy_is_skipped_until_a_snapshot(void **state)
     read_copy(dir, "sick", got, staged, &known, &at);
     assert_int_equal(got->n, 2);
     assert_int_equal(at, 4);
+    assert_int_equal(cluster__ledger_ready(n, "sick"), TALLY_OK);
     apply(n, 6, LEDGER_APPEND, "sick", r3, 1);
     read_copy(dir, "sick", got, NULL, NULL, NULL);
     assert_int_equal(got->n, 3);

@@ -106,8 +106,10 @@ int cluster_node_lease_send(cluster_node *n, uint64_t member, const char *tenant
 void cluster_node_lease_down(cluster_node *n, const char *tenant);
 /** Leader: appends one record of `tenant`'s journal (op and body as a supervisor's BATCH
  *  carries them, proto_lease.h) to the log, as a LEDGER record every member writes into its
- *  copy of the tenant's journal; op 0 appends a barrier (no tenant, no body). done as
- *  cluster_log_append's: TALLY_OK once committed and applied here. */
+ *  copy of the tenant's journal; op 0 appends a barrier (no body; with a tenant, done gets
+ *  TALLY_EUNAVAIL when this member's copy of its journal is broken once the barrier applied:
+ *  no supervisor may start from it). done as cluster_log_append's: TALLY_OK once committed
+ *  and applied here. */
 TALLY_MUST_CHECK int cluster_node_ledger_append(cluster_node *n, const char *tenant, uint8_t op,
                                                 const uint8_t *body, size_t len,
                                                 cluster_log_done_fn done, void *req_data);

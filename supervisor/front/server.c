@@ -403,8 +403,8 @@ lease_journal(void *ctx, const char *tenant, uint64_t id, bool sync, uint8_t op,
     q->id = id;
     q->sync = sync;
     snprintf(q->tenant, sizeof(q->tenant), "%s", tenant);
-    rc = cluster_node_ledger_append(d->cluster, sync ? NULL : tenant, sync ? 0 : op, body, len,
-                                    on_journal_done, q);
+    rc = cluster_node_ledger_append(d->cluster, tenant, sync ? 0 : op, body, len, on_journal_done,
+                                    q);
     if (rc != TALLY_OK)
         tally_free(q);
     return rc;
