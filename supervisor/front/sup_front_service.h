@@ -119,7 +119,7 @@ struct sup_front_req {
 /* Latency histograms (decisions, lease round trips): fixed buckets, upper bounds
  * in sup_front_hist_bounds_ns[], counts per bucket (not cumulative); the last
  * bucket is +Inf. */
-#define SUP_FRONT_HIST_BOUNDS 16
+#define SUP_FRONT_HIST_BOUNDS 18
 struct sup_front_hist {
     uint64_t bucket[SUP_FRONT_HIST_BOUNDS + 1];
     uint64_t count;
