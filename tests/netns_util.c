@@ -249,6 +249,10 @@ netns_cluster_make(struct netns_net *net)
 {
     struct test_out o;
 
+    /* A setup that failed half way left its namespaces and tallyds (cmocka runs no teardown
+     * after a failed setup): they go first, or this one would fail on the same names. */
+    if (net->sw[0] != '\0')
+        netns_cluster_destroy(net);
     memset(net, 0, sizeof(*net));
     netns_skip_reason[0] = '\0';
     if (geteuid() != 0) {
