@@ -125,6 +125,33 @@ kill_host(struct netns_host *h)
         kill(sups[i], SIGKILL);
 }
 
+static void poll_windows(struct netns_host *h, const char *which);
+
+/* Leaders die until host 2, whose clock is ahead, leads; host 3 is slower to call an election
+ * than the others meanwhile (1 s, not 0.3 s). */
+static void
+lead_to_host2(void)
+{
+    restart_with_timeout(&net.h[2], "1000");
+    for (int tries = 0;; tries++) {
+        unsigned long long l = netns_agreed(&net, 7u, 0, 15000);
+        unsigned others;
+
+        assert_true(l >= 1 && l <= NETNS_HOSTS);
+        if (l == 2)
+            return;
+        assert_true(tries < 10);
+        others = 7u & ~(1u << (l - 1));
+        kill_host(&net.h[l - 1]);
+        assert_true(netns_agreed(&net, others, l, 15000) != 0);
+        if (l == 3)
+            restart_with_timeout(&net.h[2], "1000");
+        else
+            netns_start(&net.h[l - 1]);
+        poll_windows(&net.h[0], "current");
+    }
+}
+
 static void *
 client_run(void *arg)
 {
@@ -281,26 +308,11 @@ test_netns_clock_ahead_while_leadership_moves(void **state)
         c[i] = (struct client){.h = &net.h[i], .token = token[i]};
         assert_int_equal(pthread_create(&th[i], NULL, client_run, &c[i]), 0);
     }
-    /* Host 3 is slower to call an election than the others (1 s, not 0.3 s). */
-    restart_with_timeout(&net.h[2], "1000");
     for (int i = 0; i < 8; i++) {
         netns_sleep_ms(500);
         poll_windows(&net.h[0], "current");
     }
-    /* The leader dies until host 2, whose clock is ahead, leads. */
-    for (int tries = 0; netns_agreed(&net, 7u, 0, 5000) != 2; tries++) {
-        unsigned long long l = netns_agreed(&net, 7u, 0, 5000);
-        unsigned others = 7u & ~(1u << (l - 1));
-
-        assert_true(tries < 6 && l >= 1 && l <= NETNS_HOSTS);
-        kill_host(&net.h[l - 1]);
-        assert_true(netns_agreed(&net, others, l, 5000) != 0);
-        if (l == 3)
-            restart_with_timeout(&net.h[2], "1000");
-        else
-            netns_start(&net.h[l - 1]);
-        poll_windows(&net.h[0], "current");
-    }
+    lead_to_host2();
     skew = clock_seen(&net.h[1], 1, 8000);
     print_message("host 2 leads: status shows host 1's clock at %+lld ms\n", skew);
     assert_true(skew >= -2200 && skew <= -1800);
@@ -310,21 +322,28 @@ test_netns_clock_ahead_while_leadership_moves(void **state)
         poll_windows(&net.h[2], "previous");
     }
     /* Host 2 dies 0.1 s into a window by its clock, 1.9 s before the others' get there: the
-     * next leader starts in what its clock still calls the window before. */
-    test_daemon_stop(&net.h[2].d);
-    netns_start(&net.h[2]); /* as quick to call an election as host 1 again */
-    assert_int_equal(netns_agreed(&net, 7u, 0, 5000), 2);
-    sleep_until_in_window(PERIOD_MS - 1900);
-    kill_host(&net.h[1]);
-    {
-        unsigned long long l = netns_agreed(&net, 5u, 2, 5000);
-        int64_t in = test_now_ms() % PERIOD_MS;
+     * next leader starts in what its clock still calls the window before. An election slower
+     * than that (a loaded machine) misses the moment: host 2 leads again and it is tried once
+     * more. */
+    for (int attempt = 0;; attempt++) {
+        unsigned long long l;
+        int64_t in;
 
+        assert_int_equal(test_daemon_stop(&net.h[2].d), 0);
+        netns_start(&net.h[2]); /* as quick to call an election as host 1 again */
+        assert_int_equal(netns_agreed(&net, 7u, 0, 15000), 2);
+        sleep_until_in_window(PERIOD_MS - 1900);
+        kill_host(&net.h[1]);
+        l = netns_agreed(&net, 5u, 2, 15000);
+        in = test_now_ms() % PERIOD_MS;
         print_message("host %llu leads %lld ms into a window by its clock\n", l, (long long)in);
         assert_true(l == 1 || l == 3);
-        assert_true(in >= PERIOD_MS - 1900); /* before its clock reached host 2's window */
+        netns_start(&net.h[1]);
+        if (in >= PERIOD_MS - 1900)
+            break; /* before its clock reached host 2's window */
+        assert_true(attempt < 3);
+        lead_to_host2();
     }
-    netns_start(&net.h[1]);
     for (int i = 0; i < 24; i++) {
         netns_sleep_ms(500);
         poll_windows(&net.h[2], "current");
