@@ -81,4 +81,21 @@ struct sim_result {
 /** Runs one schedule; fails the current cmocka test on the first violated invariant. */
 void sim_run(const struct sim_params *p, struct sim_result *r /* OUT */);
 
+/* The ranges a random schedule is drawn from (sim_draw_params); every draw takes the same
+ * steps, so a seed names the same schedule whatever the ranges. */
+struct sim_draw {
+    int64_t duration_min_ms, duration_span_ms;
+    int loss_span;        /* loss and duplication: 0 .. span-1 % */
+    int sup_crash_span;   /* supervisor crashes and partitions: 0 .. span-1 per 100k ms */
+    int child_crash_span; /* per 100k ms */
+    int compact_span;     /* per 100k ms */
+};
+
+/** One draw of test_rand from x: a schedule's seed from the run's and its index. */
+uint64_t sim_mix(uint64_t x);
+/** TALLY_SIM_SCHEDULES when set to a positive number, else `fallback`. */
+int sim_schedules(int fallback);
+/** A random schedule of seed s within the ranges d (faults on, the random load). */
+void sim_draw_params(uint64_t s, const struct sim_draw *d, struct sim_params *p);
+
 #endif /* SUP_SIM_H */

@@ -13,9 +13,66 @@
 /* clang-format on */
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sup_sim_int.h"
+#include "test_support.h"
+
+uint64_t
+sim_mix(uint64_t x)
+{
+    return test_rand(&x);
+}
+
+int
+sim_schedules(int fallback)
+{
+    const char *env = getenv("TALLY_SIM_SCHEDULES");
+    int n = env != NULL ? atoi(env) : 0;
+
+    return n > 0 ? n : fallback;
+}
+
+void
+sim_draw_params(uint64_t s, const struct sim_draw *d, struct sim_params *p)
+{
+    uint64_t r = sim_mix(s);
+
+    p->seed = s;
+    p->children = 2 + (int)(r % 5);
+    r = sim_mix(r);
+    p->links = 1 + (int)(r % 4);
+    r = sim_mix(r);
+    p->duration_ms = d->duration_min_ms + (int64_t)(r % (uint64_t)d->duration_span_ms);
+    r = sim_mix(r);
+    p->strict = r % 4 != 0;
+    p->faults = true;
+    r = sim_mix(r);
+    p->loss_pct = (int)(r % (uint64_t)d->loss_span);
+    r = sim_mix(r);
+    p->dup_pct = (int)(r % (uint64_t)d->loss_span);
+    r = sim_mix(r);
+    p->delay_max_ms = 1 + (int)(r % 6);
+    r = sim_mix(r);
+    p->sup_crash_per_100k = (int)(r % (uint64_t)d->sup_crash_span);
+    r = sim_mix(r);
+    p->child_crash_per_100k = (int)(r % (uint64_t)d->child_crash_span);
+    r = sim_mix(r);
+    p->write_max_ms = (int)(r % 16);
+    r = sim_mix(r);
+    p->crash_after_report_pct = r % 3 == 0 ? (int)(r % 20) : 0;
+    r = sim_mix(r);
+    p->partition_per_100k = (int)(r % (uint64_t)d->sup_crash_span);
+    r = sim_mix(r);
+    p->clock_step_per_100k = (int)(r % 80);
+    r = sim_mix(r);
+    p->compact_per_100k = (int)(r % (uint64_t)d->compact_span);
+    r = sim_mix(r);
+    p->idle_close_per_100k = r % 3 == 0 ? 0 : (int)(r % 400);
+    r = sim_mix(r);
+    p->demand_pct = 30 + (int)(r % 300);
+}
 
 static void
 limits_set(struct tenant_limits *ls, int64_t n1, int64_t p1, int64_t n2, int64_t p2)

@@ -26,13 +26,6 @@
 
 static uint64_t seed;
 
-/* One draw of test_rand from x: a schedule's seed from the run's and its index. */
-static uint64_t
-mix(uint64_t x)
-{
-    return test_rand(&x);
-}
-
 static int
 group_setup(void **state)
 {
@@ -41,53 +34,17 @@ group_setup(void **state)
     return 0;
 }
 
-static int
-schedules(void)
-{
-    const char *env = getenv("TALLY_SIM_SCHEDULES");
-    int n = env != NULL ? atoi(env) : 0;
-
-    return n > 0 ? n : SCHEDULES_DEFAULT;
-}
-
 static void
 random_params(uint64_t s, struct sim_params *p)
 {
-    uint64_t r = mix(s);
+    static const struct sim_draw d = {.duration_min_ms = 1000,
+                                      .duration_span_ms = 2000,
+                                      .loss_span = 12,
+                                      .sup_crash_span = 60,
+                                      .child_crash_span = 120,
+                                      .compact_span = 100};
 
-    p->seed = s;
-    p->children = 2 + (int)(r % 5);
-    r = mix(r);
-    p->links = 1 + (int)(r % 4);
-    r = mix(r);
-    p->duration_ms = 1000 + (int64_t)(r % 2000);
-    r = mix(r);
-    p->strict = r % 4 != 0;
-    p->faults = true;
-    r = mix(r);
-    p->loss_pct = (int)(r % 12);
-    r = mix(r);
-    p->dup_pct = (int)(r % 12);
-    r = mix(r);
-    p->delay_max_ms = 1 + (int)(r % 6);
-    r = mix(r);
-    p->sup_crash_per_100k = (int)(r % 60);
-    r = mix(r);
-    p->child_crash_per_100k = (int)(r % 120);
-    r = mix(r);
-    p->write_max_ms = (int)(r % 16);
-    r = mix(r);
-    p->crash_after_report_pct = r % 3 == 0 ? (int)(r % 20) : 0;
-    r = mix(r);
-    p->partition_per_100k = (int)(r % 60);
-    r = mix(r);
-    p->clock_step_per_100k = (int)(r % 80);
-    r = mix(r);
-    p->compact_per_100k = (int)(r % 100);
-    r = mix(r);
-    p->idle_close_per_100k = r % 3 == 0 ? 0 : (int)(r % 400);
-    r = mix(r);
-    p->demand_pct = 30 + (int)(r % 300);
+    sim_draw_params(s, &d, p);
     p->steady = false;
 }
 
@@ -97,14 +54,14 @@ test_sim_random_schedules(void **state)
     struct sim_result total = {0}, r;
     const char *only = getenv("TALLY_SIM_SCHEDULE");
     int lives[3] = {0, 0, 0};
-    int n = only != NULL ? 1 : schedules();
+    int n = only != NULL ? 1 : sim_schedules(SCHEDULES_DEFAULT);
 
     (void)state;
     for (int k = 0; k < n; k++) {
         struct sim_params p = {0};
 
         /* A failure names its schedule's seed: TALLY_SIM_SCHEDULE=that runs it alone. */
-        random_params(only != NULL ? strtoull(only, NULL, 0) : mix(seed + (uint64_t)k), &p);
+        random_params(only != NULL ? strtoull(only, NULL, 0) : sim_mix(seed + (uint64_t)k), &p);
         p.verbose = only != NULL;
         sim_run(&p, &r);
         total.admitted += r.admitted;
@@ -212,7 +169,7 @@ test_sim_steady_round_trips(void **state)
     double per_k, late_k;
 
     (void)state;
-    p.seed = mix(seed ^ 0x57eadULL);
+    p.seed = sim_mix(seed ^ 0x57eadULL);
     p.children = 4;
     p.links = 2;
     p.duration_ms = 20000;
@@ -249,7 +206,7 @@ test_sim_quiet_round_trips(void **state)
     for (int k = 0; k < 2; k++) {
         struct sim_params p = {0};
 
-        p.seed = mix(seed ^ 0x9e1e7ULL);
+        p.seed = sim_mix(seed ^ 0x9e1e7ULL);
         p.children = 4;
         p.links = 4;
         p.duration_ms = 180000;

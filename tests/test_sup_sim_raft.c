@@ -34,13 +34,6 @@
 
 static uint64_t seed;
 
-/* One draw of test_rand from x: a schedule's seed from the run's and its index. */
-static uint64_t
-mix(uint64_t x)
-{
-    return test_rand(&x);
-}
-
 static int
 group_setup(void **state)
 {
@@ -49,76 +42,40 @@ group_setup(void **state)
     return 0;
 }
 
-static int
-schedules(void)
-{
-    const char *env = getenv("TALLY_SIM_SCHEDULES");
-    int n = env != NULL ? atoi(env) : 0;
-
-    return n > 0 ? n : SCHEDULES_DEFAULT;
-}
-
 /* The world: as test_sup_sim's random schedules, shorter; its journal compactions go through
  * the log (BEGIN, CHUNKs, END). */
 static void
 world_params(uint64_t s, struct sim_params *p)
 {
-    uint64_t r = mix(s);
+    static const struct sim_draw d = {.duration_min_ms = 800,
+                                      .duration_span_ms = 1200,
+                                      .loss_span = 8,
+                                      .sup_crash_span = 40,
+                                      .child_crash_span = 100,
+                                      .compact_span = 200};
 
-    p->seed = s;
-    p->children = 2 + (int)(r % 5);
-    r = mix(r);
-    p->links = 1 + (int)(r % 4);
-    r = mix(r);
-    p->duration_ms = 800 + (int64_t)(r % 1200);
-    r = mix(r);
-    p->strict = r % 4 != 0;
-    p->faults = true;
-    r = mix(r);
-    p->loss_pct = (int)(r % 8);
-    r = mix(r);
-    p->dup_pct = (int)(r % 8);
-    r = mix(r);
-    p->delay_max_ms = 1 + (int)(r % 6);
-    r = mix(r);
-    p->sup_crash_per_100k = (int)(r % 40);
-    r = mix(r);
-    p->child_crash_per_100k = (int)(r % 100);
-    r = mix(r);
-    p->write_max_ms = (int)(r % 16);
-    r = mix(r);
-    p->crash_after_report_pct = r % 3 == 0 ? (int)(r % 20) : 0;
-    r = mix(r);
-    p->partition_per_100k = (int)(r % 40);
-    r = mix(r);
-    p->clock_step_per_100k = (int)(r % 80);
-    r = mix(r);
-    p->compact_per_100k = (int)(r % 200);
-    r = mix(r);
-    p->idle_close_per_100k = r % 3 == 0 ? 0 : (int)(r % 400);
-    r = mix(r);
-    p->demand_pct = 30 + (int)(r % 300);
+    sim_draw_params(s, &d, p);
 }
 
 /* The cluster: timers ten times faster than cluster mode's defaults, as the world's are. */
 static void
 raft_params(uint64_t s, unsigned voters, struct sim_raft_params *rp)
 {
-    uint64_t r = mix(s ^ 0x4a77ULL);
+    uint64_t r = sim_mix(s ^ 0x4a77ULL);
 
     rp->voters = voters;
     rp->election_ms = 50 + (unsigned)(r % 71);
-    r = mix(r);
+    r = sim_mix(r);
     rp->snapshot_every = 8 + (unsigned)(r % 57);
-    r = mix(r);
+    r = sim_mix(r);
     rp->leader_cut_per_100k = (int)(r % 150);
-    r = mix(r);
+    r = sim_mix(r);
     rp->follower_cut_per_100k = (int)(r % 150);
-    r = mix(r);
+    r = sim_mix(r);
     rp->kill_per_100k = (int)(r % 150);
-    r = mix(r);
+    r = sim_mix(r);
     rp->depose_per_100k = (int)(r % 100);
-    r = mix(r);
+    r = sim_mix(r);
     rp->disk_fault_per_100k = r % 2 == 0 ? 0 : (int)(r % 150);
 }
 
@@ -155,7 +112,8 @@ run_schedules(unsigned voters, int n)
         struct sim_params p = {0};
         struct sim_raft_params rp = {0};
         /* A failure names its schedule's seed: TALLY_SIM_SCHEDULE=that runs it alone. */
-        uint64_t s = only != NULL ? strtoull(only, NULL, 0) : mix(seed + voters * 1000003ULL + k);
+        uint64_t s =
+            only != NULL ? strtoull(only, NULL, 0) : sim_mix(seed + voters * 1000003ULL + k);
 
         world_params(s, &p);
         raft_params(s, voters, &rp);
@@ -211,14 +169,15 @@ static void
 test_sim_raft_three_voters(void **state)
 {
     (void)state;
-    run_schedules(3, schedules());
+    run_schedules(3, sim_schedules(SCHEDULES_DEFAULT));
 }
 
 static void
 test_sim_raft_five_voters(void **state)
 {
     (void)state;
-    run_schedules(5, schedules() / 5 > 0 ? schedules() / 5 : 1);
+    run_schedules(5, sim_schedules(SCHEDULES_DEFAULT) / 5 > 0 ? sim_schedules(SCHEDULES_DEFAULT) / 5
+                                                              : 1);
 }
 
 int
