@@ -324,3 +324,23 @@ netns_nft_clear(struct netns_host *h)
 
     (void)netns_run("nft", del);
 }
+
+void
+netns_keep_logs(const struct netns_net *net)
+{
+    const char *to = getenv("TALLY_KEEP_LOG");
+    FILE *f;
+
+    if (to == NULL || !net->up || (f = fopen(to, "a")) == NULL)
+        return;
+    for (int i = 0; i < NETNS_HOSTS; i++) {
+        size_t len = 0;
+        char *log = test_read_file(net->h[i].d.log, &len);
+
+        fprintf(f, "==== host %d (%s) ====\n", i + 1, net->h[i].addr);
+        if (log != NULL)
+            fwrite(log, 1, len, f);
+        free(log);
+    }
+    fclose(f);
+}

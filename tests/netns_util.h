@@ -72,6 +72,8 @@ unsigned long long netns_agreed(struct netns_net *net, unsigned mask, unsigned l
 int netns_nft_rule(struct netns_host *h, const char *rule);
 /** Deletes h's table of rules. */
 void netns_nft_clear(struct netns_host *h);
+/** TALLY_KEEP_LOG=FILE (a test's own switch): every host's tallyd log appended to FILE. */
+void netns_keep_logs(const struct netns_net *net);
 
 #define NETNS_SKIP_UNLESS_UP(net)                                                                  \
     do {                                                                                           \

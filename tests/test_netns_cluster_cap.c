@@ -122,33 +122,12 @@ setup_snapshots(void **state)
     return setup_with("32");
 }
 
-/* TALLY_KEEP_LOG=FILE: every host's tallyd log appended to FILE, one after the other. */
-static void
-keep_logs(void)
-{
-    const char *to = getenv("TALLY_KEEP_LOG");
-    FILE *f;
-
-    if (to == NULL || (f = fopen(to, "a")) == NULL)
-        return;
-    for (int i = 0; i < HOSTS; i++) {
-        size_t len = 0;
-        char *log = test_read_file(net.h[i].d.log, &len);
-
-        fprintf(f, "==== host %d (%s) ====\n", i + 1, net.h[i].addr);
-        if (log != NULL)
-            fwrite(log, 1, len, f);
-        free(log);
-    }
-    fclose(f);
-}
-
 static int
 teardown(void **state)
 {
     (void)state;
     if (net.up)
-        keep_logs();
+        netns_keep_logs(&net);
     netns_cluster_destroy(&net);
     return 0;
 }

@@ -686,28 +686,6 @@ tcp_counters(int i, long long out[TCP_COUNTERS])
         out[k] = proc_net_value(text, tcp_names[k][0], tcp_names[k][1]);
 }
 
-/* TALLY_KEEP_LOG=FILE: every host's tallyd log appended to FILE, one after the other (as in
- * test_netns_cluster_cap), to read the lease messages of a slow grant afterwards. */
-static void
-keep_logs(void)
-{
-    const char *to = getenv("TALLY_KEEP_LOG");
-    FILE *f;
-
-    if (to == NULL || !net.up || (f = fopen(to, "a")) == NULL)
-        return;
-    for (int i = 0; i < HOSTS; i++) {
-        size_t len = 0;
-        char *log = test_read_file(net.h[i].d.log, &len);
-
-        fprintf(f, "==== host %d (%s) ====\n", i + 1, net.h[i].addr);
-        if (log != NULL)
-            fwrite(log, 1, len, f);
-        free(log);
-    }
-    fclose(f);
-}
-
 /* ---- the suite ------------------------------------------------------------------------------ */
 
 static int
@@ -752,7 +730,7 @@ teardown(void **state)
 {
     (void)state;
     impairment_off();
-    keep_logs();
+    netns_keep_logs(&net);
     netns_cluster_destroy(&net);
     return 0;
 }
