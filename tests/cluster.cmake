@@ -63,7 +63,8 @@ target_include_directories(test_cluster_ledger_snap PRIVATE ${CMAKE_SOURCE_DIR}/
 # namespaces, iptables' NFQUEUE or nfq_delay (libnetfilter_queue missing).
 pkg_check_modules(NFQ IMPORTED_TARGET libnetfilter_queue)
 find_package(Threads REQUIRED)
-tally_add_test(test_netns_cluster_delay test_netns_cluster_delay.c netns_util.c cluster_digest.c
+tally_add_test(test_netns_cluster_delay test_netns_cluster_delay.c netns_util.c netns_delay.c
+               grant_figures.c cluster_digest.c
                LABELS e2e slow)
 target_link_libraries(test_netns_cluster_delay PRIVATE tally_proto PkgConfig::SQLITE3
                       Threads::Threads)

@@ -35,7 +35,6 @@
  * The impairment (rules, then delayers) is removed on every exit path, the failing ones
  * included (the teardown), and a delayer dies with this process (PR_SET_PDEATHSIG).
  */
-#define _DEFAULT_SOURCE /* timegm */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -43,25 +42,23 @@
 
 #include <cmocka.h>
 
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cluster_digest.h"
+#include "grant_figures.h"
+#include "netns_delay.h"
 #include "netns_util.h"
 #include "tally.h"
 
 #define HOSTS              NETNS_HOSTS
-#define IPTABLES           "/usr/sbin/iptables"
 #define CURL               "/usr/bin/curl"
 #define DELAY_MS           "20"
 #define LOSS_PCT           "5"
@@ -69,11 +66,11 @@
 #define RUN_MS             180000
 #define CAP                1000
 #define PERIOD_MS          60000
-#define SEND_EVERY         120  /* ms between two checks of one client: 1,500 a minute in all */
-#define GRANT_P99_MS       200  /* the target, reported */
-#define GRANT_P99_GUARD_MS 300  /* past it the test fails */
-#define WINDOWS            6    /* a 3-minute run touches 4 windows; room for a slow start */
-#define HIST_BUCKETS       19   /* front_obs.c: 18 bounds, then +Inf */
+#define SEND_EVERY         120 /* ms between two checks of one client: 1,500 a minute in all */
+#define GRANT_P99_MS       200 /* the target, reported */
+#define GRANT_P99_GUARD_MS 300 /* past it the test fails */
+#define WINDOWS            6   /* a 3-minute run touches 4 windows; room for a slow start */
+#define HIST_BUCKETS       GRANT_HIST_BUCKETS
 #define LEDGER_AFTER       5000 /* ms after a boundary the window before it is read off the ledger */
 
 static struct netns_net net;
@@ -81,12 +78,7 @@ static char token[HOSTS][96];
 static char http_addr[HOSTS][32];
 
 /* The impairment, global so that the teardown removes whatever a failed test left. */
-static struct {
-    pid_t pid[HOSTS];
-    bool rule[HOSTS];
-    char out[HOSTS][200];
-    char err[HOSTS][200];
-} imp;
+static struct netns_delay imp;
 
 static int64_t
 wall_ms(void)
@@ -95,152 +87,6 @@ wall_ms(void)
 
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* ---- the impairment ---------------------------------------------------------------------- */
-
-/* `iptables OP OUTPUT ...` in host i's namespace: its TCP toward the other hosts into its
- * queue. No --queue-bypass: without a delayer bound, nothing passes (rather than passing
- * undelayed). */
-static int
-rule(int i, const char *op)
-{
-    char dst[32], q[16];
-    char *argv[] = {NETNS_IP, "netns", "exec",    net.h[i].ns,   IPTABLES, (char *)op,
-                    "OUTPUT", "-o",    "eth0",    "-p",          "tcp",    "-d",
-                    dst,      "-j",    "NFQUEUE", "--queue-num", q,        NULL};
-
-    snprintf(dst, sizeof(dst), "10.213.%d.0/24", net.subnet);
-    snprintf(q, sizeof(q), "%d", QUEUE_BASE + i);
-    return netns_run("iptables", argv);
-}
-
-/* Waits until nfq_delay says its queue is bound (a line on stderr); -1 when it exited. */
-static int
-delayer_bound(int i)
-{
-    for (int waited = 0; waited < 5000; waited += 20) {
-        size_t len = 0;
-        char *err = test_read_file(imp.err[i], &len);
-        bool bound = err != NULL && strstr(err, "bound") != NULL;
-        int status;
-
-        free(err);
-        if (bound)
-            return 0;
-        if (waitpid(imp.pid[i], &status, WNOHANG) == imp.pid[i]) {
-            imp.pid[i] = 0;
-            return -1;
-        }
-        netns_sleep_ms(20);
-    }
-    return -1;
-}
-
-static void
-delayer_start(int i, uint64_t seed)
-{
-    char q[16], s[32], bin[] = NFQ_DELAY_BIN;
-    char *argv[] = {NETNS_IP,     "netns",  "exec",       net.h[i].ns, bin,      "--queue", q,
-                    "--delay-ms", DELAY_MS, "--loss-pct", LOSS_PCT,    "--seed", s,         NULL};
-
-    snprintf(q, sizeof(q), "%d", QUEUE_BASE + i);
-    snprintf(s, sizeof(s), "%" PRIu64, seed + (uint64_t)i);
-    snprintf(imp.out[i], sizeof(imp.out[i]), "%s/nfq%d.out", net.dir, i + 1);
-    snprintf(imp.err[i], sizeof(imp.err[i]), "%s/nfq%d.err", net.dir, i + 1);
-    imp.pid[i] = fork();
-    assert_true(imp.pid[i] >= 0);
-    if (imp.pid[i] == 0) {
-        int out = open(imp.out[i], O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int err = open(imp.err[i], O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-        /* Dies with the suite, whatever kills it: held packets must not outlive the test. */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        dup2(out, 1);
-        dup2(err, 2);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-}
-
-/* Rules out first (nothing new is queued), then each delayer, which accepts what it holds
- * as it stops. Safe to call twice, and after a partial start. */
-static void
-impairment_off(void)
-{
-    for (int i = 0; i < HOSTS; i++) {
-        if (imp.rule[i])
-            (void)rule(i, "-D");
-        imp.rule[i] = false;
-    }
-    for (int i = 0; i < HOSTS; i++) {
-        int status;
-
-        if (imp.pid[i] <= 0)
-            continue;
-        kill(imp.pid[i], SIGTERM);
-        for (int waited = 0; waitpid(imp.pid[i], &status, WNOHANG) == 0; waited += 10) {
-            if (waited == 3000)
-                kill(imp.pid[i], SIGKILL);
-            netns_sleep_ms(10);
-        }
-        imp.pid[i] = 0;
-    }
-}
-
-/* Delayers bound, then the rules; skips (with the reason) where NFQUEUE cannot work. */
-static void
-impairment_on(uint64_t seed)
-{
-    char why[300];
-
-    if (access(IPTABLES, X_OK) != 0) {
-        print_message("skipped: %s missing (iptables)\n", IPTABLES);
-        skip();
-    }
-    for (int i = 0; i < HOSTS; i++) {
-        delayer_start(i, seed);
-        if (delayer_bound(i) != 0) {
-            size_t len = 0;
-            char *err = test_read_file(imp.err[i], &len);
-
-            snprintf(why, sizeof(why), "%.250s", err != NULL ? err : "no output");
-            free(err);
-            why[strcspn(why, "\n")] = '\0';
-            impairment_off();
-            print_message("skipped: nfq_delay cannot run here: %s\n", why);
-            skip();
-        }
-    }
-    for (int i = 0; i < HOSTS; i++) {
-        if (rule(i, "-A") != 0) {
-            snprintf(why, sizeof(why), "%s", netns_skip_reason);
-            impairment_off();
-            print_message("skipped: the NFQUEUE rule cannot be made here: %s\n", why);
-            skip();
-        }
-        imp.rule[i] = true;
-    }
-}
-
-/* nfq_delay's closing line: "packets N dropped M overflow O max_queue Q enobufs E". */
-struct delayer_counts {
-    unsigned long long packets, dropped, overflow, max_queue, enobufs;
-};
-
-static bool
-delayer_counts(int i, struct delayer_counts *c)
-{
-    size_t len = 0;
-    char *out = test_read_file(imp.out[i], &len);
-    bool ok = out != NULL &&
-              sscanf(out,
-                     "packets %llu dropped %llu overflow %llu max_queue %llu "
-                     "enobufs %llu",
-                     &c->packets, &c->dropped, &c->overflow, &c->max_queue, &c->enobufs) == 5;
-
-    free(out);
-    return ok;
 }
 
 /* ---- the clients --------------------------------------------------------------------------- */
@@ -372,28 +218,6 @@ client_run(void *arg)
     return NULL;
 }
 
-static int
-cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-
-    return x < y ? -1 : x > y;
-}
-
-/* The q-quantile of v[0..n-1] (sorted here): the smallest value with at least q of them at or
- * below it. */
-static int64_t
-quantile(int64_t *v, size_t n, double q)
-{
-    size_t rank;
-
-    if (n == 0)
-        return -1;
-    qsort(v, n, sizeof(*v), cmp_i64);
-    rank = (size_t)((double)n * q + 0.999999);
-    return v[rank > 0 ? rank - 1 : 0];
-}
-
 /* ---- tallyd's figures ---------------------------------------------------------------------- */
 
 /* How many start lines h's log holds, and the HTTP address of the last one
@@ -441,147 +265,6 @@ restart(int i)
     assert_true(http_addr[i][0] != '\0');
 }
 
-/* The cumulative buckets of tally_lease_rtt_seconds on host i (read inside its namespace:
- * the listener is on its 127.0.0.1). */
-static void
-lease_rtt_hist(int i, uint64_t cum[HIST_BUCKETS])
-{
-    static const char series[] = "tally_lease_rtt_seconds_bucket{le=\"";
-    static struct test_out out;
-    struct test_out *o = &out;
-    char url[80];
-    char *argv[] = {NETNS_IP, "netns",      "exec", net.h[i].ns, CURL,
-                    "-s",     "--max-time", "5",    url,         NULL};
-    const char *p;
-    int k = 0;
-
-    memset(cum, 0, HIST_BUCKETS * sizeof(*cum));
-    snprintf(url, sizeof(url), "http://%s/metrics", http_addr[i]);
-    if (test_run(argv, NULL, o) != 0)
-        fail_msg("GET /metrics on host %d: exit %d: %.200s", i + 1, o->code, o->err);
-    for (p = o->out; k < HIST_BUCKETS && (p = strstr(p, series)) != NULL; k++) {
-        const char *v = strchr(p, '}');
-
-        assert_non_null(v);
-        cum[k] = strtoull(v + 1, NULL, 10);
-        p = v;
-    }
-    assert_int_equal(k, HIST_BUCKETS);
-}
-
-/* The upper bound in ms of the bucket holding the q-quantile of the observations between two
- * reads (INT64_MAX: past the last bound, -1: none). */
-static int64_t
-hist_quantile_ms(const uint64_t a[HIST_BUCKETS], const uint64_t b[HIST_BUCKETS], double q)
-{
-    static const int64_t bound_us[HIST_BUCKETS - 1] = {
-        10,    25,    50,    100,    250,    500,    1000,   2500,   5000,
-        10000, 25000, 50000, 100000, 150000, 200000, 250000, 500000, 1000000,
-    };
-    uint64_t total = b[HIST_BUCKETS - 1] - a[HIST_BUCKETS - 1];
-    uint64_t rank = (uint64_t)((double)total * q + 0.999999);
-
-    if (total == 0)
-        return -1;
-    for (int k = 0; k < HIST_BUCKETS - 1; k++) {
-        if (b[k] - a[k] >= rank)
-            return bound_us[k] / 1000 > 0 ? bound_us[k] / 1000 : 1;
-    }
-    return INT64_MAX;
-}
-
-/* Grants as the follower's front saw them in its debug log: for each ACQUIRE, its first
- * lease_sent to the first lease_received (GRANT or DENY) of its seq. */
-struct grants {
-    int64_t *ms;
-    size_t n;
-    int retransmits; /* ACQUIREs sent again before their answer */
-};
-
-#define PENDING_MAX 1024
-
-/* An ACQUIRE sent and not answered yet. */
-struct pending {
-    long long seq;
-    int64_t sent;
-};
-
-/* "2026-01-02T03:04:05.678Z" to ms since the epoch (UTC), -1 when it is not one. */
-static int64_t
-ts_ms(const char *s)
-{
-    struct tm tm;
-    int ms;
-
-    memset(&tm, 0, sizeof(tm));
-    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-               &tm.tm_min, &tm.tm_sec, &ms) != 7)
-        return -1;
-    tm.tm_year -= 1900;
-    tm.tm_mon -= 1;
-    return (int64_t)timegm(&tm) * 1000 + ms;
-}
-
-/* The value of "key":"..." or "key":N in one log line, into out. */
-static bool
-field(const char *line, const char *key, char *out, size_t cap)
-{
-    char want[40];
-    const char *at;
-
-    snprintf(want, sizeof(want), "\"%s\":", key);
-    at = strstr(line, want);
-    if (at == NULL)
-        return false;
-    at += strlen(want);
-    if (*at == '"')
-        at++;
-    snprintf(out, cap, "%.*s", (int)strcspn(at, "\",}"), at);
-    return true;
-}
-
-static void
-grants_from_log(const char *path, long from, struct grants *g)
-{
-    static struct pending pend[PENDING_MAX];
-    size_t npend = 0, len = 0;
-    char *log = test_read_file(path, &len);
-    char *line, *save = NULL;
-
-    memset(g, 0, sizeof(*g));
-    g->ms = calloc(len / 64 + 1, sizeof(*g->ms));
-    assert_non_null(g->ms);
-    if (log == NULL || (size_t)from >= len) {
-        free(log);
-        return;
-    }
-    for (line = strtok_r(log + from, "\n", &save); line != NULL;
-         line = strtok_r(NULL, "\n", &save)) {
-        char ts[40], type[24], seq_s[24];
-        bool sent = strstr(line, "\"event\":\"lease_sent\"") != NULL;
-        bool got = !sent && strstr(line, "\"event\":\"lease_received\"") != NULL;
-        long long seq;
-        size_t j;
-
-        if ((!sent && !got) || !field(line, "ts", ts, sizeof(ts)) ||
-            !field(line, "type", type, sizeof(type)) || !field(line, "seq", seq_s, sizeof(seq_s)))
-            continue;
-        seq = atoll(seq_s);
-        for (j = 0; j < npend && pend[j].seq != seq; j++)
-            ;
-        if (sent && strcmp(type, "ACQUIRE") == 0) {
-            if (j < npend)
-                g->retransmits++;
-            else if (npend < PENDING_MAX)
-                pend[npend++] = (struct pending){seq, ts_ms(ts)};
-        } else if (got && j < npend && (strcmp(type, "GRANT") == 0 || strcmp(type, "DENY") == 0)) {
-            g->ms[g->n++] = ts_ms(ts) - pend[j].sent;
-            pend[j] = pend[--npend];
-        }
-    }
-    free(log);
-}
-
 static long
 file_size(const char *path)
 {
@@ -622,68 +305,6 @@ ledger_window(struct netns_host *h, int64_t w)
         admitted = atoll(at + strlen("\"admitted\":"));
     free(o);
     return admitted;
-}
-
-/* TCP's own counters in host i's namespace (/proc/net/snmp and /proc/net/netstat are per
- * namespace): what a loss cost below the cluster's channel. */
-enum { TCP_OUT, TCP_RETRANS, TCP_RTO, TCP_PROBES, TCP_SYN_RETRANS, TCP_OPENS, TCP_COUNTERS };
-
-static const char *const tcp_names[TCP_COUNTERS][2] = {
-    {"Tcp", "OutSegs"},          {"Tcp", "RetransSegs"},      {"TcpExt", "TCPTimeouts"},
-    {"TcpExt", "TCPLossProbes"}, {"TcpExt", "TCPSynRetrans"}, {"Tcp", "ActiveOpens"},
-};
-
-/* The value under `name` in the "PREFIX: names..." line followed by "PREFIX: values...". */
-static long long
-proc_net_value(const char *text, const char *prefix, const char *name)
-{
-    char head[24];
-    size_t hl = (size_t)snprintf(head, sizeof(head), "\n%s: ", prefix);
-    const char *names = strstr(text, head), *values;
-    int col = 0;
-
-    if (names == NULL)
-        return -1;
-    names += hl;
-    values = strstr(names, head);
-    if (values == NULL)
-        return -1;
-    values += hl;
-    for (const char *p = names; *p != '\n' && *p != '\0'; col++) {
-        size_t n = strcspn(p, " \n");
-
-        if (n == strlen(name) && strncmp(p, name, n) == 0) {
-            const char *v = values;
-            for (int k = 0; k < col && v != NULL; k++) {
-                v = strchr(v, ' ');
-                v = v != NULL ? v + 1 : NULL;
-            }
-            return v != NULL ? atoll(v) : -1;
-        }
-        p += n;
-        if (*p == ' ')
-            p++;
-    }
-    return -1;
-}
-
-static void
-tcp_counters(int i, long long out[TCP_COUNTERS])
-{
-    static struct test_out o;
-    char *argv[] = {
-        NETNS_IP, "netns", "exec", net.h[i].ns, "/bin/cat", "/proc/net/snmp", "/proc/net/netstat",
-        NULL};
-    /* proc_net_value() looks for a prefix at a line's start: one before the first line. */
-    static char text[TEST_OUT_MAX + 1];
-
-    for (int k = 0; k < TCP_COUNTERS; k++)
-        out[k] = -1;
-    if (test_run(argv, NULL, &o) != 0)
-        return;
-    snprintf(text, sizeof(text), "\n%s", o.out);
-    for (int k = 0; k < TCP_COUNTERS; k++)
-        out[k] = proc_net_value(text, tcp_names[k][0], tcp_names[k][1]);
 }
 
 /* ---- the suite ------------------------------------------------------------------------------ */
@@ -729,7 +350,7 @@ static int
 teardown(void **state)
 {
     (void)state;
-    impairment_off();
+    netns_delay_off(&imp, &net);
     netns_keep_logs(&net);
     netns_cluster_destroy(&net);
     return 0;
@@ -849,8 +470,8 @@ static void
 figures_before(struct figures *f)
 {
     for (int i = 0; i < HOSTS; i++) {
-        lease_rtt_hist(i, f->rtt0[i]);
-        tcp_counters(i, f->tcp0[i]);
+        grant_rtt_hist(&net.h[i], http_addr[i], f->rtt0[i]);
+        netns_tcp_counters(&net.h[i], f->tcp0[i]);
         f->log_from[i] = file_size(net.h[i].d.log);
     }
 }
@@ -859,8 +480,8 @@ static void
 figures_after(struct figures *f)
 {
     for (int i = 0; i < HOSTS; i++) {
-        lease_rtt_hist(i, f->rtt1[i]);
-        tcp_counters(i, f->tcp1[i]);
+        grant_rtt_hist(&net.h[i], http_addr[i], f->rtt1[i]);
+        netns_tcp_counters(&net.h[i], f->tcp1[i]);
     }
 }
 
@@ -871,27 +492,27 @@ report_host(const struct run *run, const struct figures *f, int i)
 {
     const struct client *c = &run->c[i];
     const long long *t0 = f->tcp0[i], *t1 = f->tcp1[i];
-    struct delayer_counts dc = {0};
+    struct netns_delay_counts dc = {0};
     struct grants g;
     bool follower =
         (unsigned long long)i + 1 != run->leader0 && (unsigned long long)i + 1 != run->leader1;
-    int64_t h50 = hist_quantile_ms(f->rtt0[i], f->rtt1[i], 0.5);
-    int64_t h99 = hist_quantile_ms(f->rtt0[i], f->rtt1[i], 0.99);
+    int64_t h50 = grant_hist_quantile_ms(f->rtt0[i], f->rtt1[i], 0.5);
+    int64_t h99 = grant_hist_quantile_ms(f->rtt0[i], f->rtt1[i], 0.99);
     uint64_t trips = f->rtt1[i][HIST_BUCKETS - 1] - f->rtt0[i][HIST_BUCKETS - 1];
     int64_t g50, g99, gmax;
     int broke = 0;
 
     grants_from_log(net.h[i].d.log, f->log_from[i], &g);
-    g50 = quantile(g.ms, g.n, 0.5);
-    g99 = quantile(g.ms, g.n, 0.99);
-    gmax = quantile(g.ms, g.n, 1.0);
+    g50 = grant_quantile(g.ms, g.n, 0.5);
+    g99 = grant_quantile(g.ms, g.n, 0.99);
+    gmax = grant_quantile(g.ms, g.n, 1.0);
     free(g.ms);
     print_message("host %d (%s): %d admitted, %d refused, %d unavailable, %d other, %d errors, "
                   "%d degraded, %d misplaced; checks p50 %.1f ms p99 %.1f ms\n",
                   i + 1, follower ? "follower" : "leader", c->admitted_all, c->refused,
                   c->unavailable, c->other, c->errors, c->degraded, c->misplaced,
-                  (double)quantile(c->lat_us, c->n, 0.5) / 1000.0,
-                  (double)quantile(c->lat_us, c->n, 0.99) / 1000.0);
+                  (double)grant_quantile(c->lat_us, c->n, 0.5) / 1000.0,
+                  (double)grant_quantile(c->lat_us, c->n, 0.99) / 1000.0);
     print_message("  tally_lease_rtt_seconds: %" PRIu64 " round trips, p50 <= %" PRId64
                   " ms, p99 <= %" PRId64 " ms\n",
                   trips, h50, h99);
@@ -904,7 +525,7 @@ report_host(const struct run *run, const struct figures *f, int i)
                   t1[TCP_OUT] - t0[TCP_OUT], t1[TCP_RETRANS] - t0[TCP_RETRANS],
                   t1[TCP_RTO] - t0[TCP_RTO], t1[TCP_PROBES] - t0[TCP_PROBES],
                   t1[TCP_SYN_RETRANS] - t0[TCP_SYN_RETRANS], t1[TCP_OPENS] - t0[TCP_OPENS]);
-    if (delayer_counts(i, &dc))
+    if (netns_delay_counts(&imp, i, &dc))
         print_message("  nfq_delay: %llu packets, %llu dropped (%.2f%%), overflow %llu, max queue "
                       "%llu, enobufs %llu\n",
                       dc.packets, dc.dropped,
@@ -951,10 +572,10 @@ test_netns_delay_and_loss_keep_the_cap(void **state)
     warm_up();
     figures_before(&f);
     netns_leader_term(&net.h[0], &run.leader0, &run.term0);
-    impairment_on(test_seed());
+    netns_delay_on(&imp, &net, NFQ_DELAY_BIN, DELAY_MS, LOSS_PCT, QUEUE_BASE, test_seed());
     run_clients(&run);
     figures_after(&f);
-    impairment_off();
+    netns_delay_off(&imp, &net);
     run.leader1 = netns_agreed(&net, (1u << HOSTS) - 1, 0, 10000);
     assert_true(run.leader1 >= 1 && run.leader1 <= HOSTS);
     netns_leader_term(&net.h[0], &run.leader1, &run.term1);
