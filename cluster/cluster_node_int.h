@@ -99,6 +99,22 @@ int64_t cluster__wall_ms(void);
 void cluster__log_member(const char *event, uint64_t id, const char *address, const char *detail);
 void cluster__put_u64(uint8_t *p, uint64_t v);
 uint64_t cluster__get_u64(const uint8_t *p);
+
+static inline uint32_t
+cluster__get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static inline void
+cluster__put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
 /** Refuses the JOIN or ADMIN of connection `token` with status and a reason. */
 void cluster__join_refuse(cluster_node *n, uint64_t token, uint8_t status, const char *why);
 /** Answers a JOIN whose MEMBER record (member id) is committed. */

@@ -276,8 +276,7 @@ on_snapshot(void *data, uint8_t **buf, size_t *len)
     cluster__put_u64(head + off, n->st.next_id);
     off += 8;
     cluster__put_u64(head + off, config_index);
-    for (int i = 0; i < 4; i++)
-        head[off + 8 + i] = (uint8_t)(config_len >> (24 - 8 * i));
+    cluster__put_u32(head + off + 8, (uint32_t)config_len);
     memcpy(head + off + 12, config, config_len);
     off += 12 + config_len;
     tally_free(config);
@@ -298,7 +297,7 @@ restore_config(cluster_node *n, const uint8_t *p, size_t len, size_t *used)
     if (len < 12)
         return TALLY_EPROTO;
     index = cluster__get_u64(p);
-    cl = (size_t)p[8] << 24 | (size_t)p[9] << 16 | (size_t)p[10] << 8 | p[11];
+    cl = cluster__get_u32(p + 8);
     if (cl > len - 12)
         return TALLY_EPROTO;
     *used = 12 + cl;

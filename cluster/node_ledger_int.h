@@ -43,21 +43,6 @@ struct recs {
     size_t at; /* the next record's offset from p, while the store takes them */
 };
 
-static inline uint32_t
-cluster__get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static inline void
-cluster__put_u32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
 /** The detail of c's last error. */
 static inline const char *
 cluster__ledger_detail(store_journal_copy *c)
