@@ -8,9 +8,13 @@
 
 #include "cluster_net.h"
 
-#define HELLO_MIN  10 /* CLUSTER_HELLO_RAFT: kind | id (8, big-endian) | len | address */
+#define HELLO_MIN  10 /* CLUSTER_HELLO_RAFT: kind | id (8, big-endian) | len | address | nonce */
+#define TWIN_HELLO 17 /* CLUSTER_HELLO_TWIN: kind | id (8) | nonce (8) */
+#define SEQ_BYTES  8  /* every message of a raft stream after the hello: seq (8) | bytes */
 #define READ_CHUNK 65536
 #define FLOW_HIGH  (1u << 20) /* queued for a peer beyond this, libraft's end is not read */
+#define TWIN_MAX   16384      /* larger messages (a snapshot's) are not copied to the twin */
+#define TWIN_QUEUE (1u << 16) /* nor any while this much waits for the twin's peer */
 
 struct transport;
 
@@ -26,7 +30,18 @@ struct proxy {
     uint64_t lease_token;        /* a member's lease connection (0: not one) */
     bool paused;                 /* libraft's end is not read: the peer is behind */
     struct raft_uv_connect *req; /* a dial libraft waits for */
-    uint64_t id;                 /* the member at the other end */
+    /* A raft stream rides two connections: every message (up to TWIN_MAX) goes on both, and
+     * the receiver takes a message's first copy in sequence, so a segment lost on one
+     * waits for no retransmission when the other brought it. The primary carries all of
+     * them and owns the socketpair; the twin is a proxy of its own that points to it. */
+    struct proxy *twin;    /* on a primary: its twin (NULL: none, or gone) */
+    struct proxy *primary; /* on a twin: the stream it carries (NULL: gone) */
+    bool is_twin;
+    bool twin_up;     /* on a dialer's twin: its hello is out */
+    uint64_t nonce;   /* names the stream in the twin's hello */
+    uint64_t tx_seq;  /* on a primary: the next message's sequence number */
+    uint64_t rx_next; /* on a primary: the sequence number taken next */
+    uint64_t id;      /* the member at the other end */
     char address[CLUSTER_ADDR_MAX];
 };
 
@@ -47,7 +62,8 @@ struct transport {
     uint64_t next_token;
     bool closing;
     raft_uv_transport_close_cb close_cb;
-    uint8_t rbuf[READ_CHUNK]; /* one read at a time on this loop */
+    struct cluster_transport_stats stats;
+    uint8_t rbuf[SEQ_BYTES + READ_CHUNK]; /* one read at a time on this loop, after the seq */
 };
 
 struct local_write {

@@ -291,8 +291,19 @@ free_log(cluster_log *lg)
 
     if (lg->io_live)
         raft_uv_close(&lg->io);
-    if (lg->transport_live)
+    if (lg->transport_live) {
+        struct cluster_transport_stats st;
+        struct tally_log l;
+        cluster_transport_stats(&lg->transport, &st);
+        if (tally_log_begin(&l, TALLY_LOG_INFO, "cluster_raft_streams")) {
+            tally_log_int(&l, "twins", (int64_t)st.twins);
+            tally_log_int(&l, "by_primary", (int64_t)st.by_primary);
+            tally_log_int(&l, "by_twin", (int64_t)st.by_twin);
+            tally_log_int(&l, "duplicates", (int64_t)st.duplicates);
+            tally_log_end(&l);
+        }
         cluster_transport_release(&lg->transport);
+    }
     tally_free(lg);
     if (cb != NULL)
         cb(data);

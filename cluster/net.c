@@ -311,6 +311,16 @@ cluster_transport_lease_close(struct raft_uv_transport *rt, uint64_t token)
 }
 
 void
+cluster_transport_stats(const struct raft_uv_transport *rt, struct cluster_transport_stats *out)
+{
+    const struct transport *t = rt->impl;
+
+    memset(out, 0, sizeof(*out));
+    if (t != NULL)
+        *out = t->stats;
+}
+
+void
 cluster_transport_release(struct raft_uv_transport *rt)
 {
     struct transport *t = rt->impl;

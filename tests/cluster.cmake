@@ -7,6 +7,7 @@ target_link_libraries(test_cluster_conn PRIVATE tally_cluster)
 
 tally_add_test(test_cluster_log test_cluster_log.c LABELS unit slow)
 target_link_libraries(test_cluster_log PRIVATE tally_cluster)
+target_include_directories(test_cluster_log PRIVATE ${CMAKE_SOURCE_DIR}/cluster)
 
 # Cluster mode through tallyd and tally: init, status, restarts, the port's handshake.
 tally_add_test(test_e2e_cluster test_e2e_cluster.c LABELS e2e)

@@ -25,10 +25,12 @@ struct cluster_member {
 };
 
 /* What a connection carries, said by its first message. */
-#define CLUSTER_HELLO_RAFT  1 /* a member's raft stream: id (8, big-endian), len, address */
+#define CLUSTER_HELLO_RAFT                                                                         \
+    1 /* a member's raft stream: id (8, big-endian), len, address, nonce (8) */
 #define CLUSTER_HELLO_JOIN  2 /* a stranger asking to join with an invite (cluster_node.h) */
 #define CLUSTER_HELLO_ADMIN 3 /* a member's request to the leader (`tally cluster leave`) */
 #define CLUSTER_HELLO_LEASE 4 /* a member's lease frames to and from the leader, both ways */
+#define CLUSTER_HELLO_TWIN  5 /* the second connection of a raft stream: id (8), nonce (8) */
 
 /* Strangers: who runs the port decides whether a key that is not a member may come in to
  * ask to join, and answers its JOIN. */
@@ -85,5 +87,17 @@ TALLY_MUST_CHECK int cluster_transport_lease_send(struct raft_uv_transport *t, u
 void cluster_transport_lease_close(struct raft_uv_transport *t, uint64_t token);
 /** Frees what cluster_transport_init allocated. */
 void cluster_transport_release(struct raft_uv_transport *t);
+
+/* Raft messages received since the transport started, counted by the connection whose copy
+ * came first (every raft stream rides two: cluster_net_int.h). */
+struct cluster_transport_stats {
+    uint64_t twins;      /* second connections paired with their stream */
+    uint64_t by_primary; /* messages taken from the stream's first connection */
+    uint64_t by_twin;    /* ... from its twin, ahead of the first connection's copy */
+    uint64_t duplicates; /* copies dropped: the other connection had brought them */
+};
+/** The counters above. */
+void cluster_transport_stats(const struct raft_uv_transport *t,
+                             struct cluster_transport_stats *out /* OUT */);
 
 #endif /* CLUSTER_NET_H */
