@@ -17,12 +17,13 @@
  *   - a grant on a follower, at the 99th percentile, by two measures: tally_lease_rtt_seconds
  *     (each tallyd's /metrics, read inside its namespace; the upper bound of the bucket
  *     holding the percentile), and the wait from an ACQUIRE's first send to its answer, read
- *     from the debug log (lease_sent, lease_received). The target is 200 ms and each run says
- *     whether it was met; with about 100 grants per follower in a run the 99th percentile is
- *     the slowest one or two, and those fall between 150 and 220 ms from run to run (a loss on
- *     both of the log's commit legs at once, 1 % of grants, costs TCP a retransmission timer
- *     on top of the two round trips). The test fails past GRANT_P99_GUARD_MS, which no run
- *     reached once grants went over two connections (single ones: 1.3 s seen);
+ *     from the debug log (lease_sent, lease_received): at most 200 ms, or the test fails.
+ *     With about 100 grants per follower in a run the 99th percentile is the slowest one or
+ *     two. A grant crosses four legs (the lease request, the log's append to the followers,
+ *     their acks, the answer), each on two connections with every message on both, so a
+ *     lost segment costs a retransmission timer only when both copies were lost: p99 130 to
+ *     147 ms in the runs since (149 to 214 ms with the log's streams on one connection, when
+ *     a loss on both commit legs at once, 1 % of grants, waited for a timer);
  *   - afterwards every member's copy of the ledger is the same (cluster_digest.h).
  * Printed: each window's totals, the percentiles per host (the metric, the log, and the
  * clients' own check latencies), TCP's retransmission counters per namespace, the term
@@ -58,20 +59,19 @@
 #include "netns_util.h"
 #include "tally.h"
 
-#define HOSTS              NETNS_HOSTS
-#define CURL               "/usr/bin/curl"
-#define DELAY_MS           "20"
-#define LOSS_PCT           "5"
-#define QUEUE_BASE         100 /* host i's queue: QUEUE_BASE + i (queues are per namespace anyway) */
-#define RUN_MS             180000
-#define CAP                1000
-#define PERIOD_MS          60000
-#define SEND_EVERY         120 /* ms between two checks of one client: 1,500 a minute in all */
-#define GRANT_P99_MS       200 /* the target, reported */
-#define GRANT_P99_GUARD_MS 300 /* past it the test fails */
-#define WINDOWS            6   /* a 3-minute run touches 4 windows; room for a slow start */
-#define HIST_BUCKETS       GRANT_HIST_BUCKETS
-#define LEDGER_AFTER       5000 /* ms after a boundary the window before it is read off the ledger */
+#define HOSTS        NETNS_HOSTS
+#define CURL         "/usr/bin/curl"
+#define DELAY_MS     "20"
+#define LOSS_PCT     "5"
+#define QUEUE_BASE   100 /* host i's queue: QUEUE_BASE + i (queues are per namespace anyway) */
+#define RUN_MS       180000
+#define CAP          1000
+#define PERIOD_MS    60000
+#define SEND_EVERY   120 /* ms between two checks of one client: 1,500 a minute in all */
+#define GRANT_P99_MS 200 /* past it the test fails */
+#define WINDOWS      6   /* a 3-minute run touches 4 windows; room for a slow start */
+#define HIST_BUCKETS GRANT_HIST_BUCKETS
+#define LEDGER_AFTER 5000 /* ms after a boundary the window before it is read off the ledger */
 
 static struct netns_net net;
 static char token[HOSTS][96];
@@ -540,8 +540,7 @@ report_host(const struct run *run, const struct figures *f, int i)
         print_message(
             "  the target (follower grant p99 at most %d ms): %s\n", GRANT_P99_MS,
             trips > 0 && h99 <= GRANT_P99_MS && g.n > 0 && g99 <= GRANT_P99_MS ? "met" : "not met");
-    if (follower &&
-        (trips == 0 || h99 > GRANT_P99_GUARD_MS || g.n == 0 || g99 > GRANT_P99_GUARD_MS))
+    if (follower && (trips == 0 || h99 > GRANT_P99_MS || g.n == 0 || g99 > GRANT_P99_MS))
         broke |= 2;
     /* The line did its job: thousands of packets, about 5 % of them lost, none for want of
      * room. */
@@ -598,7 +597,7 @@ test_netns_delay_and_loss_keep_the_cap(void **state)
     assert_int_equal(broke & 4, 0); /* the delayer */
     assert_true(agreed >= 0);
     if (broke & 2)
-        fail_msg("a follower's grant p99 is over %d ms (lines above)", GRANT_P99_GUARD_MS);
+        fail_msg("a follower's grant p99 is over %d ms (lines above)", GRANT_P99_MS);
 #endif
 }
 
