@@ -154,6 +154,23 @@ int cluster__ledger_snapshot(cluster_node *n, uint64_t applied, const uint8_t *h
  *  (a copy that fails is logged and broken), TALLY_EPROTO (malformed: nothing changed) or
  *  TALLY_ENOMEM. */
 int cluster__ledger_restore(cluster_node *n, const uint8_t *p, size_t len);
+/** Whether a snapshot's ledger part parses whole (nothing is changed): TALLY_OK,
+ *  TALLY_EPROTO or TALLY_ENOMEM. */
+int cluster__ledger_snap_check(const uint8_t *p, size_t len);
+/** The log's restore callback (node.c): a snapshot (cluster__node_snapshot's format) put in
+ *  place, the members, tally.db and the ledger copies. Every part is checked before any is
+ *  written: TALLY_EPROTO changes nothing. */
+int cluster__node_restore(void *data, const uint8_t *p, size_t len);
+
+/* The state the log's records made: CLUSTER_SNAPSHOT_VERSION (1), the member list ([n (1)]
+ * then each member as MEMBER records carry it), the next member id (8), tally.db as the
+ * CONFIG records made it (its applied index (8), its length (4), its bytes), then every
+ * tenant's ledger (node_ledger_snap.c). Read too: the format without the next id (0xF2: the
+ * highest member's + 1 then), the one without tally.db (0xF1), and the first, with no version
+ * byte (it began with n, at most CLUSTER_MEMBERS_MAX). */
+#define CLUSTER_SNAPSHOT_LEDGERS 0xF1 /* members, ledgers */
+#define CLUSTER_SNAPSHOT_CONFIG  0xF2 /* members, tally.db, ledgers */
+#define CLUSTER_SNAPSHOT_VERSION 0xF3 /* members, next id, tally.db, ledgers */
 /** cluster_net_hooks (ctx: the node). */
 bool cluster__strangers_welcome(void *ctx);
 int cluster__on_join(void *ctx, uint64_t token, const uint8_t pk[CLUSTER_KEY_BYTES],

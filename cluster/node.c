@@ -231,16 +231,8 @@ on_leader(void *data, uint64_t leader, bool self)
     cluster__lease_tick(n); /* leases from this host now, or from the new leader */
 }
 
-/* The state the log's records made: SNAPSHOT_VERSION (1), the member list ([n (1)] then each
- * member as MEMBER records carry it), the next member id (8), tally.db as the CONFIG records
- * made it (its applied index (8), its length (4), its bytes), then every tenant's ledger
- * (node_ledger.c). Read too: the format without the next id (0xF2: the highest member's + 1
- * then), the one without tally.db (0xF1), and the first, with no version byte (it began with
- * n, at most CLUSTER_MEMBERS_MAX). */
-#define SNAPSHOT_VERSION_LEDGERS 0xF1 /* members, ledgers */
-#define SNAPSHOT_VERSION_CONFIG  0xF2 /* members, tally.db, ledgers */
-#define SNAPSHOT_VERSION         0xF3 /* members, next id, tally.db, ledgers */
-#define SNAPSHOT_CONFIG_MAX      ((size_t)256 << 20)
+/* The snapshot's format: cluster_node_int.h. */
+#define SNAPSHOT_CONFIG_MAX ((size_t)256 << 20)
 
 static int
 on_snapshot(void *data, uint8_t **buf, size_t *len)
@@ -269,7 +261,7 @@ on_snapshot(void *data, uint8_t **buf, size_t *len)
         tally_free(config);
         return TALLY_ENOMEM;
     }
-    head[off++] = SNAPSHOT_VERSION;
+    head[off++] = CLUSTER_SNAPSHOT_VERSION;
     head[off++] = (uint8_t)n->st.n;
     for (size_t i = 0; i < n->st.n; i++)
         off += cluster_member_encode(head + off, &n->st.members[i], n->st.roles[i]);
@@ -285,40 +277,31 @@ on_snapshot(void *data, uint8_t **buf, size_t *len)
     return rc;
 }
 
-/* The snapshot's tally.db, put in place unless this member's is as far on already. */
+/* The snapshot's tally.db (p: its index, length and bytes, checked by the caller), put in
+ * place unless this member's is as far on already. */
 static int
-restore_config(cluster_node *n, const uint8_t *p, size_t len, size_t *used)
+restore_config(cluster_node *n, const uint8_t *p)
 {
-    uint64_t index;
-    size_t cl;
     store_db *db = NULL;
-    int rc;
+    int rc = store_config_open(n->data, false, &db);
 
-    if (len < 12)
-        return TALLY_EPROTO;
-    index = cluster__get_u64(p);
-    cl = cluster__get_u32(p + 8);
-    if (cl > len - 12)
-        return TALLY_EPROTO;
-    *used = 12 + cl;
-    rc = store_config_open(n->data, false, &db);
     if (rc == TALLY_OK)
-        rc = store_config_restore(db, p + 12, cl, index);
+        rc = store_config_restore(db, p + 12, cluster__get_u32(p + 8), cluster__get_u64(p));
     store_db_close(db);
     if (rc != TALLY_OK)
         cluster__log_member("cluster_config_restore_failed", n->st.self, NULL, tally_strerror(rc));
     return rc;
 }
 
-static int
-on_restore(void *data, const uint8_t *p, size_t len)
+int
+cluster__node_restore(void *data, const uint8_t *p, size_t len)
 {
     cluster_node *n = data;
     struct cluster_state st;
-    bool next = len >= 1 && p[0] == SNAPSHOT_VERSION;
-    bool config = next || (len >= 1 && p[0] == SNAPSHOT_VERSION_CONFIG);
-    bool ledgers = config || (len >= 1 && p[0] == SNAPSHOT_VERSION_LEDGERS);
-    size_t off = ledgers ? 2 : 1;
+    bool next = len >= 1 && p[0] == CLUSTER_SNAPSHOT_VERSION;
+    bool config = next || (len >= 1 && p[0] == CLUSTER_SNAPSHOT_CONFIG);
+    bool ledgers = config || (len >= 1 && p[0] == CLUSTER_SNAPSHOT_LEDGERS);
+    size_t off = ledgers ? 2 : 1, config_at = 0;
     int rc = TALLY_OK;
 
     memset(&st, 0, sizeof(st));
@@ -342,14 +325,21 @@ on_restore(void *data, const uint8_t *p, size_t len)
         off += 8;
     }
     if (config) {
-        size_t used = 0;
-        rc = restore_config(n, p + off, len - off, &used);
-        off += used;
+        if (len - off < 12 || cluster__get_u32(p + off + 8) > len - off - 12)
+            return TALLY_EPROTO;
+        config_at = off;
+        off += 12 + cluster__get_u32(p + off + 8);
     }
-    if (rc == TALLY_OK && ledgers) /* checked whole before anything changes */
-        rc = cluster__ledger_restore(n, p + off, len - off);
-    else if (rc == TALLY_OK) /* the first format: the members alone */
+    /* Every part checked before anything changes: a snapshot cut or spoilt in its ledgers
+     * leaves tally.db as it was. */
+    if (ledgers)
+        rc = cluster__ledger_snap_check(p + off, len - off);
+    else /* the first format: the members alone */
         rc = off == len ? TALLY_OK : TALLY_EPROTO;
+    if (rc == TALLY_OK && config)
+        rc = restore_config(n, p + config_at);
+    if (rc == TALLY_OK && ledgers)
+        rc = cluster__ledger_restore(n, p + off, len - off);
     if (rc != TALLY_OK)
         return rc;
     /* A host that joined after the snapshot was taken is not in it: its MEMBER record comes
@@ -371,7 +361,8 @@ on_restore(void *data, const uint8_t *p, size_t len)
     return TALLY_OK;
 }
 
-static const struct cluster_log_cbs node_cbs = {on_apply, on_leader, on_snapshot, on_restore};
+static const struct cluster_log_cbs node_cbs = {on_apply, on_leader, on_snapshot,
+                                                cluster__node_restore};
 
 /* ---- open, status, close ---- */
 

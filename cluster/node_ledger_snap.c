@@ -375,6 +375,18 @@ restore_absent(cluster_node *n, const char *tenant, uint64_t applied, bool force
 }
 
 int
+cluster__ledger_snap_check(const uint8_t *p, size_t len)
+{
+    struct snap_tenant *t = NULL;
+    uint64_t applied = 0;
+    size_t count = 0;
+    int rc = snap_parse(p, len, &applied, &t, &count);
+
+    tally_free(t);
+    return rc;
+}
+
+int
 cluster__ledger_restore(cluster_node *n, const uint8_t *p, size_t len)
 {
     struct node_ledger *lg = n->ledger;

@@ -5,7 +5,9 @@
  * that took a snapshot made halfway (a replacement in flight) and then the rest of the log;
  * every cut of a snapshot is refused and changes nothing. A copy that cannot be written is
  * logged, skipped from then on, blocks snapshots, and is healed by a snapshot; an empty
- * snapshot empties stale copies and keeps those further on.
+ * snapshot empties stale copies and keeps those further on. A whole snapshot of the node
+ * (members, tally.db, ledgers) cut anywhere in its ledgers changes neither tally.db nor a
+ * copy; whole, it puts both in place.
  */
 /* clang-format off */
 #include <stdarg.h>
@@ -22,7 +24,9 @@
 #include <unistd.h>
 
 #include "cluster_ledger_util.h"
+#include "store_config.h"
 #include "store_paths.h"
+#include "tenant_config.h"
 #include "test_support.h"
 
 struct model {
@@ -299,6 +303,78 @@ test_restore_empty_snapshot(void **state)
     free(got);
 }
 
+/* Whether DATA/tally.db has plan `free`. */
+static bool
+has_plan(const char *data)
+{
+    store_db *db = NULL;
+    struct tenant_plan p;
+    int rc;
+
+    assert_int_equal(store_config_open(data, false, &db), TALLY_OK);
+    rc = store_plan_get(db, "free", &p);
+    store_db_close(db);
+    assert_true(rc == TALLY_OK || rc == TALLY_ENOTFOUND);
+    return rc == TALLY_OK;
+}
+
+static void
+test_cut_node_snapshot_changes_nothing(void **state)
+{
+    struct rec r[2] = {text("first"), text("second")};
+    struct recs_list *got = list_new();
+    cluster_node *a = node_new(dir), *b = node_new(dir2);
+    uint8_t *cfg = NULL, *head, *snap = NULL;
+    size_t cfg_len = 0, off = 0, snap_len = 0, ledgers_at;
+    uint64_t cfg_at = 0;
+    store_db *db = NULL;
+
+    (void)state;
+    /* tally.db on both, a's with plan free, put in the snapshot as of CONFIG record 9 */
+    assert_int_equal(store_config_open(dir, true, &db), TALLY_OK);
+    {
+        struct tenant_plan p;
+        char err[128];
+        char *argv[] = {"free", "--limit", "100/1m", NULL};
+        assert_int_equal(tenant_plan_parse_args(3, argv, &p, err, sizeof(err)), TALLY_OK);
+        assert_int_equal(store_db_begin(db), TALLY_OK);
+        assert_int_equal(store_db_end(db, store_plan_put(db, &p)), TALLY_OK);
+    }
+    assert_int_equal(store_config_copy(db, 1u << 24, &cfg, &cfg_len, &cfg_at), TALLY_OK);
+    store_db_close(db);
+    assert_int_equal(store_config_open(dir2, true, &db), TALLY_OK);
+    store_db_close(db);
+    apply(a, 4, LEDGER_APPEND, "acme", r, 2);
+    head = tally_malloc(2 + 8 + 12 + cfg_len);
+    assert_non_null(head);
+    head[off++] = CLUSTER_SNAPSHOT_VERSION;
+    head[off++] = 0; /* no member: b keeps its own */
+    cluster__put_u64(head + off, 3);
+    off += 8;
+    cluster__put_u64(head + off, 9);
+    cluster__put_u32(head + off + 8, (uint32_t)cfg_len);
+    memcpy(head + off + 12, cfg, cfg_len);
+    off += 12 + cfg_len;
+    ledgers_at = off;
+    assert_int_equal(cluster__ledger_snapshot(a, 4, head, off, &snap, &snap_len), TALLY_OK);
+    assert_true(snap_len > ledgers_at + 12);
+    for (size_t cut = ledgers_at; cut < snap_len; cut += 1 + (snap_len - ledgers_at) / 40) {
+        assert_int_equal(cluster__node_restore(b, snap, cut), TALLY_EPROTO);
+        assert_false(has_plan(dir2));
+        assert_false(exists(dir2, "acme"));
+    }
+    assert_int_equal(cluster__node_restore(b, snap, snap_len), TALLY_OK);
+    assert_true(has_plan(dir2));
+    read_copy(dir2, "acme", got, NULL, NULL, NULL);
+    assert_recs(got, r, 2);
+    tally_free(head);
+    tally_free(cfg);
+    free(snap);
+    node_free(a);
+    node_free(b);
+    free(got);
+}
+
 int
 main(void)
 {
@@ -307,6 +383,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_failed_copy_is_skipped_until_a_snapshot, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_restore_empty_snapshot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cut_node_snapshot_changes_nothing, setup, teardown),
     };
 
     return cmocka_run_group_tests_name("cluster_ledger_snap", tests, group_setup, NULL);
