@@ -8,6 +8,10 @@ set_tests_properties(test_e2e_leases PROPERTIES TIMEOUT 900)
 tally_add_test(test_e2e_limits test_e2e_limits.c serve_util.c LABELS e2e)
 add_dependencies(test_e2e_limits tallyd tally_cli)
 
+# Every endpoint a tenant may have, each called: every child counter a holder, across a restart.
+tally_add_test(test_e2e_endpoints test_e2e_endpoints.c serve_util.c LABELS e2e)
+add_dependencies(test_e2e_endpoints tallyd tally_cli)
+
 # Endpoints keyed by caller: sign-in per address and account, bad callers, keyed hashes
 # only, kill -9 and SIGSTOP of the caller authorities.
 tally_add_test(test_e2e_callers test_e2e_callers.c serve_util.c LABELS e2e)

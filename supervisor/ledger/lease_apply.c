@@ -143,8 +143,9 @@ apply_hello(sup_ledger *l, const struct sup_record *rec)
     struct sup_peer *peer;
 
     if (pi < 0) {
-        if (l->peer_count == l->max_peers)
-            return TALLY_EFULL;
+        int rc = sup__peer_room(l);
+        if (rc != TALLY_OK)
+            return rc;
         peer = tally_calloc(1, sizeof(*peer));
         if (peer == NULL)
             return TALLY_ENOMEM;

@@ -82,7 +82,7 @@ decide_hello(sup_ledger *l, int64_t now_ms, const struct proto_lease_msg *in,
         welcome(l, in, reply);
         return false;
     }
-    if (pi < 0 && l->peer_count == l->max_peers) {
+    if (pi < 0 && sup__peer_room(l) != TALLY_OK) {
         sup__reply_error(reply, in, PROTO_LEASE_E_BUSY, 1000);
         return false;
     }

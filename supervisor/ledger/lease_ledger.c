@@ -183,7 +183,7 @@ sup_ledger_close(sup_ledger *l)
         return;
     for (uint32_t i = 0; l->links != NULL && i < l->links_cap; i++)
         link_free(l->links[i]);
-    for (uint32_t i = 0; l->peers != NULL && i < l->max_peers; i++)
+    for (uint32_t i = 0; l->peers != NULL && i < l->peer_count; i++)
         tally_free(l->peers[i]);
     tally_free(l->links);
     tenant_index_release(&l->link_index);
@@ -241,7 +241,8 @@ sup_ledger_open(const struct sup_ledger_config *cfg, sup_ledger **out)
     rc = TALLY_ENOMEM;
     l->links = tally_calloc(l->links_cap, sizeof(*l->links));
     l->leases = tally_calloc(l->max_leases, sizeof(*l->leases));
-    l->peers = tally_calloc(l->max_peers, sizeof(*l->peers));
+    l->peers_cap = l->max_peers < SUP_PEERS_FIRST ? l->max_peers : SUP_PEERS_FIRST;
+    l->peers = tally_calloc(l->peers_cap, sizeof(*l->peers));
     if (l->links == NULL || l->leases == NULL || l->peers == NULL ||
         sup__lease_tables_build(l) != TALLY_OK)
         goto out;
@@ -265,6 +266,25 @@ sup__endpoint_find(const sup_ledger *l, const char *name)
             return &l->eps[i];
     }
     return NULL;
+}
+
+int
+sup__peer_room(sup_ledger *l)
+{
+    struct sup_peer **grown;
+    uint32_t cap;
+
+    if (l->peer_count < l->peers_cap)
+        return TALLY_OK;
+    if (l->peer_count >= l->max_peers)
+        return TALLY_EFULL;
+    cap = l->peers_cap * 2 < l->max_peers ? l->peers_cap * 2 : l->max_peers;
+    grown = tally_realloc(l->peers, cap * sizeof(*grown));
+    if (grown == NULL)
+        return TALLY_ENOMEM;
+    l->peers = grown;
+    l->peers_cap = cap;
+    return TALLY_OK;
 }
 
 int

@@ -316,7 +316,7 @@ int
 sup__apply_snapshot(sup_ledger *l, const struct sup_record *rec)
 {
     struct sup_peer *peer;
-    int pi;
+    int pi, rc;
 
     if (rec->flags & SUP_RECF_CACHED) {
         pi = sup__peer_find(l, rec->origin.child);
@@ -335,8 +335,9 @@ sup__apply_snapshot(sup_ledger *l, const struct sup_record *rec)
     case SUP_REC_SNAP_PEER:
         if (sup__peer_find(l, rec->origin.child) >= 0)
             return TALLY_EINVAL;
-        if (l->peer_count == l->max_peers)
-            return TALLY_EFULL;
+        rc = sup__peer_room(l);
+        if (rc != TALLY_OK)
+            return rc;
         peer = tally_calloc(1, sizeof(*peer));
         if (peer == NULL)
             return TALLY_ENOMEM;

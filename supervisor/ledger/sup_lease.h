@@ -61,7 +61,11 @@ typedef struct sup_ledger sup_ledger;
 #define SUP_RECALL_QUEUE        256 /* RECALLs waiting to be sent; more are found again later */
 #define SUP_DEDUPE              64  /* replies kept per child (and window of live seqs) */
 #define SUP_MAX_ENDPOINTS       256
-#define SUP_MAX_CHILDREN        64
+/* Child counters a tenant's ledger knows (every endpoint on every host that asked, kept for
+ * their dedupe windows): TENANT_MAX_ENDPOINTS on each of CLUSTER_MEMBERS_MAX hosts. The table
+ * grows as they come (SUP_PEERS_FIRST, then doubling). */
+#define SUP_MAX_CHILDREN 4096
+#define SUP_PEERS_FIRST  16
 
 /** Tells whether link `link_id` is live at now_ms and may call `endpoint` (both borrowed). Called
  *  for ACQUIRE and SLOT_ACQUIRE only, never during replay. May read a cache the caller refreshes

@@ -132,8 +132,8 @@ struct sup_ledger {
     struct sup_expiry *exp;
     uint32_t exp_len, exp_cap;
     bool exp_lost;           /* a push failed (no memory): next expiry by scan from then on */
-    struct sup_peer **peers; /* max_peers entries, in order of first HELLO */
-    uint32_t max_peers, peer_count;
+    struct sup_peer **peers; /* peers_cap entries, in order of first HELLO */
+    uint32_t max_peers, peer_count, peers_cap;
     uint64_t recall_q[SUP_RECALL_QUEUE]; /* lease ids to push a RECALL for (a ring) */
     uint32_t recall_head, recall_len;
 
@@ -161,6 +161,9 @@ bool sup__link_available(const sup_ledger *l, const char *id);
 struct sup_pair *sup__pair_find(const struct sup_link *k, const char *endpoint);
 struct sup_pair *sup__pair_get(struct sup_link *k, const char *endpoint);
 int sup__peer_find(const sup_ledger *l, const char *name);
+/** Room for one more peer (the table grown if needed): TALLY_OK, TALLY_EFULL (max_peers
+ *  known) or TALLY_ENOMEM. */
+int sup__peer_room(sup_ledger *l);
 void sup__path_find(const sup_ledger *l, const char *endpoint, const char *link,
                     struct sup_path *p /* OUT */);
 /* Finds or makes the link and its pair with `endpoint`, then sup__path_find. When the link
