@@ -81,6 +81,7 @@ endif()
 
 # One host's clock 2 s ahead (libfaketime) while leadership moves across namespaces: the skew
 # reported, every window at most its cap, window ids never back in any copy of the ledger.
-tally_add_test(test_netns_cluster_clock test_netns_cluster_clock.c netns_util.c LABELS e2e)
-target_link_libraries(test_netns_cluster_clock PRIVATE tally_ledger_internal)
+tally_add_test(test_netns_cluster_clock test_netns_cluster_clock.c netns_util.c cluster_digest.c
+               LABELS e2e)
+target_link_libraries(test_netns_cluster_clock PRIVATE tally_ledger_internal PkgConfig::SQLITE3)
 add_dependencies(test_netns_cluster_clock tallyd tally_cli)

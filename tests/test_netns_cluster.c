@@ -8,12 +8,13 @@
  *     within the bound, the isolated one stops calling itself leader, its own
  *     clients get 503 on a fail-closed endpoint (a link holding no lease) within
  *     6 s, and after the link comes back it follows the new leader and grants
- *     again within 3 s;
+ *     again within 3 s; `tally usage` then reads the same on every member, within
+ *     the plan, and every member's ledger copies are equal;
  *   - a follower is cut off: its fail-closed endpoint answers 503, its open one
  *     admits at most its degraded limit, every admission flagged degraded; healed,
  *     it grants again within 3 s, and its degraded admissions are charged to the
  *     ledger exactly once (`tally usage` on every member: before the cut + the
- *     degraded ones + the fresh check after);
+ *     degraded ones + the fresh check after), and the ledger copies are equal;
  *   - two of three are killed, the leader among them (kill -9 of every process
  *     of theirs: tallyd, its fork server, its supervisors, spare ones too), a
  *     tenant alone on a plan of 300 an hour used from every host before: the
@@ -113,6 +114,20 @@ teardown(void **state)
 
 #define SKIP_UNLESS_NET() NETNS_SKIP_UNLESS_UP(net)
 
+/* Every member's ledger copies equal (the digests of cluster_digest.h), within timeout_ms. */
+static void
+assert_copies_equal(long timeout_ms)
+{
+    const char *datas[HOSTS];
+    long ms;
+
+    for (int i = 0; i < HOSTS; i++)
+        datas[i] = net.h[i].data;
+    ms = cluster_digests_agree(datas, HOSTS, timeout_ms);
+    print_message("every member's ledger copies equal %ld ms later\n", ms);
+    assert_true(ms >= 0);
+}
+
 /* `tally usage TENANT` on every member, host `first` first (its children give their leases back
  * before it reads), into u; true when every member reads the same. */
 static bool
@@ -177,6 +192,19 @@ test_netns_leader_cut_off_and_back(void **state)
     }
     print_message("the healed host grants again %.0f ms after its link came back\n",
                   netns_ms_since(&t0));
+    /* Within the plan, the same on every member, and the copies equal. */
+    {
+        static char u[HOSTS][8192];
+        int waited = 0;
+        while (!usage_everywhere(li, "acme", u)) {
+            if (waited > 10000)
+                fail_msg("usage differs between members 10 s after healing");
+            netns_sleep_ms(200);
+            waited += 200;
+        }
+        assert_true(cluster_usage_sum(u[li], "plan", NULL) <= 100000);
+    }
+    assert_copies_equal(10000);
 }
 
 /* A follower cut off: its fail-closed endpoint answers 503, its open one admits no more than
@@ -265,6 +293,7 @@ test_netns_follower_cut_off_follows_its_policies(void **state)
     assert_true(usage_everywhere(fi, "acme", u));
     assert_int_equal(cluster_usage_sum(u[fi], "plan", NULL), want_plan);
     assert_int_equal(cluster_usage_sum(u[fi], "endpoint", "browse"), want_browse);
+    assert_copies_equal(10000);
 }
 
 /* 5% of the packets each host sends to the others dropped (nft numgen) for 10 s: TCP

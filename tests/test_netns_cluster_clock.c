@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cluster_digest.h"
 #include "netns_util.h"
 #include "store_journal.h"
 #include "sup_journal_codec.h"
@@ -386,6 +387,15 @@ test_netns_clock_ahead_while_leadership_moves(void **state)
         if (waited >= 5000)
             fail_msg("the copies differ:\n%s\n%s\n%s", usage[0], usage[1], usage[2]);
         netns_sleep_ms(200);
+    }
+    {
+        const char *datas[NETNS_HOSTS];
+        long ms;
+        for (int i = 0; i < NETNS_HOSTS; i++)
+            datas[i] = net.h[i].data;
+        ms = cluster_digests_agree(datas, NETNS_HOSTS, 10000);
+        print_message("every member's ledger copies equal %ld ms later\n", ms);
+        assert_true(ms >= 0);
     }
     for (int i = 0; i < NETNS_HOSTS; i++)
         assert_int_equal(test_daemon_stop(&net.h[i].d), 0);
