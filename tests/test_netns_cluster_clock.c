@@ -99,6 +99,7 @@ static int
 teardown(void **state)
 {
     (void)state;
+    netns_keep_logs(&net);
     netns_cluster_destroy(&net);
     return 0;
 }
@@ -129,19 +130,31 @@ kill_host(struct netns_host *h)
 static void poll_windows(struct netns_host *h, const char *which);
 
 /* Leaders die until host 2, whose clock is ahead, leads; host 3 is slower to call an election
- * than the others meanwhile (1 s, not 0.3 s). */
+ * than the others meanwhile (1 s, not 0.3 s). That does not make host 2 win when host 1 dies:
+ * with pre-vote, host 3 refuses every vote while it still has a leader, and when its own
+ * timer ends it asks first and wins (the leaders seen run 1 3 1 3 ...). Host 2 wins the race
+ * against host 1 started again after host 3 died, about one cycle in two: up to 20 elections
+ * (10 had failed in a CI run: 5 lost cycles in a row). The leaders met are printed. */
 static void
 lead_to_host2(void)
 {
+    char seen[64] = "";
+
     restart_with_timeout(&net.h[2], "1000");
     for (int tries = 0;; tries++) {
         unsigned long long l = netns_agreed(&net, 7u, 0, 15000);
         unsigned others;
+        size_t used = strlen(seen);
 
         assert_true(l >= 1 && l <= NETNS_HOSTS);
-        if (l == 2)
+        if (used + 3 < sizeof(seen))
+            snprintf(seen + used, sizeof(seen) - used, " %llu", l);
+        if (l == 2) {
+            print_message("leaders until host 2 led:%s\n", seen);
             return;
-        assert_true(tries < 10);
+        }
+        if (tries >= 20)
+            fail_msg("host 2 did not lead after %d elections; leaders:%s", tries, seen);
         others = 7u & ~(1u << (l - 1));
         kill_host(&net.h[l - 1]);
         assert_true(netns_agreed(&net, others, l, 15000) != 0);
