@@ -22,7 +22,7 @@
  *     two. A grant crosses four legs (the lease request, the log's append to the followers,
  *     their acks, the answer), each on two connections with every message on both, so a
  *     lost segment costs a retransmission timer only when both copies were lost: p99 130 to
- *     147 ms in the runs since (149 to 214 ms with the log's streams on one connection, when
+ *     163 ms in the runs since (149 to 214 ms with the log's streams on one connection, when
  *     a loss on both commit legs at once, 1 % of grants, waited for a timer);
  *   - afterwards every member's copy of the ledger is the same (cluster_digest.h).
  * Printed: each window's totals, the percentiles per host (the metric, the log, and the
