@@ -481,3 +481,30 @@ k9_check_tokens(const char *socket, const char *file, int timeout_ms)
     assert_true(n > 0);
     assert_int_equal(unknown, 0);
 }
+
+int
+k9_killed_by_signal(const char *log, const pid_t *killed, int n)
+{
+    int by_signal = 0;
+
+    assert_non_null(log);
+    for (int i = 0; i < n; i++) {
+        char needle[64];
+        const char *at, *why;
+
+        snprintf(needle, sizeof(needle), "\"pid\":%d,\"reason\":\"", (int)killed[i]);
+        at = strstr(log, needle);
+        if (at == NULL) {
+            fail_msg("killed supervisor %d has no supervisor_exit line", (int)killed[i]);
+            break;
+        }
+        why = at + strlen(needle);
+        if (strncmp(why, "signal\"", 7) == 0)
+            by_signal++;
+        else
+            printf("# supervisor %d had exited on its own before the kill: %.24s\n", (int)killed[i],
+                   why);
+    }
+    assert_true(by_signal >= n - 1);
+    return by_signal;
+}

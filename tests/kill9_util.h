@@ -52,6 +52,10 @@ int64_t k9_wall_ms(void);
 
 /** Parent pid of pid from /proc/PID/stat; 0 when gone. */
 pid_t k9_ppid(pid_t pid);
+/** How many of the n killed pids tallyd's log (borrowed) shows exiting by the signal. Each must
+ *  have its supervisor_exit line; a supervisor found alive may have exited on its own (idle)
+ *  just before the kill reached it, a zombie: at most one such, printed with its reason. */
+int k9_killed_by_signal(const char *log, const pid_t *killed, int n);
 /** True iff pid has a file open whose path ends with `suffix`. */
 bool k9_has_open(pid_t pid, const char *suffix);
 /** How many open files of pid have a link target starting with `prefix`

@@ -267,37 +267,6 @@ run_to_caps(struct env *e, int ms)
     printf("# caps met %lld ms after the load went full speed\n", (long long)(serve_now_ms() - t0));
 }
 
-/* How many of the killed pids exited by the signal. Each has its supervisor_exit line; a
- * supervisor found alive may have exited on its own (idle) just before the kill reached it,
- * a zombie: at most one such, logged with its own reason. */
-static int
-killed_exits(struct env *e, const pid_t *killed, int n)
-{
-    char *log = serve_log(&e->s);
-    int by_signal = 0;
-
-    assert_non_null(log);
-    for (int i = 0; i < n; i++) {
-        char needle[64];
-        snprintf(needle, sizeof(needle), "\"pid\":%d,\"reason\":\"", (int)killed[i]);
-        const char *at = strstr(log, needle);
-        const char *why;
-        if (at == NULL) {
-            fail_msg("killed supervisor %d has no supervisor_exit line", (int)killed[i]);
-            break;
-        }
-        why = at + strlen(needle);
-        if (strncmp(why, "signal\"", 7) == 0)
-            by_signal++;
-        else
-            printf("# supervisor %d had exited on its own before the kill: %.24s\n", (int)killed[i],
-                   why);
-    }
-    free(log);
-    assert_true(by_signal >= n - 1);
-    return by_signal;
-}
-
 static void
 test_kill9_supervisor_loop_under_load(void **state)
 {
@@ -355,10 +324,12 @@ test_kill9_supervisor_loop_under_load(void **state)
      * the next request that needs the supervisor, and with kept leases and cached refusals the
      * askers may need none */
     {
-        int crashes = killed_exits(e, killed, kills);
+        char *log = serve_log(&e->s);
+        int crashes = k9_killed_by_signal(log, killed, kills);
         int restarts = serve_log_count(&e->s, "\"event\":\"supervisor_restart\"");
         assert_int_equal(serve_log_count(&e->s, "\"reason\":\"signal\""), crashes);
         assert_true(restarts >= crashes - 1 && restarts <= crashes);
+        free(log);
     }
     {
         char *log = serve_log(&e->s);
