@@ -4,8 +4,9 @@
  * then persists them before any reply of the batch leaves: the output gate), run the supervisor's
  * expiry timer, then every child (sup_sim_child.c). Every frame goes through the real codec.
  * Clocks: true time t; the host's wall clock t + wall_off, which steps back now and then; each
- * child's monotonic clock runs at 1 + drift (|drift| <= 1%, the children assume 2%) and keeps
- * running across a crash of the child process. A world given a log (sup_sim_int.h, struct
+ * child's monotonic clock runs at 1 + drift (|drift| <= 1%, the children assume 2%; or, in half
+ * the worlds with faults, |drift| <= 0.09% with the default 0.1% past a lease's first T_lease) and
+ * keeps running across a crash of the child process. A world given a log (sup_sim_int.h, struct
  * sim_log) hands each turn to it instead of persisting it, and the log starts the supervisor.
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
@@ -120,10 +121,16 @@ setup(struct sim_world *w, const struct sim_params *p, const struct sim_log *log
     w->leases = reuse(keep.leases, w->cap_leases, sizeof(*w->leases), true);
     if (log == NULL)
         sim_sup_start(w); /* with a log, once it has a leader (its step) */
+    /* The children's bound past a lease's first T_lease: the default (0.1 %, with drifts within
+     * it) or 2 % like the first T_lease (with drifts up to 1 %, the old world). */
+    w->eps_long_ppm =
+        p->faults && sim_range(w, 0, 1) == 0 ? 20000 : SUP_CHILD_EPSILON_LONG_PPM_DEFAULT;
     for (int i = 0; i < p->children; i++) {
+        int64_t d = w->eps_long_ppm < 20000 ? w->eps_long_ppm * 9 / 10 : 10000;
+
         w->ch[i].ep = w->eps[i];
         w->ch[i].mono0 = sim_range(w, 1000, 1000000);
-        w->ch[i].drift_ppm = p->faults ? sim_range(w, -10000, 10000) : 0;
+        w->ch[i].drift_ppm = p->faults ? sim_range(w, -d, d) : -p->drift_ppm;
         sim_child_open(w, i);
     }
 }

@@ -47,7 +47,8 @@ struct sim_params {
     bool steady;             /* constant load, no idle phases, roomy limits */
     bool realistic;          /* the library's default timers (5 s leases...) and 1 min windows */
     int quiet_p100k;     /* steady: chance per ms per stream in 1/100000 instead (quiet links) */
-    int64_t keep_ttl_ms; /* realistic: the ledger's keep_ttl_ms (0 = its default) */
+    int64_t keep_ttl_ms; /* the ledger's keep_ttl_ms (0 = its default; drawn when not realistic) */
+    int64_t drift_ppm;   /* without faults: every child's clock this much slower than true time */
     bool verbose;
 };
 

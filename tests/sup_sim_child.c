@@ -34,6 +34,7 @@ sim_child_open(struct sim_world *w, int i)
     cfg.policy = ch->ep;
     cfg.incarnation = ++ch->inc;
     cfg.persist_marks = w->p.strict;
+    cfg.epsilon_long_ppm = w->eps_long_ppm;
     if (!w->p.realistic) {
         /* Everything ten to twenty times faster than the defaults, so a few simulated seconds
          * cross many windows. */

@@ -174,6 +174,12 @@ sim_configure(struct sim_world *w)
     /* The life of a kept lease: T_lease (300 ms here, 5 s by default), 12 times that (60 s by
      * default), or up to the end of its windows (1 s and 5 s here). */
     w->lcfg.keep_ttl_ms = (int64_t[]){300, 3600, PROTO_LEASE_MS_MAX}[sim_range(w, 0, 2)];
+    if (w->p.keep_ttl_ms > 0) {
+        /* Asked for: kept leases of that life whenever the plan is plentiful. */
+        w->lcfg.l_keep = 1;
+        w->lcfg.keep_factor = 16;
+        w->lcfg.keep_ttl_ms = w->p.keep_ttl_ms;
+    }
     w->r->keep_ttl_ms = w->lcfg.keep_ttl_ms;
     w->lcfg.lease_ttl_ms = 300;
     w->lcfg.margin_ms = 100;

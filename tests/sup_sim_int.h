@@ -122,11 +122,12 @@ struct sim_world {
     struct sim_result *r;
     const struct sim_log *log; /* NULL: the journal below is the supervisor's own */
     uint64_t rng;
-    int64_t t;        /* true time, ms from the start */
-    int64_t wall_off; /* supervisor (and host) wall clock = t + wall_off */
-    int64_t wall_hw;  /* its high-water mark */
-    bool draining;    /* faults over, letting reports flow */
-    int64_t p10k;     /* chance per ms per stream of a request, in 1/10000 */
+    int64_t t;            /* true time, ms from the start */
+    int64_t wall_off;     /* supervisor (and host) wall clock = t + wall_off */
+    int64_t wall_hw;      /* its high-water mark */
+    int64_t eps_long_ppm; /* the children's drift bound past a lease's first T_lease */
+    bool draining;        /* faults over, letting reports flow */
+    int64_t p10k;         /* chance per ms per stream of a request, in 1/10000 */
     struct tenant_plan plan;
     struct tenant_endpoint eps[SIM_MAX_CHILDREN];
     char links[SIM_MAX_LINKS][PROTO_LEASE_LINK_BUF];

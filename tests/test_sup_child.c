@@ -66,6 +66,34 @@ test_child_deadline_from_first_send(void **state)
     cx_close(&x);
 }
 
+/* A kept lease of an hour (every window of its path ends then): 2 % of its first 5 s (100 ms)
+ * and 0.1 % of the rest (3,595 ms), plus one tick, come off its end: 3,696 ms, not 72 s. */
+static void
+test_child_long_lease_ends_by_the_long_bound(void **state)
+{
+    const int64_t hour = 3600000;
+    struct proto_lease_msg acq;
+    struct sup_admit a;
+    struct cx x;
+    int64_t sent;
+
+    (void)state;
+    cx_open(&x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(&x);
+    (void)cx_admit(&x, LINK_A, 1, 0);
+    acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
+    sent = x.now.mono_ms;
+    (void)cx_grant(&x, &acq, 1000000, hour,
+                   PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE | PROTO_LEASE_GRANT_LAST, NULL);
+    x.now.mono_ms = sent + hour - 3697;
+    a = cx_admit(&x, LINK_A, 1, 0);
+    assert_int_equal(a.verdict, SUP_ADMIT_OK);
+    x.now.mono_ms = sent + hour - 3696;
+    a = cx_admit(&x, LINK_A, 1, 0);
+    assert_int_equal(a.verdict, SUP_ADMIT_WAIT);
+    cx_close(&x);
+}
+
 static void
 test_child_watermark_prefetch_never_waits(void **state)
 {
@@ -529,6 +557,7 @@ main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_child_deadline_from_first_send),
+        cmocka_unit_test(test_child_long_lease_ends_by_the_long_bound),
         cmocka_unit_test(test_child_watermark_prefetch_never_waits),
         cmocka_unit_test(test_child_deny_cached_by_cost),
         cmocka_unit_test(test_child_refusals_outlive_a_small_table),

@@ -460,13 +460,24 @@ make_room(sup_child *c, struct child_link *k, int64_t now_mono)
     retire(c, least);
 }
 
+int64_t
+sup__child_drift_margin(const sup_child *c, int64_t ttl_ms)
+{
+    int64_t t = c->lease_ttl_ms > 0 ? c->lease_ttl_ms : SUP_CHILD_LEASE_TTL_MS;
+    int64_t head = ttl_ms < t ? ttl_ms : t, tail = ttl_ms - head;
+
+    /* epsilon over a lease's first T_lease, epsilon_long over the rest (docs/DESIGN.md §5), plus
+     * one tick: clocks are read in whole milliseconds. */
+    return (head * c->epsilon_ppm + 999999) / 1000000 +
+           (tail * c->epsilon_long_ppm + 999999) / 1000000 + 1;
+}
+
 int
 sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_lease_grant *g,
                      const struct child_req *r, int64_t now_mono)
 {
     struct child_lease *cl = NULL;
-    /* The drift bound, plus one tick: clocks are read in whole milliseconds. */
-    int64_t margin = (g->ttl_ms * c->epsilon_ppm + 999999) / 1000000 + 1;
+    int64_t margin = sup__child_drift_margin(c, g->ttl_ms);
     /* Asked for before a recall (sup_child_recall): sized under the old limits, never used;
      * or RECALLed by the supervisor before its GRANT got here. */
     bool recalled = r->seq <= c->recall_seq;

@@ -98,6 +98,7 @@ sup_child_open(const struct sup_child_config *cfg, sup_child **out)
     c->renew_ms = or_default(cfg->renew_ms, SUP_CHILD_RENEW_MS_DEFAULT);
     c->lead_ms = or_default(cfg->lead_ms, SUP_CHILD_LEAD_MS_DEFAULT);
     c->epsilon_ppm = or_default(cfg->epsilon_ppm, SUP_CHILD_EPSILON_PPM_DEFAULT);
+    c->epsilon_long_ppm = or_default(cfg->epsilon_long_ppm, SUP_CHILD_EPSILON_LONG_PPM_DEFAULT);
     c->mark_chunk_min = or_default(cfg->mark_chunk_min, SUP_CHILD_MARK_CHUNK_MIN_DEFAULT);
     c->mark_lead_ms = or_default(cfg->mark_lead_ms, SUP_CHILD_MARK_LEAD_MS_DEFAULT);
     c->l_min = or_default(cfg->l_min, 1);
@@ -107,7 +108,8 @@ sup_child_open(const struct sup_child_config *cfg, sup_child **out)
     c->connected = true;
     c->last_reply_mono = INT64_MIN / 2;
     rc = TALLY_EINVAL;
-    if (c->epsilon_ppm >= 1000000 || c->l_min > c->l_max || c->l_max > PROTO_LEASE_N_MAX)
+    if (c->epsilon_ppm >= 1000000 || c->epsilon_long_ppm >= 1000000 || c->l_min > c->l_max ||
+        c->l_max > PROTO_LEASE_N_MAX)
         goto out;
     rc = tenant_index_init(&c->link_index, c->max_links);
     if (rc != TALLY_OK)

@@ -21,13 +21,14 @@
 #include "sup_child_host.h"
 #include "tenant_index.h"
 
-#define CHILD_LEASES         4  /* per link: in use, prefetched, and being reported */
-#define CHILD_LIVE_MAX       2  /* live leases per link: in use and prefetched */
-#define CHILD_SEQ_WINDOW     48 /* newest seq - oldest in flight stays below the supervisor's 64 */
-#define CHILD_BACKOFF_MAX_MS 1000
-#define CHILD_NEVER_CACHE_MS 60000 /* a "never" refusal is remembered this long */
-#define CHILD_RECALLED       8     /* RECALLs remembered for grants still on their way */
-#define CHILD_REQ_INITIAL    4     /* request entries at open */
+#define CHILD_LEASES           4  /* per link: in use, prefetched, and being reported */
+#define CHILD_LIVE_MAX         2  /* live leases per link: in use and prefetched */
+#define CHILD_SEQ_WINDOW       48 /* newest seq - oldest in flight stays below the supervisor's 64 */
+#define CHILD_BACKOFF_MAX_MS   1000
+#define CHILD_NEVER_CACHE_MS   60000 /* a "never" refusal is remembered this long */
+#define CHILD_RECALLED         8     /* RECALLs remembered for grants still on their way */
+#define CHILD_REQ_INITIAL      4     /* request entries at open */
+#define SUP_CHILD_LEASE_TTL_MS 5000  /* T_lease until a WELCOME says otherwise */
 
 /* PARKED: a kept lease left to the next incarnation when the child closes while idle: written
  * with its exact use, never reported, resumed by the next open. */
@@ -117,7 +118,7 @@ struct sup_child {
     bool persist_marks;
     struct sup_child_counters counters; /* bind NULL = none */
     int64_t wait_ms, idle_ms, heartbeat_ms, retransmit_ms, unreachable_ms, renew_ms, lead_ms;
-    int64_t epsilon_ppm, mark_chunk_min, mark_lead_ms, l_min, l_max;
+    int64_t epsilon_ppm, epsilon_long_ppm, mark_chunk_min, mark_lead_ms, l_min, l_max;
 
     struct child_link **links;
     uint32_t max_links, link_count;
@@ -182,6 +183,9 @@ int64_t sup__child_want(const sup_child *c, const struct child_link *k, int64_t 
 void sup__child_rate_update(struct child_link *k, int64_t now_mono);
 /** Asks for an ACQUIRE on `k` with at least `need`, unless one is wanted or in flight. */
 void sup__child_want_acquire(struct child_link *k, int64_t need);
+/** How much earlier than its TTL says a child stops using a lease of `ttl_ms`: the drift bound
+ *  (epsilon over the first T_lease, epsilon_long beyond) plus one tick. */
+int64_t sup__child_drift_margin(const sup_child *c, int64_t ttl_ms);
 /** Places a granted lease (retired at once, and reported, if it arrived dead). TALLY_OK, or
  *  TALLY_EFULL when every entry of `k` is live or waiting for its row's DELETE: nothing was
  *  placed and the caller must hand the lease back. */

@@ -36,10 +36,14 @@ struct sup_time {
 #define SUP_CHILD_UNREACHABLE_MS_DEFAULT 1000  /* no answer this long: supervisor unreachable */
 #define SUP_CHILD_RENEW_MS_DEFAULT       2000  /* T_renew: a lease lasts about this long */
 #define SUP_CHILD_LEAD_MS_DEFAULT        1000  /* watermark: RTT p99 with a disk stall */
-#define SUP_CHILD_EPSILON_PPM_DEFAULT    20000 /* clock drift bound: 2% */
-#define SUP_CHILD_MARK_CHUNK_MIN_DEFAULT 4
-#define SUP_CHILD_MARK_LEAD_MS_DEFAULT   1000 /* strict: a mark runs rate x this ahead of use */
-#define SUP_CHILD_INFLIGHT               32   /* requests in flight; half the supervisor's window */
+#define SUP_CHILD_EPSILON_PPM_DEFAULT    20000 /* drift bound over a lease's first T_lease */
+/* The drift bound past a lease's first T_lease: 0.1 %, twice the largest frequency correction the
+ * kernel makes to a clock disciplined by NTP (500 ppm); on one host the monotonic and the wall
+ * clock advance at the same rate. */
+#define SUP_CHILD_EPSILON_LONG_PPM_DEFAULT 1000
+#define SUP_CHILD_MARK_CHUNK_MIN_DEFAULT   4
+#define SUP_CHILD_MARK_LEAD_MS_DEFAULT     1000 /* strict: a mark runs rate x this ahead of use */
+#define SUP_CHILD_INFLIGHT                 32 /* requests in flight; half the supervisor's window */
 
 struct sup_child_config {
     char tenant[TENANT_NAME_MAX + 1];
@@ -58,6 +62,7 @@ struct sup_child_config {
     int64_t renew_ms;
     int64_t lead_ms;
     int64_t epsilon_ppm;
+    int64_t epsilon_long_ppm;
     int64_t mark_chunk_min;
     int64_t mark_lead_ms;
     int64_t l_min;
