@@ -95,6 +95,9 @@ acquire_ok(const struct proto_lease_acquire *a)
         a->want < a->need || !in_range(a->rate_milli, 0, PROTO_LEASE_RATE_MAX) ||
         !in_range(a->debt, 0, PROTO_LEASE_N_MAX))
         return false;
+    if ((a->flags & ~PROTO_LEASE_ACQ_NEXT) != 0 ||
+        ((a->flags & PROTO_LEASE_ACQ_NEXT) && a->need != 0))
+        return false;
     if (a->report_lease == 0)
         return a->report_used == 0;
     return id_ok(a->report_lease) && in_range(a->report_used, 0, PROTO_LEASE_N_MAX);
@@ -105,6 +108,7 @@ grant_ok(const struct proto_lease_grant *g)
 {
     return tenant_name_valid(g->endpoint) && tenant_link_id_valid(g->link) && id_ok(g->lease_id) &&
            in_range(g->n, 1, PROTO_LEASE_N_MAX) && in_range(g->ttl_ms, 1, PROTO_LEASE_MS_MAX) &&
+           in_range(g->start_ms, 0, g->ttl_ms - 1) &&
            (g->flags & ~(uint32_t)(PROTO_LEASE_GRANT_PASS | PROTO_LEASE_GRANT_KEEP |
                                    PROTO_LEASE_GRANT_EDGE | PROTO_LEASE_GRANT_LAST)) == 0 &&
            /* the last lease of its windows ends at one */
@@ -234,6 +238,7 @@ put_body(struct proto_writer *w, const struct proto_lease_msg *m)
         proto_put_u64(w, m->acquire.report_lease);
         proto_put_i64(w, m->acquire.report_used);
         proto_put_i64(w, m->acquire.debt);
+        proto_put_u8(w, m->acquire.flags);
         break;
     case PROTO_LEASE_GRANT:
         proto_put_str(w, m->grant.endpoint);
@@ -244,6 +249,7 @@ put_body(struct proto_writer *w, const struct proto_lease_msg *m)
         proto_put_u32(w, m->grant.flags);
         proto_put_u32(w, m->grant.holders);
         proto_put_u64(w, m->grant.epoch);
+        proto_put_i64(w, m->grant.start_ms);
         break;
     case PROTO_LEASE_DENY:
         proto_put_str(w, m->deny.endpoint);
@@ -361,6 +367,7 @@ get_body(struct proto_cursor *c, struct proto_lease_msg *m)
         m->acquire.report_lease = proto_get_u64(c);
         m->acquire.report_used = proto_get_i64(c);
         m->acquire.debt = proto_get_i64(c);
+        m->acquire.flags = proto_get_u8(c);
         break;
     case PROTO_LEASE_GRANT:
         proto_get_str(c, m->grant.endpoint, sizeof(m->grant.endpoint));
@@ -371,6 +378,7 @@ get_body(struct proto_cursor *c, struct proto_lease_msg *m)
         m->grant.flags = proto_get_u32(c);
         m->grant.holders = proto_get_u32(c);
         m->grant.epoch = proto_get_u64(c);
+        m->grant.start_ms = proto_get_i64(c);
         break;
     case PROTO_LEASE_DENY:
         proto_get_str(c, m->deny.endpoint, sizeof(m->deny.endpoint));

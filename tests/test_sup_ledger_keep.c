@@ -264,10 +264,93 @@ test_ledger_recall_kept_leases_when_short(void **state)
     fx_close(&f);
 }
 
+/* A NEXT ACQUIRE: a kept lease for the windows starting at the path's earliest window end,
+ * counted there and not before, decided against what that window holds, given back to it before
+ * it starts, and the same after a replay and after a snapshot. */
+static void
+test_ledger_next_lease_counts_in_the_next_window(void **state)
+{
+    struct proto_lease_msg r, m;
+    struct sup_cell_info c;
+    struct sup_records snap = {0};
+    sup_ledger *again = NULL;
+    size_t needed = 0;
+    struct fx f;
+    int64_t w;
+
+    (void)state;
+    fx_open(&f);
+    fx_hello(&f, 0, 1, T0);
+    w = fx_plan_cell(&f, MINUTE).window_id; /* no cell yet: 0 */
+    fx_origin(&f, &m, PROTO_LEASE_ACQUIRE, 0, 1);
+    strcpy(m.acquire.endpoint, f.eps[0].name);
+    strcpy(m.acquire.link, LINK_A);
+    m.acquire.want = 1;
+    m.acquire.flags = PROTO_LEASE_ACQ_NEXT;
+    /* 30 s into the minute... */
+    r = fx_send(&f, T0 + 10000, &m, NULL);
+    assert_int_equal(r.type, PROTO_LEASE_GRANT);
+    /* ... it starts at the minute's end, 30 s on, and lives that next minute: the share of a
+     * whole minute, 600 / 16. */
+    assert_int_equal(r.grant.start_ms, 30000);
+    assert_int_equal(r.grant.ttl_ms, 30000 + MINUTE);
+    assert_int_equal(r.grant.n, 37);
+    assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
+    c = fx_plan_cell(&f, MINUTE);
+    (void)w;
+    assert_int_equal(c.granted, 0);
+    assert_int_equal(c.next_granted, 37);
+    assert_int_equal(c.next_window_id, (T0 + 40000) / MINUTE);
+    /* The running minute is whole: 563 more fit in it. */
+    r = fx_acquire(&f, 0, 1, LINK_B, 600, 600, T0 + 11000);
+    assert_int_equal(r.type, PROTO_LEASE_GRANT);
+    assert_int_equal(fx_plan_cell(&f, MINUTE).granted, 600);
+    fx_assert_replay(&f);
+    /* A second NEXT lease, given back before its window starts: credited there. */
+    fx_origin(&f, &m, PROTO_LEASE_ACQUIRE, 0, 1);
+    strcpy(m.acquire.endpoint, f.eps[0].name);
+    strcpy(m.acquire.link, LINK_B);
+    m.acquire.want = 1;
+    m.acquire.flags = PROTO_LEASE_ACQ_NEXT;
+    r = fx_send(&f, T0 + 12000, &m, NULL);
+    assert_int_equal(r.type, PROTO_LEASE_GRANT);
+    /* (600 - 37) / 16 / 3 holders: the running minute's lease counts as one. */
+    assert_int_equal(r.grant.n, 11);
+    fx_origin(&f, &m, PROTO_LEASE_RETURN, 0, 1);
+    m.ret.lease_id = r.grant.lease_id;
+    m.ret.used = 0;
+    (void)fx_send(&f, T0 + 13000, &m, NULL);
+    c = fx_plan_cell(&f, MINUTE);
+    assert_int_equal(c.next_granted, 48);
+    assert_int_equal(c.next_credited, 11);
+    /* A snapshot restores the counts ahead and keeps the ledger's clock. */
+    snap.v = calloc(256, sizeof(*snap.v));
+    snap.cap = 256;
+    assert_non_null(snap.v);
+    assert_int_equal(sup_ledger_snapshot(f.l, &snap, &needed), TALLY_OK);
+    assert_int_equal(sup_ledger_open(&f.cfg, &again), TALLY_OK);
+    for (size_t i = 0; i < snap.count; i++)
+        assert_int_equal(sup_ledger_replay(again, &snap.v[i]), TALLY_OK);
+    assert_int_equal(sup_ledger_digest(again), sup_ledger_digest(f.l));
+    sup_ledger_close(again);
+    free(snap.v);
+    /* The minute rolls: what was reserved ahead is that minute's count, the old one history. */
+    r = fx_acquire(&f, 0, 1, LINK_B, 1, 1, T0 + 41000);
+    assert_int_equal(r.type, PROTO_LEASE_GRANT);
+    c = fx_plan_cell(&f, MINUTE);
+    assert_int_equal(c.window_id, (T0 + 40000) / MINUTE);
+    assert_int_equal(c.granted - c.credited, 37 + r.grant.n);
+    assert_int_equal(c.prev_granted, 600);
+    assert_int_equal(c.next_granted, 0);
+    fx_assert_replay(&f);
+    fx_close(&f);
+}
+
 int
 main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ledger_next_lease_counts_in_the_next_window),
         cmocka_unit_test(test_ledger_small_grants_kept_while_plenty),
         cmocka_unit_test(test_ledger_kept_lease_holds_the_share_for_its_life),
         cmocka_unit_test(test_ledger_recall_kept_leases_when_short),

@@ -16,9 +16,9 @@
  *   HELLO         str tenant
  *   WELCOME       u64 epoch, u32 children, u32 concurrency, i64 lease_ttl_ms, i64 heartbeat_ms
  *   ACQUIRE       str endpoint, str link, i64 want, i64 need, i64 rate_milli,
- *                 u64 report_lease, i64 report_used, i64 debt
+ *                 u64 report_lease, i64 report_used, i64 debt, u8 flags
  *   GRANT         str endpoint, str link, u64 lease_id, i64 n, i64 ttl_ms, u32 flags,
- *                 u32 holders, u64 epoch
+ *                 u32 holders, u64 epoch, i64 start_ms
  *   DENY          str endpoint, str link, u8 scope, u8 flags, i64 retry_after_ms, i64 limit
  *   RETURN        u64 lease_id, i64 used
  *   RETURN_ACK    u64 lease_id, i64 credited
@@ -108,6 +108,11 @@ enum proto_journal_op {
 #define PROTO_LEASE_LINK_BUF  24   /* a link id, its NUL, rounded up */
 #define PROTO_LEASE_FRAME_MAX 1024 /* every lease frame fits: size send buffers with it */
 
+/* ACQUIRE flags. */
+enum proto_lease_acquire_flags {
+    PROTO_LEASE_ACQ_NEXT = 1 << 0, /* a lease for the windows after the current ones, from the
+                                      earliest end of a window of the path on (need 0) */
+};
 /* GRANT flags. */
 enum proto_lease_grant_flags {
     PROTO_LEASE_GRANT_PASS = 1 << 0, /* pass-through: near exhaustion, do not prefetch */
@@ -160,6 +165,7 @@ struct proto_lease_acquire {
     uint64_t report_lease; /* a lease of this incarnation the child stopped using (0 = none) */
     int64_t report_used;   /* tokens used from it (0 when no report) */
     int64_t debt;          /* degraded admissions on this link not yet reported */
+    uint8_t flags;         /* enum proto_lease_acquire_flags */
 };
 
 struct proto_lease_grant {
@@ -171,6 +177,8 @@ struct proto_lease_grant {
     uint32_t flags; /* enum proto_lease_grant_flags */
     uint32_t holders;
     uint64_t epoch;
+    int64_t start_ms; /* usable only this long after the grant arrives (a NEXT lease), else 0;
+                         ttl_ms counts from the send as always, start included */
 };
 
 struct proto_lease_deny {

@@ -76,6 +76,11 @@ sup__record_reply(const sup_ledger *l, const struct sup_record *rec, struct prot
             reply->grant.lease_id = rec->lease_id;
             reply->grant.n = rec->n;
             reply->grant.ttl_ms = rec->ttl_ms;
+            if (rec->flags & SUP_RECF_NEXT) {
+                /* From the decision: the wait until its windows start, then its life. */
+                reply->grant.ttl_ms = rec->deadline_ms - rec->now_ms;
+                reply->grant.start_ms = reply->grant.ttl_ms - rec->ttl_ms;
+            }
             reply->grant.flags = (rec->flags & SUP_RECF_PASS) ? PROTO_LEASE_GRANT_PASS : 0;
             if (rec->flags & SUP_RECF_KEEP)
                 reply->grant.flags |= PROTO_LEASE_GRANT_KEEP;
@@ -230,11 +235,13 @@ apply_acquire(sup_ledger *l, const struct sup_record *rec)
         snprintf(lease->endpoint, sizeof(lease->endpoint), "%s", rec->endpoint);
         lease->link = p.link;
         lease->n = rec->n;
-        lease->granted_ms = rec->now_ms;
+        /* A NEXT lease starts later than the decision: its windows are those of its start. */
+        lease->granted_ms =
+            (rec->flags & SUP_RECF_NEXT) ? rec->deadline_ms - rec->ttl_ms : rec->now_ms;
         lease->deadline_ms = rec->deadline_ms;
         lease->keep = (rec->flags & SUP_RECF_KEEP) != 0;
         sup__lease_opened(l, lease);
-        rc = sup__path_reserve(l, &p, lease);
+        rc = sup__path_reserve(l, &p, lease, rec->now_ms);
         p.link->leases++;
         peer->leases++;
         l->lease_count++;
@@ -383,6 +390,7 @@ record_names_ok(const struct sup_record *rec)
         return true;
     case SUP_REC_SNAP_CELL:
     case SUP_REC_SNAP_PREV:
+    case SUP_REC_SNAP_NEXT:
     case SUP_REC_SNAP_GCRA:
         return (rec->endpoint[0] == '\0' || tenant_name_valid(rec->endpoint)) &&
                (rec->link[0] == '\0' || tenant_link_id_valid(rec->link));

@@ -55,6 +55,7 @@ sup__cell_rekey(struct sup_cell *c, int64_t period_ms, int64_t now_ms)
     c->window_id = window_id;
     /* History under another period says nothing about the new one's windows. */
     c->prev_window_id = c->prev_granted = c->prev_credited = c->prev_debt = 0;
+    c->next_window_id = c->next_granted = c->next_credited = 0;
 }
 
 void
@@ -83,6 +84,8 @@ sup__cell_roll(struct sup_budget *b, const struct tenant_limit *lim, int64_t now
     if (NEVER(c == NULL))
         return NULL;
     if (c->window_id < window_id) {
+        bool ahead = c->next_window_id == window_id;
+
         if (c->granted != 0 || c->credited != 0 || c->debt != 0) {
             c->prev_window_id = c->window_id;
             c->prev_granted = c->granted;
@@ -90,9 +93,13 @@ sup__cell_roll(struct sup_budget *b, const struct tenant_limit *lim, int64_t now
             c->prev_debt = c->debt;
         }
         c->window_id = window_id;
-        c->granted = 0;
-        c->credited = 0;
+        /* What NEXT leases reserved for this window counts from its start; reserved for a
+         * window already over, it is spent and forgotten. */
+        c->granted = ahead ? c->next_granted : 0;
+        c->credited = ahead ? c->next_credited : 0;
         c->debt = 0;
+        if (c->next_window_id <= window_id)
+            c->next_window_id = c->next_granted = c->next_credited = 0;
     }
     return c;
 }
@@ -158,6 +165,9 @@ sup__budget_view(const struct sup_path *p, int kind, int64_t eval_ms, const stru
         if (c != NULL && c->window_id == window_id) {
             used += c->granted - c->credited + c->debt;
             used -= credit_on(lease, p, kind, period_ms, window_id, credit);
+        } else if (c != NULL && window_id > c->window_id && c->next_window_id == window_id) {
+            used += c->next_granted - c->next_credited; /* a NEXT decision, at the boundary */
+            used -= credit_on(lease, p, kind, period_ms, window_id, credit);
         }
         st->period_ms[i] = period_ms;
         st->window_id[i] = window_id;
@@ -198,7 +208,8 @@ sup__cell_counted(const struct sup_cell *c)
 {
     return c->period_ms != 0 &&
            (c->granted != 0 || c->credited != 0 || c->debt != 0 || c->prev_granted != 0 ||
-            c->prev_credited != 0 || c->prev_debt != 0);
+            c->prev_credited != 0 || c->prev_debt != 0 || c->next_granted != 0 ||
+            c->next_credited != 0);
 }
 
 bool
@@ -206,6 +217,8 @@ sup__cell_live(const struct sup_cell *c, int64_t now_ms)
 {
     int64_t end_ms;
 
+    if (c->period_ms != 0 && (c->next_granted != 0 || c->next_credited != 0))
+        return true; /* reserved ahead: live until it is the current window, then as above */
     if (c->period_ms == 0 || (c->granted == 0 && c->credited == 0 && c->debt == 0))
         return false;
     end_ms = tenant_window_end_ms(c->window_id, c->period_ms);
@@ -263,8 +276,10 @@ sup__path_note(sup_ledger *l, struct sup_path *p, struct sup_lease *lease)
 }
 
 int
-sup__path_reserve(sup_ledger *l, struct sup_path *p, struct sup_lease *lease)
+sup__path_reserve(sup_ledger *l, struct sup_path *p, struct sup_lease *lease, int64_t now_ms)
 {
+    int64_t roll_ms = now_ms < lease->granted_ms ? now_ms : lease->granted_ms;
+
     (void)l;
     for (int kind = 0; kind < SUP_BUDGETS; kind++) {
         struct sup_budget *b = p->b[kind];
@@ -286,11 +301,21 @@ sup__path_reserve(sup_ledger *l, struct sup_path *p, struct sup_lease *lease)
             continue;
         }
         for (uint32_t i = 0; i < ls->count; i++) {
-            struct sup_cell *c = sup__cell_roll(b, &ls->v[i], lease->granted_ms);
+            struct sup_cell *c = sup__cell_roll(b, &ls->v[i], roll_ms);
+            int64_t window_id = tenant_window_id(lease->granted_ms, ls->v[i].period_ms);
 
             if (c == NULL)
                 continue;
-            c->granted += lease->n;
+            if (window_id > c->window_id) {
+                /* A NEXT lease: counted in the window it starts in, ahead of the cell. */
+                if (c->next_window_id != window_id) {
+                    c->next_window_id = window_id;
+                    c->next_granted = c->next_credited = 0;
+                }
+                c->next_granted += lease->n;
+            } else {
+                c->granted += lease->n;
+            }
             lease->periods[kind][i] = ls->v[i].period_ms;
         }
     }
@@ -345,10 +370,15 @@ sup__lease_release_cells(sup_ledger *l, const struct sup_lease *lease, int64_t c
             int64_t period_ms = lease->periods[kind][i];
             struct sup_cell *c = period_ms != 0 ? sup__cell_find(b, period_ms) : NULL;
 
+            int64_t window_id = tenant_window_id(lease->granted_ms, period_ms);
+
             /* A credit after the window rolled over has nothing left to give back (and cannot
-             * come: no lease outlives its window, one returned later is spent). */
-            if (c != NULL && c->window_id == tenant_window_id(lease->granted_ms, period_ms))
+             * come: no lease outlives its window, one returned later is spent). A NEXT lease
+             * returned before its window started gives back to the cell's next counts. */
+            if (c != NULL && c->window_id == window_id)
                 c->credited += credit;
+            else if (c != NULL && c->next_window_id == window_id && window_id > c->window_id)
+                c->next_credited += credit;
         }
     }
 }

@@ -77,6 +77,7 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
            const struct tenant_decision *d, int64_t eval_ms, const struct proto_lease_acquire *a,
            int64_t cost, struct sup_record *rec)
 {
+    bool next = (a->flags & PROTO_LEASE_ACQ_NEXT) != 0;
     int64_t cap = l->l_max, ttl_cap = INT64_MAX, ttl_last = 0, holders = 1, n, ttl;
     int64_t share = PROTO_LEASE_N_MAX; /* a holder's share of what remains; grant_size caps it */
     bool pass = false, plenty = l->l_keep > 0;
@@ -127,6 +128,13 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
     } else {
         n = grant_size(l, a->want, cap, a->need);
         ttl = l->lease_ttl_ms;
+        if (next && !(plenty && share >= n)) {
+            /* A lease ahead of its window is only worth it for a quiet link's kept share. */
+            rec->flags |= SUP_RECF_PASS;
+            rec->deny_flags = PROTO_LEASE_DENY_PASS;
+            rec->scope = TENANT_SCOPE_NONE;
+            return;
+        }
         if (plenty && share >= n) {
             /* While every budget of the path is plentiful, a grant within the per-holder share
              * (1/keep_factor of what remains per holder) is kept instead: it holds that whole
@@ -154,11 +162,37 @@ size_grant(const sup_ledger *l, const struct sup_path *p, const int *kinds, uint
         if (ttl_last == ttl_cap)
             rec->flags |= SUP_RECF_LAST;
     }
-    rec->flags |= SUP_RECF_GRANTED;
+    rec->flags |= SUP_RECF_GRANTED | (next ? SUP_RECF_NEXT : 0);
     rec->lease_id = l->next_lease_id + 1;
     rec->n = n;
     rec->ttl_ms = ttl;
     rec->deadline_ms = eval_ms + ttl;
+}
+
+/* The instant a NEXT lease of path `p` would start at: the earliest end, after eval_ms, of a
+ * window of the path; 0 when the path has no window budget or has a GCRA one (nothing to ask
+ * ahead for). */
+static int64_t
+next_start(const struct sup_path *p, int64_t eval_ms)
+{
+    int64_t start = 0;
+
+    for (int kind = 0; kind < SUP_BUDGETS; kind++) {
+        const struct tenant_limits *ls = p->ls[kind];
+
+        if (ls == NULL || ls->count == 0)
+            continue;
+        if (p->alg[kind] == TENANT_ALG_GCRA)
+            return 0;
+        for (uint32_t i = 0; i < ls->count; i++) {
+            int64_t end = tenant_window_end_ms(tenant_window_id(eval_ms, ls->v[i].period_ms),
+                                               ls->v[i].period_ms);
+
+            if (end > eval_ms && (start == 0 || end < start))
+                start = end;
+        }
+    }
+    return start;
 }
 
 bool
@@ -166,7 +200,7 @@ sup__decide_acquire(sup_ledger *l, int pi, int64_t now_ms, const struct proto_le
                     struct sup_record *rec, struct proto_lease_msg *reply)
 {
     const struct proto_lease_acquire *a = &in->acquire;
-    int64_t eval_ms = sup__eval_ms(l, now_ms), cost = a->need > 0 ? a->need : 1;
+    int64_t eval_ms = sup__eval_ms(l, now_ms), cost = a->need > 0 ? a->need : 1, view_ms;
     struct tenant_budget views[SUP_BUDGETS];
     struct tenant_decision d;
     struct tenant_path tp;
@@ -196,12 +230,26 @@ sup__decide_acquire(sup_ledger *l, int pi, int64_t now_ms, const struct proto_le
         error = PROTO_LEASE_E_LINK;
     else if (l->lease_count >= l->max_leases || !sup__link_available(l, a->link))
         error = PROTO_LEASE_E_BUSY;
+    /* A NEXT ACQUIRE is decided as at the start of the windows it asks for. */
+    view_ms = eval_ms;
+    if (error == 0 && (a->flags & PROTO_LEASE_ACQ_NEXT)) {
+        view_ms = next_start(&p, eval_ms);
+        if (view_ms == 0 || view_ms - eval_ms > SUP_NEXT_AHEAD_MS) {
+            rec->flags |= SUP_RECF_PASS;
+            rec->deny_flags = PROTO_LEASE_DENY_PASS;
+            rec->scope = TENANT_SCOPE_NONE;
+            if (rp.flags != 0 || a->debt > 0)
+                return true; /* the report and the debt still count */
+            sup__record_reply(l, rec, reply);
+            return false;
+        }
+    }
 
     memset(&tp, 0, sizeof(tp));
     for (int kind = 0; kind < SUP_BUDGETS && error == 0; kind++) {
         if (p.ls[kind] == NULL || p.ls[kind]->count == 0)
             continue; /* empty limit lists are skipped */
-        rc = sup__budget_view(&p, kind, eval_ms, rp.lease, rp.credit, a->debt, &views[tp.count]);
+        rc = sup__budget_view(&p, kind, view_ms, rp.lease, rp.credit, a->debt, &views[tp.count]);
         if (rc != TALLY_OK)
             break;
         kinds[tp.count] = kind;
@@ -209,7 +257,7 @@ sup__decide_acquire(sup_ledger *l, int pi, int64_t now_ms, const struct proto_le
         tp.count++;
     }
     if (error == 0 && rc == TALLY_OK)
-        rc = tenant_path_decide(&tp, now_ms, cost, &d);
+        rc = tenant_path_decide(&tp, view_ms > now_ms ? view_ms : now_ms, cost, &d);
     if (error == 0 && rc != TALLY_OK)
         error = PROTO_LEASE_E_INVALID;
 
@@ -219,7 +267,7 @@ sup__decide_acquire(sup_ledger *l, int pi, int64_t now_ms, const struct proto_le
     } else if (!d.admitted) {
         deny_from(rec, &d);
     } else {
-        size_grant(l, &p, kinds, tp.count, &d, eval_ms, a, cost, rec);
+        size_grant(l, &p, kinds, tp.count, &d, view_ms, a, cost, rec);
     }
     if ((rec->flags & SUP_RECF_GRANTED) || rp.flags != 0 || a->debt > 0)
         return true;

@@ -62,12 +62,22 @@ budget_hash(uint64_t h, const struct sup_budget *b, int64_t now_ms)
     for (int i = 0; i < TENANT_MAX_WINDOWS; i++) {
         const struct sup_cell *c = &b->cells[i];
 
-        if (sup__cell_live(c, now_ms)) {
+        struct sup_cell cur = *c;
+        bool ahead = c->period_ms != 0 && (c->next_granted != 0 || c->next_credited != 0);
+
+        cur.next_granted = cur.next_credited = 0; /* the current window alone */
+        if (sup__cell_live(&cur, now_ms)) {
             h = fnv_i64(h, c->period_ms);
             h = fnv_i64(h, c->window_id);
             h = fnv_i64(h, c->granted);
             h = fnv_i64(h, c->credited);
             h = fnv_i64(h, c->debt);
+        }
+        if (ahead) {
+            h = fnv_i64(h, c->period_ms);
+            h = fnv_i64(h, c->next_window_id);
+            h = fnv_i64(h, c->next_granted);
+            h = fnv_i64(h, c->next_credited);
         }
         if (sup__gcra_live(&b->gcra, i, now_ms)) {
             h = fnv_i64(h, b->gcra.period_ms[i]);

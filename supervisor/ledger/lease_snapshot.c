@@ -53,6 +53,16 @@ snap_budget(struct snap *s, const struct sup_budget *b, enum tenant_scope scope,
         r->v[1] = c->granted;
         r->v[2] = c->credited;
         r->v[3] = c->debt;
+        if (c->next_granted != 0 || c->next_credited != 0) {
+            r = next(s, &scratch, SUP_REC_SNAP_NEXT);
+            r->scope = scope;
+            snprintf(r->endpoint, sizeof(r->endpoint), "%s", endpoint);
+            snprintf(r->link, sizeof(r->link), "%s", link);
+            r->period_ms = c->period_ms;
+            r->v[0] = c->next_window_id;
+            r->v[1] = c->next_granted;
+            r->v[2] = c->next_credited;
+        }
         if (c->prev_granted == 0 && c->prev_credited == 0 && c->prev_debt == 0)
             continue;
         r = next(s, &scratch, SUP_REC_SNAP_PREV);
@@ -135,7 +145,10 @@ snap_all(const sup_ledger *l, struct snap *s)
         snprintf(r->endpoint, sizeof(r->endpoint), "%s", lease->endpoint);
         snprintf(r->link, sizeof(r->link), "%s", lease->link->id);
         r->n = lease->n;
-        r->now_ms = lease->granted_ms;
+        /* A NEXT lease starts after the ledger's clock: its start goes in v[0], so that the
+         * record does not move the clock forward. */
+        r->now_ms = lease->granted_ms <= l->now_ms ? lease->granted_ms : l->now_ms;
+        r->v[0] = lease->granted_ms > l->now_ms ? lease->granted_ms : 0;
         r->deadline_ms = lease->deadline_ms;
         r->flags = lease->keep ? SUP_RECF_KEEP : 0;
     }
@@ -218,6 +231,15 @@ apply_budget_state(sup_ledger *l, const struct sup_record *rec)
 
     if (b == NULL)
         return rc;
+    if (rec->kind == SUP_REC_SNAP_NEXT) {
+        c = sup__cell_find(b, rec->period_ms);
+        if (c != NULL) {
+            c->next_window_id = rec->v[0];
+            c->next_granted = rec->v[1];
+            c->next_credited = rec->v[2];
+        }
+        return TALLY_OK;
+    }
     if (rec->kind == SUP_REC_SNAP_PREV) {
         c = sup__cell_find(b, rec->period_ms);
         if (c != NULL) {
@@ -276,7 +298,7 @@ apply_lease(sup_ledger *l, const struct sup_record *rec)
     snprintf(lease->endpoint, sizeof(lease->endpoint), "%s", rec->endpoint);
     lease->link = p.link;
     lease->n = rec->n;
-    lease->granted_ms = rec->now_ms;
+    lease->granted_ms = rec->v[0] > 0 ? rec->v[0] : rec->now_ms;
     lease->deadline_ms = rec->deadline_ms;
     lease->keep = (rec->flags & SUP_RECF_KEEP) != 0;
     sup__lease_opened(l, lease);
@@ -348,6 +370,7 @@ sup__apply_snapshot(sup_ledger *l, const struct sup_record *rec)
         return TALLY_OK;
     case SUP_REC_SNAP_CELL:
     case SUP_REC_SNAP_PREV:
+    case SUP_REC_SNAP_NEXT:
     case SUP_REC_SNAP_GCRA:
         return apply_budget_state(l, rec);
     case SUP_REC_SNAP_LEASE:

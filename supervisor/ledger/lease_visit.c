@@ -40,6 +40,9 @@ visit_budget(const struct sup_budget *b, enum tenant_scope scope, const char *en
         info.prev_granted = c->prev_granted;
         info.prev_credited = c->prev_credited;
         info.prev_debt = c->prev_debt;
+        info.next_window_id = c->next_window_id;
+        info.next_granted = c->next_granted;
+        info.next_credited = c->next_credited;
         info.leases_out = b->leases_out;
         rc = cb(ctx, &info);
         if (rc != 0)

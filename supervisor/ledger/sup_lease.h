@@ -58,9 +58,11 @@ typedef struct sup_ledger sup_ledger;
 #define SUP_L_KEEP_DEFAULT      4
 #define SUP_KEEP_FACTOR         16
 #define SUP_KEEP_TTL_MS_DEFAULT 3600000
-#define SUP_RECALL_QUEUE        256 /* RECALLs waiting to be sent; more are found again later */
-#define SUP_DEDUPE              64  /* replies kept per child (and window of live seqs) */
-#define SUP_MAX_ENDPOINTS       256
+/* A NEXT ACQUIRE is answered only this close to the window end it would start at. */
+#define SUP_NEXT_AHEAD_MS 600000
+#define SUP_RECALL_QUEUE  256 /* RECALLs waiting to be sent; more are found again later */
+#define SUP_DEDUPE        64  /* replies kept per child (and window of live seqs) */
+#define SUP_MAX_ENDPOINTS 256
 /* Child counters a tenant's ledger knows (every endpoint on every host that asked, kept for
  * their dedupe windows): TENANT_MAX_ENDPOINTS on each of CLUSTER_MEMBERS_MAX hosts. The table
  * grows as they come (SUP_PEERS_FIRST, then doubling). */
@@ -120,6 +122,7 @@ enum sup_record_kind {
                                 deadline_ms */
     SUP_REC_SNAP_SLOT = 14,  /* a held slot: link, slot_id; v[0] = expires */
     SUP_REC_SNAP_PREV = 15,  /* after its SNAP_CELL: the cell's history, v = window, G, C, D */
+    SUP_REC_SNAP_NEXT = 16,  /* after its SNAP_CELL: reserved ahead, v = window, G, C */
 };
 #define SUP_RECORD_VERSION 1
 
@@ -132,6 +135,8 @@ enum sup_record_flags {
     SUP_RECF_KEEP = 1 << 5,          /* ACQUIRE: a small grant while plentiful, kept when idle */
     SUP_RECF_EDGE = 1 << 6,          /* ACQUIRE: the grant's TTL ends at a window boundary */
     SUP_RECF_LAST = 1 << 7,          /* ACQUIRE: ... and so does every window of its path */
+    SUP_RECF_NEXT = 1 << 8, /* ACQUIRE: a lease from deadline_ms - ttl_ms on, in the windows
+                               starting then (asked for ahead of a window end) */
 };
 
 struct sup_record {
@@ -190,7 +195,8 @@ struct sup_cell_info {
     const char *link;     /* "" for plan and endpoint */
     int64_t limit, period_ms, window_id, granted, credited, debt;
     int64_t prev_window_id, prev_granted, prev_credited, prev_debt; /* history */
-    uint32_t leases_out; /* outstanding leases on the budget */
+    int64_t next_window_id, next_granted, next_credited; /* reserved ahead by NEXT leases */
+    uint32_t leases_out;                                 /* outstanding leases on the budget */
 };
 
 /* One outstanding lease, as visited by sup_ledger_each_lease. */

@@ -34,6 +34,10 @@ struct sup_cell {
     int64_t granted, credited, debt;
     int64_t prev_window_id; /* 0 with prev_* 0: none */
     int64_t prev_granted, prev_credited, prev_debt;
+    /* Reserved ahead by NEXT leases in a later window (the one starting at the earliest end of
+     * a window of their path): moved to the current counts when the cell rolls to it. */
+    int64_t next_window_id; /* 0 with next_* 0: none */
+    int64_t next_granted, next_credited;
 };
 
 /* One budget: cells matched to the limits by period, or a GCRA state. */
@@ -201,9 +205,10 @@ int sup__path_charge_debt(sup_ledger *l, struct sup_path *p, int64_t now_ms, int
 /** Counts `lease` on every budget of `p` and notes its cells, charging nothing (a snapshot
  *  restores the counts themselves). */
 void sup__path_note(sup_ledger *l, struct sup_path *p, struct sup_lease *lease);
-/** Reserves lease->n on every budget of `p` at lease->granted_ms (cells roll first), noting the
- *  cells in lease->periods and counting the lease on each budget. */
-int sup__path_reserve(sup_ledger *l, struct sup_path *p, struct sup_lease *lease);
+/** Reserves lease->n on every budget of `p` in the windows of lease->granted_ms (cells roll to
+ *  now_ms first; a NEXT lease's later window goes to the cells' next counts), noting the cells in
+ *  lease->periods and counting the lease on each budget. */
+int sup__path_reserve(sup_ledger *l, struct sup_path *p, struct sup_lease *lease, int64_t now_ms);
 /** Uncounts kept `lease` from the kept leases of its budgets (it is being recalled). */
 void sup__lease_keep_drop(sup_ledger *l, const struct sup_lease *lease);
 /** Queues RECALLs for the kept leases on every budget of path (endpoint, link) that is no
