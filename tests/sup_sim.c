@@ -471,7 +471,8 @@ step(struct sim_world *w)
     sim_check_step(w);
 }
 
-/* Long enough for every lease to end: a kept lease lives to min(keep life, its windows' end). */
+/* Long enough for every lease to end: a kept lease lives to min(keep life, its windows' end), a
+ * NEXT lease that long after its start. */
 static int64_t
 drain_ms(const struct sim_world *w)
 {
@@ -483,6 +484,7 @@ drain_ms(const struct sim_world *w)
             period = w->plan.limits.v[i].period_ms;
     }
     life = keep < period ? keep : period;
+    life *= 2; /* a NEXT lease, asked before the running windows end, lives through the next */
     return life + 1500 > base ? life + 1500 : base;
 }
 

@@ -56,6 +56,7 @@ struct sim_result {
     uint64_t admitted, degraded, refused, unavailable, waited, acquires, grants, denies;
     uint64_t kept_grants;   /* grants flagged KEEP */
     uint64_t kept_long;     /* of those, living longer than T_lease */
+    uint64_t next_grants;   /* grants flagged NEXT (asked ahead of a window end) */
     int64_t keep_ttl_ms;    /* the schedule's cap on a kept lease's life */
     int64_t kept_ttl_max;   /* longest kept grant */
     uint64_t recalls;       /* RECALLs the supervisor pushed */

@@ -129,8 +129,12 @@ sim_on_persisted(struct sim_world *w, const struct sup_record *rec, int64_t t_ha
         l->link = sim_link_index(w, rec->link);
         l->ep = sim_ep_index(w, rec->endpoint);
         l->n = rec->n;
-        l->ttl_ms = rec->ttl_ms;
-        l->eval_ms = rec->now_ms;
+        /* As the child sees it: from the send, and for a NEXT lease its wait included; its
+         * admissions count in the windows of its start. */
+        l->ttl_ms = rec->deadline_ms - rec->now_ms;
+        l->start_ms = l->ttl_ms - rec->ttl_ms;
+        l->eval_ms = rec->deadline_ms - rec->ttl_ms;
+        w->r->next_grants += (rec->flags & SUP_RECF_NEXT) != 0;
         l->t_grant = t_handled;
         {
             int64_t k[5] = {K_SENT, l->child, (int64_t)l->inc, (int64_t)rec->origin.seq, 0};
@@ -210,6 +214,12 @@ sim_on_admit(struct sim_world *w, int i, int link, int64_t cost, const struct su
     if (l->admitted > l->n)
         sim_fail(w, "I3: lease %llu admitted %lld > n %lld", (unsigned long long)a->lease_id,
                  (long long)l->admitted, (long long)l->n);
+    /* A NEXT lease starts no earlier than its windows: the child waits from the grant's arrival,
+     * after the decision, lengthened by the drift bound. */
+    if (w->t < l->t_grant + l->start_ms)
+        sim_fail(w, "I3: lease %llu used at t=%lld, before its windows start at %lld",
+                 (unsigned long long)a->lease_id, (long long)w->t,
+                 (long long)(l->t_grant + l->start_ms));
     /* Gray & Cheriton: the child stops before send time + ttl in true time, whatever its drift
      * (<= its epsilon), hence before the supervisor's grant time + ttl. */
     if (w->t >= l->t_send + l->ttl_ms)

@@ -72,6 +72,7 @@ test_sim_random_schedules(void **state)
         total.grants += r.grants;
         total.kept_grants += r.kept_grants;
         total.kept_long += r.kept_long;
+        total.next_grants += r.next_grants;
         total.recalls += r.recalls;
         total.limit_changes += r.limit_changes;
         total.lease_recalls += r.lease_recalls;
@@ -132,10 +133,11 @@ test_sim_random_schedules(void **state)
     printf("sim: kept leases: life capped at T_lease in %d schedules, 12 T_lease in %d, the "
            "window end in %d; %llu kept grants lived longer than T_lease (longest %lld ms); "
            "%llu RECALLs pushed, %llu leases retired by one; %llu schedules lowered the plan's "
-           "limit on the way\n",
+           "limit on the way; %llu leases granted ahead of their windows (NEXT)\n",
            lives[0], lives[1], lives[2], (unsigned long long)total.kept_long,
            (long long)total.kept_ttl_max, (unsigned long long)total.recalls,
-           (unsigned long long)total.lease_recalls, (unsigned long long)total.limit_changes);
+           (unsigned long long)total.lease_recalls, (unsigned long long)total.limit_changes,
+           (unsigned long long)total.next_grants);
     printf("sim: stranded by child crashes (tokens no row resumes, lost to their window, never "
            "over-admitted): %lld in all, at most %lld at one crash, with at most %lld ms left "
            "to live\n",
@@ -154,6 +156,7 @@ test_sim_random_schedules(void **state)
         assert_true(total.plan_refusals > 0); /* scarcity */
         assert_true(total.kept_grants > 0);   /* kept leases */
         assert_true(total.kept_long > 0);     /* long-lived ones */
+        assert_true(total.next_grants > 0);   /* and ones asked ahead of their windows */
         assert_true(total.recalls > 0);       /* and their recall */
         assert_true(total.limit_changes > 0); /* lowered limits */
         assert_true(total.leases_parked > 0); /* idle closes that parked leases */

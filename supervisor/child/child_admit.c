@@ -20,7 +20,7 @@
 static bool
 lease_live(const struct child_lease *cl, int64_t now_mono)
 {
-    return cl->state == CL_LIVE && now_mono < cl->deadline_mono;
+    return cl->state == CL_LIVE && now_mono < cl->deadline_mono && now_mono >= cl->start_mono;
 }
 
 struct child_lease *
@@ -183,6 +183,35 @@ sup__child_want_acquire(struct child_link *k, int64_t need)
     if (!k->acq_due || need > k->acq_need)
         k->acq_need = need;
     k->acq_due = true;
+    k->acq_next = false; /* a request's or a renewal's ACQUIRE is for now */
+}
+
+void
+sup__child_want_next(struct child_link *k)
+{
+    if (k->acq_seq != 0 || k->acq_due)
+        return;
+    k->acq_need = 0;
+    k->acq_due = true;
+    k->acq_next = true;
+}
+
+int64_t
+sup__child_next_at(const sup_child *c, const struct child_link *k, const struct child_lease *cl)
+{
+    uint64_t h = 14695981039346656037ULL;
+    int64_t ahead, life;
+
+    if (cl->state != CL_LIVE || !cl->last || !cl->keep || cl->start_mono != 0 ||
+        k->next_for == cl->id || cl->used == 0 || cl->used >= cl->n)
+        return INT64_MAX; /* asked already, never used in these windows, or used up */
+    for (const char *p = c->tenant; *p != '\0'; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+    ahead = NEXT_AHEAD_MIN_MS + (int64_t)(h % (uint64_t)(NEXT_AHEAD_MAX_MS - NEXT_AHEAD_MIN_MS));
+    life = cl->deadline_mono - cl->sent_mono;
+    if (ahead > life / 4)
+        ahead = life / 4;
+    return cl->deadline_mono - ahead;
 }
 
 /* How many leases of `k` are live at `now_mono`; *left (when not NULL) gets their tokens left. */
@@ -528,7 +557,13 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
     cl->sent_mono = r->first_mono;
     cl->deadline_mono = r->first_mono + g->ttl_ms - margin;
     cl->deadline_wall = r->first_wall + g->ttl_ms - margin;
-    if (c->persist_marks && cl->n > c->mark_chunk_min && !recalled) {
+    if (g->start_ms > 0) {
+        /* Not before its windows start: the wait measured from the grant's arrival (after the
+         * decision), lengthened by the drift bound. It has no row: a crash of this process
+         * leaves it to expire as spent (under-admission). */
+        cl->start_mono = now_mono + g->start_ms + sup__child_drift_margin(c, g->start_ms);
+        cl->mark_durable = cl->mark_want = cl->mark_sent = cl->n;
+    } else if (c->persist_marks && cl->n > c->mark_chunk_min && !recalled) {
         /* The first chunk (or the link's mark lead), carried by the row written before the
          * first admission. */
         mark_ahead(c, cl, 1 + mark_lead(c, k, 0));

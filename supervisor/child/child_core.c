@@ -539,7 +539,8 @@ sup_child_park(sup_child *c, struct sup_time now)
 
             if (cl->state != CL_LIVE)
                 continue;
-            if ((cl->keep || cl->foreign) && cl->used < cl->n &&
+            /* A NEXT lease not started has no row to park it with: it is given back. */
+            if ((cl->keep || cl->foreign) && cl->used < cl->n && cl->start_mono <= now.mono_ms &&
                 cl->deadline_mono - now.mono_ms >= SUP_CHILD_PARK_MIN_MS) {
                 cl->state = CL_PARKED;
                 cl->park_due = true;

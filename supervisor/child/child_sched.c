@@ -74,6 +74,11 @@ link_timer(const sup_child *c, const struct child_link *k, int64_t after)
             continue;
         if (cl->deadline_mono < next)
             next = cl->deadline_mono;
+        if (cl->start_mono > after && cl->start_mono < next)
+            next = cl->start_mono;
+        t = sup__child_next_at(c, k, cl);
+        if (t > after && t < next && after - k->last_use < NEXT_ACTIVE_MS)
+            next = t;
         if (!cl->foreign && !cl->keep) {
             t = (k->last_use > cl->got_mono ? k->last_use : cl->got_mono) + c->idle_ms;
             if (t < next)
@@ -195,6 +200,17 @@ sup__child_touch(sup_child *c, int32_t index, int64_t now_mono)
         k->timer_at = at;
 }
 
+/* True iff `k` holds a lease that has not started (a NEXT lease). */
+static bool
+next_held(const struct child_link *k)
+{
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        if (k->l[j].state == CL_LIVE && k->l[j].start_mono != 0)
+            return true;
+    }
+    return false;
+}
+
 /* The timers of one link (what sup_child_tick did for every link). */
 static void
 link_tick(sup_child *c, struct child_link *k, int64_t now_mono)
@@ -209,6 +225,19 @@ link_tick(sup_child *c, struct child_link *k, int64_t now_mono)
 
         if (cl->state != CL_LIVE)
             continue;
+        if (cl->start_mono != 0 && now_mono >= cl->start_mono)
+            cl->start_mono = 0; /* its windows have started: an ordinary kept lease now */
+        /* Near the end of the last lease of its windows, a link in use asks ahead for the next
+         * ones: the supervisor starts before the boundary, not for the first request after it. */
+        if (now_mono >= sup__child_next_at(c, k, cl) && now_mono < cl->deadline_mono &&
+            now_mono - k->last_use < NEXT_ACTIVE_MS && k->acq_seq == 0 && !k->acq_due &&
+            !next_held(k)) {
+            k->next_for = cl->id;
+            sup__child_want_next(k);
+            c->stats.prefetches++;
+        }
+        if (cl->start_mono > now_mono)
+            continue; /* not started: neither idle nor old */
         /* Idle for a second: give the tokens back (docs/LEASE-PROTOCOL.md §3), unless the
          * supervisor said the few left are worth keeping (KEEP): they go back at the deadline. */
         if (idle && !cl->foreign && !cl->keep && now_mono - cl->got_mono >= c->idle_ms) {

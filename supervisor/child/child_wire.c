@@ -83,6 +83,8 @@ build_acquire(sup_child *c, struct child_link *k, int32_t index, struct sup_time
     snprintf(a->link, sizeof(a->link), "%s", k->id);
     a->need = k->acq_need;
     a->want = sup__child_want(c, k, k->acq_need);
+    a->flags = k->acq_next && k->acq_need == 0 ? PROTO_LEASE_ACQ_NEXT : 0;
+    k->acq_next = false;
     a->rate_milli = lease_rate(c, k, now.mono_ms);
     rep = report_ready(k, true);
     if (rep != NULL) {
@@ -410,6 +412,10 @@ on_grant(sup_child *c, struct child_req *r, const struct proto_lease_msg *m, str
         c->stats.grants_no_room++;
         give_back(c, copy.link, &m->grant, now.mono_ms);
     }
+    if (copy.msg.acquire.flags & PROTO_LEASE_ACQ_NEXT) {
+        c->stats.grants++; /* ahead of its windows: says nothing about the running ones */
+        return;
+    }
     k->pass = (m->grant.flags & PROTO_LEASE_GRANT_PASS) != 0;
     k->deny_until = 0;
     c->stats.grants++;
@@ -421,8 +427,12 @@ on_deny(sup_child *c, struct child_req *r, const struct proto_lease_deny *d, str
     struct child_link *k = c->links[r->link];
     int64_t need = r->msg.acquire.need;
 
+    bool next = (r->msg.acquire.flags & PROTO_LEASE_ACQ_NEXT) != 0;
+
     req_complete(c, r, now.mono_ms);
     c->stats.denies++;
+    if (next)
+        return; /* nothing ahead: the link asks when its windows start, as before */
     if (d->flags & PROTO_LEASE_DENY_PASS) {
         k->pass = true; /* ask again with a request, not ahead of one */
         return;

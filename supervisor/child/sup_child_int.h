@@ -29,6 +29,13 @@
 #define CHILD_RECALLED         8     /* RECALLs remembered for grants still on their way */
 #define CHILD_REQ_INITIAL      4     /* request entries at open */
 #define SUP_CHILD_LEASE_TTL_MS 5000  /* T_lease until a WELCOME says otherwise */
+/* Asking ahead for the next windows (NEXT): a link used within NEXT_ACTIVE_MS asks between
+ * NEXT_AHEAD_MIN_MS and NEXT_AHEAD_MAX_MS before its last lease of the windows ends (spread by
+ * tenant, so that one supervisor start serves a tenant's links), at most a quarter of that
+ * lease's life ahead. */
+#define NEXT_ACTIVE_MS    300000
+#define NEXT_AHEAD_MIN_MS 30000
+#define NEXT_AHEAD_MAX_MS 240000
 
 /* PARKED: a kept lease left to the next incarnation when the child closes while idle: written
  * with its exact use, never reported, resumed by the next open. */
@@ -57,6 +64,8 @@ struct child_lease {
     bool row;            /* a row may exist in the file */
     bool delete_due;     /* a DELETE is to be handed out */
     int64_t *use;        /* its exact use counter (sup_child_counters), NULL = none */
+    int64_t start_mono;  /* a NEXT lease: not usable before this (its windows start); 0 once
+                            a timer has seen it start */
 };
 
 /* The mark a lease's first row carries: the wanted one until that row is handed out. */
@@ -69,9 +78,11 @@ child_first_mark(const struct child_lease *cl)
 struct child_link {
     char id[PROTO_LEASE_LINK_BUF];
     struct child_lease l[CHILD_LEASES];
-    bool acq_due;     /* an ACQUIRE is wanted */
-    int64_t acq_need; /* its need (0 = prefetch) */
-    uint64_t acq_seq; /* the ACQUIRE in flight, 0 = none */
+    bool acq_due;      /* an ACQUIRE is wanted */
+    int64_t acq_need;  /* its need (0 = prefetch) */
+    uint64_t acq_seq;  /* the ACQUIRE in flight, 0 = none */
+    bool acq_next;     /* the wanted ACQUIRE asks ahead for the next windows (NEXT) */
+    uint64_t next_for; /* the LAST lease a NEXT was asked for, 0 = none */
     /* Cached refusals (envoy's over-limit cache): */
     int64_t deny_until, deny_cost, deny_limit;
     uint8_t deny_scope;
@@ -183,6 +194,11 @@ int64_t sup__child_want(const sup_child *c, const struct child_link *k, int64_t 
 void sup__child_rate_update(struct child_link *k, int64_t now_mono);
 /** Asks for an ACQUIRE on `k` with at least `need`, unless one is wanted or in flight. */
 void sup__child_want_acquire(struct child_link *k, int64_t need);
+/** Wants an ACQUIRE flagged NEXT for `k` (need 0), unless one is due or in flight. */
+void sup__child_want_next(struct child_link *k);
+/** When `k` should ask ahead for the windows after its live LAST lease `cl` (INT64_MAX: never). */
+int64_t sup__child_next_at(const sup_child *c, const struct child_link *k,
+                           const struct child_lease *cl);
 /** How much earlier than its TTL says a child stops using a lease of `ttl_ms`: the drift bound
  *  (epsilon over the first T_lease, epsilon_long beyond) plus one tick. */
 int64_t sup__child_drift_margin(const sup_child *c, int64_t ttl_ms);

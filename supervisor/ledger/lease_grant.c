@@ -233,7 +233,9 @@ sup__decide_acquire(sup_ledger *l, int pi, int64_t now_ms, const struct proto_le
     /* A NEXT ACQUIRE is decided as at the start of the windows it asks for. */
     view_ms = eval_ms;
     if (error == 0 && (a->flags & PROTO_LEASE_ACQ_NEXT)) {
-        view_ms = next_start(&p, eval_ms);
+        /* Not while the wall clock is behind the ledger's (stepped back): the ledger's windows
+         * then start when the wall gets there, later than the wait a grant would name. */
+        view_ms = now_ms >= eval_ms ? next_start(&p, eval_ms) : 0;
         if (view_ms == 0 || view_ms - eval_ms > SUP_NEXT_AHEAD_MS) {
             rec->flags |= SUP_RECF_PASS;
             rec->deny_flags = PROTO_LEASE_DENY_PASS;
