@@ -11,7 +11,8 @@
  *    admit exactly the limit, then refuse, and some bursts need no supervisor.
  *  - A window end starts no supervisor for a quiet tenant whose windows all end
  *    there: its kept lease, cut at that end, is worth nothing after it and is not
- *    reported.
+ *    reported, and the lease its link asked for ahead of the end (NEXT; the
+ *    supervisor started then) answers the first request after it.
  *  - A supervisor that starts again creates no file: its ledger's -wal and -shm
  *    outlive it (the same inodes), so a tenant's restart costs no file creation.
  *  - A limit lowered while the child is closed is in force at its next open: the
@@ -254,13 +255,16 @@ test_limit_lowered_while_tallyd_down(void **state)
 
 /* A window end starts no quiet tenant's supervisor: the plan's and the endpoint's windows end
  * together (10 s), so the kept lease, cut at that end, is worth nothing after it and its child
- * does not report it. The next request, in the new window, starts the supervisor once. */
+ * does not report it. A link used in those windows asks ahead for the next ones (NEXT) a
+ * quarter of its lease's life before their end: its supervisor starts once then, before the
+ * boundary, and the first request after it is answered from the lease asked ahead, with no
+ * supervisor start and no wait. */
 static void
 test_window_end_starts_no_supervisor(void **state)
 {
     struct env *e = *state;
     int64_t until, end;
-    double starts;
+    double starts, waits;
 
     serve_tally_ok(&e->s, NULL, 0, "plan", "set", "pro", "--limit", "100000/10s", NULL);
     serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "quiet", "--limit", "2000/10s", NULL);
@@ -275,14 +279,23 @@ test_window_end_starts_no_supervisor(void **state)
         assert_true(serve_now_ms() < until);
         serve_sleep_ms(50);
     }
-    assert_true(serve_wall_ms() < end - 1000);
+    assert_true(serve_wall_ms() < end - 3000);
     assert_true(metric(e, "tally_child_counters_open") == 1);
     starts = metric(e, STARTS);
+    while (serve_wall_ms() < end - 300)
+        serve_sleep_ms(50);
+    assert_true(metric(e, STARTS) == starts + 1); /* the ask ahead, before the boundary */
     while (serve_wall_ms() < end + 1500)
         serve_sleep_ms(50);
-    assert_true(metric(e, STARTS) == starts);
+    until = serve_now_ms() + 5000;
+    while (metric(e, "tally_supervisors_live") != 0) { /* hibernated again */
+        assert_true(serve_now_ms() < until);
+        serve_sleep_ms(50);
+    }
+    waits = metric(e, "tally_waits_total");
     assert_int_equal(check(e), 200);
     assert_true(metric(e, STARTS) == starts + 1);
+    assert_true(metric(e, "tally_waits_total") == waits);
     serve_stop(&e->s);
 }
 
