@@ -199,19 +199,17 @@ sup__child_want_next(struct child_link *k)
 int64_t
 sup__child_next_at(const sup_child *c, const struct child_link *k, const struct child_lease *cl)
 {
-    uint64_t h = 14695981039346656037ULL;
-    int64_t ahead, life;
+    int64_t lo, hi, life;
 
     if (cl->state != CL_LIVE || !cl->last || !cl->keep || cl->start_mono != 0 ||
         k->next_for == cl->id || cl->used == 0 || cl->used >= cl->n)
         return INT64_MAX; /* asked already, never used in these windows, or used up */
-    for (const char *p = c->tenant; *p != '\0'; p++)
-        h = (h ^ (uint8_t)*p) * 1099511628211ULL;
-    ahead = NEXT_AHEAD_MIN_MS + (int64_t)(h % (uint64_t)(NEXT_AHEAD_MAX_MS - NEXT_AHEAD_MIN_MS));
+    /* Spread over the whole range, also when the lease's life shortens it: a cap alone would
+     * send every tenant whose instant falls past it at once. */
     life = cl->deadline_mono - cl->sent_mono;
-    if (ahead > life / 4)
-        ahead = life / 4;
-    return cl->deadline_mono - ahead;
+    hi = life / 4 < NEXT_AHEAD_MAX_MS ? life / 4 : NEXT_AHEAD_MAX_MS;
+    lo = hi / 2 < NEXT_AHEAD_MIN_MS ? hi / 2 : NEXT_AHEAD_MIN_MS;
+    return cl->deadline_mono - lo - (hi - lo) * c->next_ahead_ppm / 1000000;
 }
 
 /* How many leases of `k` are live at `now_mono`; *left (when not NULL) gets their tokens left. */

@@ -99,6 +99,14 @@ sup_child_open(const struct sup_child_config *cfg, sup_child **out)
     c->lead_ms = or_default(cfg->lead_ms, SUP_CHILD_LEAD_MS_DEFAULT);
     c->epsilon_ppm = or_default(cfg->epsilon_ppm, SUP_CHILD_EPSILON_PPM_DEFAULT);
     c->epsilon_long_ppm = or_default(cfg->epsilon_long_ppm, SUP_CHILD_EPSILON_LONG_PPM_DEFAULT);
+    {
+        /* How long before a window end this tenant's links ask ahead (sup__child_next_at). */
+        uint64_t h = 14695981039346656037ULL;
+
+        for (const char *p = cfg->tenant; *p != '\0'; p++)
+            h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+        c->next_ahead_ppm = (int64_t)(h % 1000000);
+    }
     c->mark_chunk_min = or_default(cfg->mark_chunk_min, SUP_CHILD_MARK_CHUNK_MIN_DEFAULT);
     c->mark_lead_ms = or_default(cfg->mark_lead_ms, SUP_CHILD_MARK_LEAD_MS_DEFAULT);
     c->l_min = or_default(cfg->l_min, 1);

@@ -129,6 +129,7 @@ struct sup_child {
     bool persist_marks;
     struct sup_child_counters counters; /* bind NULL = none */
     int64_t wait_ms, idle_ms, heartbeat_ms, retransmit_ms, unreachable_ms, renew_ms, lead_ms;
+    int64_t next_ahead_ppm; /* where in its range this tenant asks ahead (NEXT), in ppm */
     int64_t epsilon_ppm, epsilon_long_ppm, mark_chunk_min, mark_lead_ms, l_min, l_max;
 
     struct child_link **links;
