@@ -373,6 +373,7 @@ raw_payload(const struct proto_lease_msg *m, uint8_t *buf, size_t cap)
         proto_put_u64(&w, m->acquire.report_lease);
         proto_put_i64(&w, m->acquire.report_used);
         proto_put_i64(&w, m->acquire.debt);
+        proto_put_u8(&w, m->acquire.flags);
         break;
     case PROTO_LEASE_GRANT:
         proto_put_str(&w, m->grant.endpoint);
@@ -383,6 +384,7 @@ raw_payload(const struct proto_lease_msg *m, uint8_t *buf, size_t cap)
         proto_put_u32(&w, m->grant.flags);
         proto_put_u32(&w, m->grant.holders);
         proto_put_u64(&w, m->grant.epoch);
+        proto_put_i64(&w, m->grant.start_ms);
         break;
     case PROTO_LEASE_DENY:
         proto_put_str(&w, m->deny.endpoint);
