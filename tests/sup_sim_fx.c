@@ -143,6 +143,19 @@ fx_acquire(struct fx *f, int child, uint64_t inc, const char *link, int64_t want
     return fx_send(f, now, &m, NULL);
 }
 
+struct proto_lease_msg
+fx_acquire_next(struct fx *f, int child, uint64_t inc, const char *link, int64_t now)
+{
+    struct proto_lease_msg m;
+
+    fx_origin(f, &m, PROTO_LEASE_ACQUIRE, child, inc);
+    strcpy(m.acquire.endpoint, f->eps[child].name);
+    strcpy(m.acquire.link, link);
+    m.acquire.want = 1;
+    m.acquire.flags = PROTO_LEASE_ACQ_NEXT;
+    return fx_send(f, now, &m, NULL);
+}
+
 struct cell_find {
     enum tenant_scope scope;
     int64_t period_ms;

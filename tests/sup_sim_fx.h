@@ -48,6 +48,9 @@ void fx_origin(struct fx *f, struct proto_lease_msg *m, uint8_t type, int child,
 void fx_hello(struct fx *f, int child, uint64_t inc, int64_t now);
 struct proto_lease_msg fx_acquire(struct fx *f, int child, uint64_t inc, const char *link,
                                   int64_t want, int64_t need, int64_t now);
+/** An ACQUIRE flagged NEXT (want 1) from endpoint `child` for `link`, at `now`. */
+struct proto_lease_msg fx_acquire_next(struct fx *f, int child, uint64_t inc, const char *link,
+                                       int64_t now);
 /** Starts a HEARTBEAT from child 0 (incarnation 1) on endpoint "search" with debt `a` on
  *  `link_a` and, when link_b is not NULL, debt `b` on `link_b`. */
 void fx_heartbeat(struct fx *f, struct proto_lease_msg *m, const char *link_a, int64_t a,

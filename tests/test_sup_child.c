@@ -34,11 +34,20 @@ group_setup(void **state)
     return 0;
 }
 
+/* The lease on LINK_A admits until `until` (exclusive): one token at until - 1, a wait at until. */
+static void
+assert_usable_until(struct cx *x, int64_t until)
+{
+    x->now.mono_ms = until - 1;
+    assert_int_equal(cx_admit(x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    x->now.mono_ms = until;
+    assert_int_equal(cx_admit(x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+}
+
 static void
 test_child_deadline_from_first_send(void **state)
 {
     struct proto_lease_msg acq;
-    struct sup_admit a;
     struct cx x;
     int64_t sent;
 
@@ -53,12 +62,7 @@ test_child_deadline_from_first_send(void **state)
     assert_int_equal(cx_expect(&x, PROTO_LEASE_ACQUIRE).origin.seq, acq.origin.seq);
     (void)cx_grant(&x, &acq, 1000, 5000, 0, NULL);
     /* 5000 ms less 2% (epsilon) and one tick: usable until sent + 4899. */
-    x.now.mono_ms = sent + 4898;
-    a = cx_admit(&x, LINK_A, 1, 0);
-    assert_int_equal(a.verdict, SUP_ADMIT_OK);
-    x.now.mono_ms = sent + 4899;
-    a = cx_admit(&x, LINK_A, 1, 0);
-    assert_int_equal(a.verdict, SUP_ADMIT_WAIT);
+    assert_usable_until(&x, sent + 4899);
     /* The expired lease is reported: ACQUIRE with the report (the swap). */
     acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
     assert_int_equal(acq.acquire.report_used, 1);
@@ -73,7 +77,6 @@ test_child_long_lease_ends_by_the_long_bound(void **state)
 {
     const int64_t hour = 3600000;
     struct proto_lease_msg acq;
-    struct sup_admit a;
     struct cx x;
     int64_t sent;
 
@@ -85,12 +88,7 @@ test_child_long_lease_ends_by_the_long_bound(void **state)
     sent = x.now.mono_ms;
     (void)cx_grant(&x, &acq, 1000000, hour,
                    PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE | PROTO_LEASE_GRANT_LAST, NULL);
-    x.now.mono_ms = sent + hour - 3697;
-    a = cx_admit(&x, LINK_A, 1, 0);
-    assert_int_equal(a.verdict, SUP_ADMIT_OK);
-    x.now.mono_ms = sent + hour - 3696;
-    a = cx_admit(&x, LINK_A, 1, 0);
-    assert_int_equal(a.verdict, SUP_ADMIT_WAIT);
+    assert_usable_until(&x, sent + hour - 3696);
     cx_close(&x);
 }
 

@@ -276,19 +276,12 @@ test_ledger_next_lease_counts_in_the_next_window(void **state)
     sup_ledger *again = NULL;
     size_t needed = 0;
     struct fx f;
-    int64_t w;
 
     (void)state;
     fx_open(&f);
     fx_hello(&f, 0, 1, T0);
-    w = fx_plan_cell(&f, MINUTE).window_id; /* no cell yet: 0 */
-    fx_origin(&f, &m, PROTO_LEASE_ACQUIRE, 0, 1);
-    strcpy(m.acquire.endpoint, f.eps[0].name);
-    strcpy(m.acquire.link, LINK_A);
-    m.acquire.want = 1;
-    m.acquire.flags = PROTO_LEASE_ACQ_NEXT;
     /* 30 s into the minute... */
-    r = fx_send(&f, T0 + 10000, &m, NULL);
+    r = fx_acquire_next(&f, 0, 1, LINK_A, T0 + 10000);
     assert_int_equal(r.type, PROTO_LEASE_GRANT);
     /* ... it starts at the minute's end, 30 s on, and lives that next minute: the share of a
      * whole minute, 600 / 16. */
@@ -297,7 +290,6 @@ test_ledger_next_lease_counts_in_the_next_window(void **state)
     assert_int_equal(r.grant.n, 37);
     assert_true(r.grant.flags & PROTO_LEASE_GRANT_KEEP);
     c = fx_plan_cell(&f, MINUTE);
-    (void)w;
     assert_int_equal(c.granted, 0);
     assert_int_equal(c.next_granted, 37);
     assert_int_equal(c.next_window_id, (T0 + 40000) / MINUTE);
@@ -307,12 +299,7 @@ test_ledger_next_lease_counts_in_the_next_window(void **state)
     assert_int_equal(fx_plan_cell(&f, MINUTE).granted, 600);
     fx_assert_replay(&f);
     /* A second NEXT lease, given back before its window starts: credited there. */
-    fx_origin(&f, &m, PROTO_LEASE_ACQUIRE, 0, 1);
-    strcpy(m.acquire.endpoint, f.eps[0].name);
-    strcpy(m.acquire.link, LINK_B);
-    m.acquire.want = 1;
-    m.acquire.flags = PROTO_LEASE_ACQ_NEXT;
-    r = fx_send(&f, T0 + 12000, &m, NULL);
+    r = fx_acquire_next(&f, 0, 1, LINK_B, T0 + 12000);
     assert_int_equal(r.type, PROTO_LEASE_GRANT);
     /* (600 - 37) / 16 / 3 holders: the running minute's lease counts as one. */
     assert_int_equal(r.grant.n, 11);

@@ -186,32 +186,6 @@ sup__child_want_acquire(struct child_link *k, int64_t need)
     k->acq_next = false; /* a request's or a renewal's ACQUIRE is for now */
 }
 
-void
-sup__child_want_next(struct child_link *k)
-{
-    if (k->acq_seq != 0 || k->acq_due)
-        return;
-    k->acq_need = 0;
-    k->acq_due = true;
-    k->acq_next = true;
-}
-
-int64_t
-sup__child_next_at(const sup_child *c, const struct child_link *k, const struct child_lease *cl)
-{
-    int64_t lo, hi, life;
-
-    if (cl->state != CL_LIVE || !cl->last || !cl->keep || cl->start_mono != 0 ||
-        k->next_for == cl->id || cl->used == 0 || cl->used >= cl->n)
-        return INT64_MAX; /* asked already, never used in these windows, or used up */
-    /* Spread over the whole range, also when the lease's life shortens it: a cap alone would
-     * send every tenant whose instant falls past it at once. */
-    life = cl->deadline_mono - cl->sent_mono;
-    hi = life / 4 < NEXT_AHEAD_MAX_MS ? life / 4 : NEXT_AHEAD_MAX_MS;
-    lo = hi / 2 < NEXT_AHEAD_MIN_MS ? hi / 2 : NEXT_AHEAD_MIN_MS;
-    return cl->deadline_mono - lo - (hi - lo) * c->next_ahead_ppm / 1000000;
-}
-
 /* How many leases of `k` are live at `now_mono`; *left (when not NULL) gets their tokens left. */
 static int
 live_count(const struct child_link *k, int64_t now_mono, int64_t *left)

@@ -100,7 +100,7 @@ sup_child_open(const struct sup_child_config *cfg, sup_child **out)
     c->epsilon_ppm = or_default(cfg->epsilon_ppm, SUP_CHILD_EPSILON_PPM_DEFAULT);
     c->epsilon_long_ppm = or_default(cfg->epsilon_long_ppm, SUP_CHILD_EPSILON_LONG_PPM_DEFAULT);
     {
-        /* How long before a window end this tenant's links ask ahead (sup__child_next_at). */
+        /* How long before a window end this tenant's links ask ahead (next_at in child_sched.c). */
         uint64_t h = 14695981039346656037ULL;
 
         for (const char *p = cfg->tenant; *p != '\0'; p++)

@@ -56,6 +56,34 @@ sup__child_persist_work(const struct child_link *k)
     return false;
 }
 
+/* Wants an ACQUIRE flagged NEXT for `k` (need 0), unless one is due or in flight. */
+static void
+want_next(struct child_link *k)
+{
+    if (k->acq_seq != 0 || k->acq_due)
+        return;
+    k->acq_need = 0;
+    k->acq_due = true;
+    k->acq_next = true;
+}
+
+/* When `k` should ask ahead for the windows after its live LAST lease `cl` (INT64_MAX: never). */
+static int64_t
+next_at(const sup_child *c, const struct child_link *k, const struct child_lease *cl)
+{
+    int64_t lo, hi, life;
+
+    if (cl->state != CL_LIVE || !cl->last || !cl->keep || cl->start_mono != 0 ||
+        k->next_for == cl->id || cl->used == 0 || cl->used >= cl->n)
+        return INT64_MAX; /* asked already, never used in these windows, or used up */
+    /* Spread over the whole range, also when the lease's life shortens it: a cap alone would
+     * send every tenant whose instant falls past it at once. */
+    life = cl->deadline_mono - cl->sent_mono;
+    hi = life / 4 < NEXT_AHEAD_MAX_MS ? life / 4 : NEXT_AHEAD_MAX_MS;
+    lo = hi / 2 < NEXT_AHEAD_MIN_MS ? hi / 2 : NEXT_AHEAD_MIN_MS;
+    return cl->deadline_mono - lo - (hi - lo) * c->next_ahead_ppm / 1000000;
+}
+
 /* The next instant at which a timer of `k` may act, after `after`: the deadline of a live lease
  * (and of a used-up one waiting to ride on an ACQUIRE), its idle return, its renewal by age. */
 static int64_t
@@ -76,7 +104,7 @@ link_timer(const sup_child *c, const struct child_link *k, int64_t after)
             next = cl->deadline_mono;
         if (cl->start_mono > after && cl->start_mono < next)
             next = cl->start_mono;
-        t = sup__child_next_at(c, k, cl);
+        t = next_at(c, k, cl);
         if (t > after && t < next && after - k->last_use < NEXT_ACTIVE_MS)
             next = t;
         if (!cl->foreign && !cl->keep) {
@@ -229,11 +257,11 @@ link_tick(sup_child *c, struct child_link *k, int64_t now_mono)
             cl->start_mono = 0; /* its windows have started: an ordinary kept lease now */
         /* Near the end of the last lease of its windows, a link in use asks ahead for the next
          * ones: the supervisor starts before the boundary, not for the first request after it. */
-        if (now_mono >= sup__child_next_at(c, k, cl) && now_mono < cl->deadline_mono &&
+        if (now_mono >= next_at(c, k, cl) && now_mono < cl->deadline_mono &&
             now_mono - k->last_use < NEXT_ACTIVE_MS && k->acq_seq == 0 && !k->acq_due &&
             !next_held(k)) {
             k->next_for = cl->id;
-            sup__child_want_next(k);
+            want_next(k);
             c->stats.prefetches++;
         }
         if (cl->start_mono > now_mono)

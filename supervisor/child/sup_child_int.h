@@ -195,11 +195,6 @@ int64_t sup__child_want(const sup_child *c, const struct child_link *k, int64_t 
 void sup__child_rate_update(struct child_link *k, int64_t now_mono);
 /** Asks for an ACQUIRE on `k` with at least `need`, unless one is wanted or in flight. */
 void sup__child_want_acquire(struct child_link *k, int64_t need);
-/** Wants an ACQUIRE flagged NEXT for `k` (need 0), unless one is due or in flight. */
-void sup__child_want_next(struct child_link *k);
-/** When `k` should ask ahead for the windows after its live LAST lease `cl` (INT64_MAX: never). */
-int64_t sup__child_next_at(const sup_child *c, const struct child_link *k,
-                           const struct child_lease *cl);
 /** How much earlier than its TTL says a child stops using a lease of `ttl_ms`: the drift bound
  *  (epsilon over the first T_lease, epsilon_long beyond) plus one tick. */
 int64_t sup__child_drift_margin(const sup_child *c, int64_t ttl_ms);

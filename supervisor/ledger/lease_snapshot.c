@@ -32,6 +32,21 @@ next(struct snap *s, struct sup_record *scratch, uint32_t kind)
     return r;
 }
 
+/* The next record, naming one budget's slot of one period (a cell, its previous or next window,
+ * a GCRA entry). */
+static struct sup_record *
+next_scoped(struct snap *s, struct sup_record *scratch, uint32_t kind, enum tenant_scope scope,
+            const char *endpoint, const char *link, int64_t period_ms)
+{
+    struct sup_record *r = next(s, scratch, kind);
+
+    r->scope = scope;
+    snprintf(r->endpoint, sizeof(r->endpoint), "%s", endpoint);
+    snprintf(r->link, sizeof(r->link), "%s", link);
+    r->period_ms = period_ms;
+    return r;
+}
+
 static void
 snap_budget(struct snap *s, const struct sup_budget *b, enum tenant_scope scope,
             const char *endpoint, const char *link, int64_t now_ms)
@@ -44,32 +59,20 @@ snap_budget(struct snap *s, const struct sup_budget *b, enum tenant_scope scope,
         /* Ended windows too: what they counted is the history `tally usage` reads. */
         if (!sup__cell_live(c, now_ms) && !sup__cell_counted(c))
             continue;
-        r = next(s, &scratch, SUP_REC_SNAP_CELL);
-        r->scope = scope;
-        snprintf(r->endpoint, sizeof(r->endpoint), "%s", endpoint);
-        snprintf(r->link, sizeof(r->link), "%s", link);
-        r->period_ms = c->period_ms;
+        r = next_scoped(s, &scratch, SUP_REC_SNAP_CELL, scope, endpoint, link, c->period_ms);
         r->v[0] = c->window_id;
         r->v[1] = c->granted;
         r->v[2] = c->credited;
         r->v[3] = c->debt;
         if (c->next_granted != 0 || c->next_credited != 0) {
-            r = next(s, &scratch, SUP_REC_SNAP_NEXT);
-            r->scope = scope;
-            snprintf(r->endpoint, sizeof(r->endpoint), "%s", endpoint);
-            snprintf(r->link, sizeof(r->link), "%s", link);
-            r->period_ms = c->period_ms;
+            r = next_scoped(s, &scratch, SUP_REC_SNAP_NEXT, scope, endpoint, link, c->period_ms);
             r->v[0] = c->next_window_id;
             r->v[1] = c->next_granted;
             r->v[2] = c->next_credited;
         }
         if (c->prev_granted == 0 && c->prev_credited == 0 && c->prev_debt == 0)
             continue;
-        r = next(s, &scratch, SUP_REC_SNAP_PREV);
-        r->scope = scope;
-        snprintf(r->endpoint, sizeof(r->endpoint), "%s", endpoint);
-        snprintf(r->link, sizeof(r->link), "%s", link);
-        r->period_ms = c->period_ms;
+        r = next_scoped(s, &scratch, SUP_REC_SNAP_PREV, scope, endpoint, link, c->period_ms);
         r->v[0] = c->prev_window_id;
         r->v[1] = c->prev_granted;
         r->v[2] = c->prev_credited;
@@ -78,12 +81,9 @@ snap_budget(struct snap *s, const struct sup_budget *b, enum tenant_scope scope,
     for (uint32_t i = 0; i < TENANT_MAX_WINDOWS; i++) {
         if (!sup__gcra_live(&b->gcra, (int)i, now_ms))
             continue;
-        r = next(s, &scratch, SUP_REC_SNAP_GCRA);
-        r->scope = scope;
-        snprintf(r->endpoint, sizeof(r->endpoint), "%s", endpoint);
-        snprintf(r->link, sizeof(r->link), "%s", link);
+        r = next_scoped(s, &scratch, SUP_REC_SNAP_GCRA, scope, endpoint, link,
+                        b->gcra.period_ms[i]);
         r->count = i;
-        r->period_ms = b->gcra.period_ms[i];
         r->v[0] = b->gcra.n[i];
         r->v[1] = b->gcra.tat_ms[i];
         r->v[2] = b->gcra.tat_frac[i];
