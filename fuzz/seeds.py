@@ -101,13 +101,19 @@ lease = {
     "hello": frame(1, origin() + s("acme")),
     "welcome": frame(2, origin() + u64(1) + u32(2) + u32(4) + i64(5000) + i64(1000)),
     "acquire": frame(3, origin() + s("search") + s(LINK) + i64(8) + i64(1) + i64(2500) + u64(0)
-                     + i64(0) + i64(0)),
+                     + i64(0) + i64(0) + u8(0)),
     "acquire_report": frame(3, origin(seq=2) + s("search") + s(LINK) + i64(16) + i64(0)
-                            + i64(9000) + u64(4) + i64(3) + i64(1)),
+                            + i64(9000) + u64(4) + i64(3) + i64(1) + u8(0)),
+    # flagged NEXT: a lease for the windows after the current ones (need 0)
+    "acquire_next": frame(3, origin(seq=3) + s("search") + s(LINK) + i64(1) + i64(0) + i64(2500)
+                          + u64(0) + i64(0) + i64(0) + u8(1)),
     "grant": frame(4, origin() + s("search") + s(LINK) + u64(4) + i64(8) + i64(5000) + u32(0)
-                   + u32(1) + u64(1)),
+                   + u32(1) + u64(1) + i64(0)),
     "grant_pass": frame(4, origin() + s("search") + s(LINK) + u64(5) + i64(1) + i64(900) + u32(1)
-                        + u32(3) + u64(2)),
+                        + u32(3) + u64(2) + i64(0)),
+    # kept, ending with its windows, starting 30 s from now (the answer to acquire_next)
+    "grant_next": frame(4, origin(seq=3) + s("search") + s(LINK) + u64(6) + i64(37)
+                        + i64(90000) + u32(2 | 4 | 8) + u32(2) + u64(1) + i64(30000)),
     "deny": frame(5, origin() + s("search") + s(LINK) + u8(1) + u8(0) + i64(1200) + i64(60)),
     "deny_never": frame(5, origin() + s("search") + s(LINK) + u8(3) + u8(1) + i64(-1) + i64(10)),
     "return": frame(6, origin() + u64(4) + i64(5)),
