@@ -117,6 +117,33 @@ store_child_incarnation_next(store_db *db, uint64_t *out, int64_t *limits, bool 
 }
 
 int
+store_child_incarnation_peek(store_db *db, uint64_t *out)
+{
+    int64_t v = 0;
+    bool found = false;
+    int rc = meta_get(db, "incarnation", &v, &found);
+
+    *out = rc == TALLY_OK && v > 0 ? (uint64_t)v : 0;
+    return rc;
+}
+
+int
+store_child_incarnation_set(store_db *db, uint64_t inc, int64_t limits)
+{
+    int rc;
+
+    if (inc == 0 || inc > INT64_MAX)
+        return TALLY_EINVAL;
+    rc = store_db_begin(db);
+    if (rc != TALLY_OK)
+        return rc;
+    rc = meta_put(db, "incarnation", (int64_t)inc);
+    if (rc == TALLY_OK)
+        rc = meta_put(db, "limits", limits);
+    return store_db_end(db, rc);
+}
+
+int
 store_child_meta_put(store_db *db, const char *key, int64_t v)
 {
     int rc = store_db_begin(db);

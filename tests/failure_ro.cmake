@@ -32,3 +32,9 @@ target_compile_definitions(test_fail_batched PRIVATE
 # The power-loss hook itself and store_db_sync(), on real files with real SIGKILL.
 tally_add_test(test_store_powerloss test_store_powerloss.c LABELS unit)
 target_link_libraries(test_store_powerloss PRIVATE tally_test_powerloss)
+# A new child's first answers wait for its incarnation to be durable (slow child-file syncs).
+tally_add_test(test_fail_first_answer test_fail_first_answer.c serve_util.c LABELS e2e)
+target_link_libraries(test_fail_first_answer PRIVATE tally_proto PkgConfig::SQLITE3 Threads::Threads)
+add_dependencies(test_fail_first_answer tallyd tally_cli tallyd_powerloss)
+target_compile_definitions(test_fail_first_answer PRIVATE
+                           TALLYD_POWERLOSS="$<TARGET_FILE:tallyd_powerloss>")

@@ -49,6 +49,14 @@ int store_child_pool_fill(unsigned want, unsigned *made);
 TALLY_MUST_CHECK int store_child_incarnation_next(store_db *db, uint64_t *out /* OUT */,
                                                   int64_t *limits /* IN/OUT, may be NULL */,
                                                   bool *limits_found /* OUT */);
+/** The stored incarnation (0 when none) in *out, read only: the one store_child_incarnation_next
+ *  makes next is *out + 1. */
+TALLY_MUST_CHECK int store_child_incarnation_peek(store_db *db, uint64_t *out /* OUT */);
+/** Stores incarnation `inc` and meta "limits" = `limits` in one transaction, durably under
+ *  STORE_OPEN_SYNC_FULL (otherwise call store_db_sync()): what store_child_incarnation_next
+ *  does for a file whose incarnation was read by store_child_incarnation_peek (and written by
+ *  nothing since), made again as often as it fails. */
+TALLY_MUST_CHECK int store_child_incarnation_set(store_db *db, uint64_t inc, int64_t limits);
 /** Sets meta value `key` (borrowed) to v, in a transaction of its own. */
 TALLY_MUST_CHECK int store_child_meta_put(store_db *db, const char *key, int64_t v);
 /** Writes rows 0..n-1 from `write` (upsert by id, or delete) in one transaction. */

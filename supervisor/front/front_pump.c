@@ -264,6 +264,20 @@ child_turn(struct front_child *fc)
     front_child_pump(fc);
 }
 
+/* An answer that came before the child's incarnation was durable: kept for
+ * front_child_deliver_held. The first answers of a new child are a WELCOME and a GRANT or two;
+ * past FRONT_HELD_MAX one is dropped (its request is sent again, and answered again). */
+static void
+hold(struct front_child *fc, const struct proto_lease_msg *m)
+{
+    struct front_store *s = &fc->store;
+
+    if (s->held == NULL)
+        s->held = tally_malloc(FRONT_HELD_MAX * sizeof(*s->held));
+    if (s->held != NULL && s->n_held < FRONT_HELD_MAX)
+        s->held[s->n_held++] = *m;
+}
+
 void
 front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame *fr)
 {
@@ -279,10 +293,31 @@ front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame 
         return; /* an earlier incarnation's answer: its leases expire as spent */
     if (m.type != PROTO_LEASE_RECALL) /* its seq names a lease, not a request */
         front_obs_lease_answered(f, fc, m.origin.incarnation, m.origin.seq);
+    if (fc->store.inc_pending) {
+        hold(fc, &m);
+        return;
+    }
     memset(&ev, 0, sizeof(ev));
     if (sup_child_on_message(fc->child, front_now(), &m, &ev) == TALLY_OK)
         front_child_on_event(fc, &ev);
     front_child_pump_soon(fc); /* the replies of one supervisor write: one pump */
+}
+
+void
+front_child_deliver_held(struct front_child *fc)
+{
+    struct front_store *s = &fc->store;
+
+    for (uint32_t i = 0; i < s->n_held && fc->child != NULL; i++) {
+        struct sup_child_event ev;
+
+        memset(&ev, 0, sizeof(ev));
+        if (sup_child_on_message(fc->child, front_now(), &s->held[i], &ev) == TALLY_OK)
+            front_child_on_event(fc, &ev);
+    }
+    tally_free(s->held);
+    s->held = NULL;
+    s->n_held = 0;
 }
 
 void

@@ -89,16 +89,29 @@ open_work(uv_work_t *w)
      * fingerprint when it queued the open); the fingerprint of the last start or idle
      * close comes back. */
     s->limits_fp = s->limits_fp_now;
-    if (rc == TALLY_OK)
+    s->limits_fp_found = false;
+    if (rc == TALLY_OK && s->created) {
+        /* A new file: the first batch stores the incarnation (front_store_flush) while the
+         * HELLO and the first ACQUIREs are on their way; no answer reaches the child before
+         * it is durable (front_child_on_frame holds them). A crash before then may give the
+         * next start the same incarnation, and the supervisor's dedupe window may answer it
+         * with a grant made to this one: never used, so it counts once. The file has no rows
+         * and no limits stored yet. */
+        rc = store_child_incarnation_peek(s->db, &s->incarnation);
+        s->incarnation++;
+        s->inc_pending = rc == TALLY_OK;
+    } else if (rc == TALLY_OK) {
         rc = store_child_incarnation_next(s->db, &s->incarnation, &s->limits_fp,
                                           &s->limits_fp_found);
-    /* Durable in both modes: after an OS crash a reused incarnation would be
-     * answered from the supervisor's dedupe window with grants already spent. */
-    if (rc == TALLY_OK && !fc->f->cfg.strict)
-        rc = store_db_sync(s->db);
+        /* Durable in both modes: after an OS crash a reused incarnation would be
+         * answered from the supervisor's dedupe window with grants already spent. */
+        if (rc == TALLY_OK && !fc->f->cfg.strict)
+            rc = store_db_sync(s->db);
+    }
     if (rc == TALLY_OK)
         rc = store_child_each(s->db, read_one, &s->resume);
     if (rc != TALLY_OK) {
+        s->inc_pending = false;
         snprintf(s->errmsg, sizeof(s->errmsg), "%s",
                  s->db != NULL ? store_db_errmsg(s->db) : store_open_errmsg());
         store_db_close(s->db);
@@ -190,6 +203,11 @@ front_store_open_start(struct front_child *fc)
     s->work.data = fc;
     s->rc = TALLY_OK;
     s->errmsg[0] = '\0';
+    /* A new start: what an earlier one held for its incarnation is not for this one. */
+    s->inc_pending = false;
+    tally_free(s->held);
+    s->held = NULL;
+    s->n_held = 0;
     /* uv_queue_work fails only for a missing callback. */
     rc = uv_queue_work(fc->f->loop, &s->work, open_work, open_done);
     if (NEVER(rc != 0)) {
@@ -326,7 +344,13 @@ write_batch(uv_work_t *w)
     /* An asleep child's file is opened again first (no new incarnation: the same
      * state machine goes on). */
     s->rc = s->db == NULL ? open_file(fc) : TALLY_OK;
-    if (s->rc == TALLY_OK)
+    /* A new file's incarnation first (made again after a failure: the same value). */
+    if (s->rc == TALLY_OK && s->inc_writing) {
+        s->rc = store_child_incarnation_set(s->db, s->incarnation, s->limits_fp_now);
+        if (s->rc == TALLY_OK && !fc->f->cfg.strict)
+            s->rc = store_db_sync(s->db);
+    }
+    if (s->rc == TALLY_OK && s->n > 0)
         s->rc = store_child_write(s->db, s->n, encode_write, s);
     if (s->close_after && s->db != NULL) {
         int rc = s->rc;
@@ -361,8 +385,10 @@ batch_done(uv_work_t *w, int status)
 {
     struct front_child *fc = w->data;
     struct front_store *s = &fc->store;
+    bool stored = s->inc_writing;
     size_t i;
 
+    s->inc_writing = false;
     if (status != 0 && s->rc == TALLY_OK)
         s->rc = TALLY_EIO;
     if (s->reopening) { /* open again, or still closed (the open failed) */
@@ -392,6 +418,8 @@ batch_done(uv_work_t *w, int status)
         front_child_pump(fc);
         return;
     }
+    if (stored)
+        s->inc_pending = false;
     if (s->failing > 0)
         log_write(fc, TALLY_LOG_INFO, "child_write_recovered", TALLY_OK, s->failing);
     s->failing = 0;
@@ -416,6 +444,8 @@ batch_done(uv_work_t *w, int status)
             front_child_release(fc);
         return;
     }
+    if (stored)
+        front_child_deliver_held(fc);
     front_child_pump(fc);
 }
 
@@ -427,7 +457,7 @@ front_store_flush(struct front_child *fc)
 
     if (s->busy)
         return false;
-    if (s->n > 0 && front_now().mono_ms < s->retry_mono_ms)
+    if ((s->n > 0 || s->inc_pending) && front_now().mono_ms < s->retry_mono_ms)
         return false; /* a failed batch waits for its retry (front_store_wake_ms) */
     /* The batch grows by doubling up to FRONT_STORE_BATCH: most files write a row or two at
      * a time, and a thousand open files each with room for 64 rows held 6 MB. */
@@ -445,8 +475,9 @@ front_store_flush(struct front_child *fc)
             break;
         s->n++;
     }
-    if (s->n == 0)
+    if (s->n == 0 && !s->inc_pending)
         return false;
+    s->inc_writing = s->inc_pending;
     s->work.data = fc;
     s->rc = TALLY_OK;
     /* Read before the job is queued: from then on the thread pool owns db. */
@@ -473,7 +504,7 @@ front_store_wake_ms(const struct front_child *fc)
 {
     const struct front_store *s = &fc->store;
 
-    return !s->busy && s->n > 0 ? s->retry_mono_ms : INT64_MAX;
+    return !s->busy && (s->n > 0 || s->inc_pending) ? s->retry_mono_ms : INT64_MAX;
 }
 
 void
@@ -486,6 +517,9 @@ front_store_close(struct front_child *fc)
     fc->store.batch_cap = 0;
     tally_free(fc->store.resume.rec);
     memset(&fc->store.resume, 0, sizeof(fc->store.resume));
+    tally_free(fc->store.held);
+    fc->store.held = NULL;
+    fc->store.n_held = 0;
 }
 
 /* ---- exact use counters (store_use.h) ---- */

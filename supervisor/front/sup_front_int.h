@@ -30,7 +30,9 @@
 #include "front_obs.h"
 #include "sup_manager.h"
 
-#define FRONT_STORE_BATCH       64
+#define FRONT_STORE_BATCH 64
+/* Answers held for a new child until its incarnation is durable (front_pump.c). */
+#define FRONT_HELD_MAX          16
 #define FRONT_STORE_BATCH_FIRST 4 /* rows the batch has room for at first; doubles when full */
 /* Supervisor starts asked for by the thread pool per loop turn; more are left to the
  * first frame. */
@@ -60,7 +62,14 @@ struct front_store {
     int64_t limits_fp;
     int64_t limits_fp_now; /* the open: today's fingerprint, stored by the open */
     bool limits_fp_found, limits_fp_put;
-    bool created;   /* the open in flight found no file: it made one */
+    bool created; /* the open in flight found no file: it made one */
+    /* A new file's first incarnation is sent (HELLO, the first ACQUIREs) while it is being
+     * stored: from the open until the first batch, which writes it first, is durable
+     * (inc_writing: that batch is in flight), the supervisor's answers wait in held (up to
+     * FRONT_HELD_MAX; more are dropped and asked again by the child's retransmission). */
+    bool inc_pending, inc_writing;
+    struct proto_lease_msg *held;
+    uint32_t n_held;
     bool reopening; /* the batch in flight opens the file first (it was asleep) */
     /* ... and closes it again after the write (the cap of open files was reached when it was
      * queued): the child stays asleep, its file open only for the job's time. */
@@ -273,6 +282,9 @@ void front_child_release(struct front_child *fc);
 /** Opens (creates) the file on the thread pool, bumps its incarnation counter and reads
  *  its rows; front_child_opened() runs on the loop when done. */
 void front_store_open_start(struct front_child *fc);
+/** The answers held while a new file's incarnation was being stored go to the child, in
+ *  order (front_pump.c). */
+void front_child_deliver_held(struct front_child *fc);
 /** Cleans DATA/pool and makes this process take new files from it (front_pool_refill fills
  *  it). */
 void front_pool_open(sup_front *f);

@@ -16,6 +16,7 @@
 #include <sqlite3.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "store.h"
 
@@ -29,6 +30,7 @@ struct pl_file {
     sqlite3_file base; /* pMethods: pl_io, or NULL when the real open failed */
     sqlite3_file *real;
     bool hold;          /* a main database or WAL file */
+    bool slow;          /* a child counter's file: its syncs take slow_sync_ms */
     sqlite3_int64 size; /* the size the process sees: the real one plus held writes */
     struct held *w;     /* held writes, oldest first */
     size_t n, cap;
@@ -38,6 +40,7 @@ struct pl_file {
 #define REAL_OFFSET ((sizeof(struct pl_file) + 15) & ~(size_t)15)
 
 static sqlite3_vfs *real_vfs;
+static int slow_sync_ms;
 
 static void
 drop_held(struct pl_file *p)
@@ -137,8 +140,13 @@ static int
 pl_sync(sqlite3_file *f, int flags)
 {
     struct pl_file *p = (struct pl_file *)f;
-    int rc = write_through(p);
+    int rc;
 
+    if (p->slow) { /* a slow disk: nothing is durable before the sync returns */
+        struct timespec ts = {slow_sync_ms / 1000, (long)(slow_sync_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    rc = write_through(p);
     return rc != SQLITE_OK ? rc : p->real->pMethods->xSync(p->real, flags);
 }
 
@@ -275,6 +283,7 @@ pl_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out
     if (rc != SQLITE_OK || p->real->pMethods == NULL)
         return rc; /* base.pMethods stays NULL: SQLite will not call xClose */
     p->hold = (flags & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_WAL)) != 0;
+    p->slow = p->hold && slow_sync_ms > 0 && name != NULL && strstr(name, "/endpoints/") != NULL;
     if (p->real->pMethods->xFileSize(p->real, &p->size) != SQLITE_OK)
         p->size = 0;
     p->base.pMethods = &pl_io;
@@ -367,4 +376,10 @@ test_powerloss_register(void)
     if (registered)
         store_private_vfs_set(TEST_POWERLOSS_VFS);
     return registered;
+}
+
+void
+test_powerloss_slow_child_syncs(int ms)
+{
+    slow_sync_ms = ms > 0 ? ms : 0;
 }

@@ -4,8 +4,11 @@
  * child files). Its supervisors are this executable too (tallyd spawns its
  * own path), so every process of the daemon loses its unsynced writes to
  * kill -9. Production tallyd has no such shim and no switch for one.
+ * TALLY_TEST_CHILD_SYNC_MS (this test build only) makes every sync of a child counter's file
+ * take that many ms more (test_powerloss_slow_child_syncs).
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "tallyd_args.h"
 #include "test_powerloss.h"
@@ -17,5 +20,7 @@ main(int argc, char **argv)
         fputs("tallyd_powerloss: cannot register the power-loss VFS\n", stderr);
         return 1;
     }
+    if (getenv("TALLY_TEST_CHILD_SYNC_MS") != NULL)
+        test_powerloss_slow_child_syncs(atoi(getenv("TALLY_TEST_CHILD_SYNC_MS")));
     return tallyd_main(argc, argv);
 }

@@ -18,5 +18,9 @@
  *  and lose them when the process dies: what an OS crash does to writes that were never
  *  synced. */
 bool test_powerloss_register(void);
+/** From then on every xSync of a child counter's file (a path with "/endpoints/") takes `ms`
+ *  more before its writes are durable: a slow disk under the files whose writes gate a child's
+ *  use of its leases. */
+void test_powerloss_slow_child_syncs(int ms);
 
 #endif /* TEST_POWERLOSS_H */
