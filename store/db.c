@@ -342,17 +342,31 @@ store__sqlite_setup(void)
 static int
 create_fresh(store_db *db, const char *path, store_migrate_fn step, void *ctx)
 {
-    char tmp[STORE_PATH_MAX + 32];
+    char tmp[STORE_PATH_MAX + 32], tmp_wal[STORE_PATH_MAX + 40], wal[STORE_PATH_MAX + 8];
+    bool pooled;
     int rc;
 
-    if ((size_t)snprintf(tmp, sizeof(tmp), "%s-new-%ld", path, (long)getpid()) >= sizeof(tmp))
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s-new-%ld", path, (long)getpid()) >= sizeof(tmp) ||
+        (size_t)snprintf(tmp_wal, sizeof(tmp_wal), "%s-wal", tmp) >= sizeof(tmp_wal) ||
+        (size_t)snprintf(wal, sizeof(wal), "%s-wal", path) >= sizeof(wal))
         return TALLY_EINVAL;
     (void)unlink(tmp);
+    (void)unlink(tmp_wal);
     /* A pool file was written and synced when the pool was filled: only its name is new. */
-    rc = store__pool_take(db->schema, tmp) ? TALLY_OK
-                                           : store__image_write(db->schema, step, ctx, db, tmp);
-    if (rc == TALLY_OK && link(tmp, path) != 0 && errno != EEXIST)
-        rc = TALLY_EIO;
+    pooled = store__pool_take(db->schema, tmp);
+    rc = pooled ? TALLY_OK : store__image_write(db->schema, step, ctx, db, tmp);
+    if (rc == TALLY_OK) {
+        if (link(tmp, path) == 0) {
+            /* A pooled WAL follows its file (the first commit's directory sync makes both
+             * names durable); none, and the first commit starts one. Another process that
+             * linked the file first keeps its own. */
+            if (pooled && rename(tmp_wal, wal) != 0 && errno != ENOENT)
+                (void)unlink(wal); /* never a WAL that is not this file's */
+        } else if (errno != EEXIST) {
+            rc = TALLY_EIO;
+        }
+    }
+    (void)unlink(tmp_wal);
     (void)unlink(tmp);
     if (rc != TALLY_OK && db->errmsg == NULL)
         store__db_errf(db, "%s: cannot create: %s", path, strerror(errno));

@@ -6,12 +6,20 @@
  * temporary name, so two takers never get the same file; the pool must be on the data dir's
  * filesystem (a rename across filesystems fails and the image is written as without a pool).
  * Set once per process, before any file is created.
+ *
+ * Ledgers are pooled with their WAL started (`NAME-K.db-wal`): one commit that changes nothing,
+ * synced and checkpointed, the WAL kept with its header and that frame. A new ledger's first
+ * commit, on a supervisor's first answer, then appends to a WAL that exists: one fdatasync and
+ * a directory sync with nothing new to write, instead of the new WAL's header, its directory
+ * and the frames. Every pool file of a schema holds the same pages, so a WAL that meets another
+ * pool file's image (a taker and a filler crossing) still describes it exactly.
  */
 #include "store.h"
 #include "store_int.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -41,8 +49,16 @@ store__pool_take(const struct store_schema *schema, const char *tmp)
         if ((size_t)snprintf(src, sizeof(src), "%s/%s-%u.db", pool_dir, schema->name, k) >=
             sizeof(src))
             return false;
-        if (rename(src, tmp) == 0)
+        if (rename(src, tmp) == 0) {
+            char src_wal[sizeof(src) + 8], tmp_wal[STORE_PATH_MAX + 128];
+
+            /* Its WAL along, if it has one (store/db.c moves it into place). */
+            if ((size_t)snprintf(src_wal, sizeof(src_wal), "%s-wal", src) < sizeof(src_wal) &&
+                (size_t)snprintf(tmp_wal, sizeof(tmp_wal), "%s-wal", tmp) < sizeof(tmp_wal) &&
+                rename(src_wal, tmp_wal) != 0)
+                (void)unlink(tmp_wal);
             return true;
+        }
         if (errno != ENOENT)
             return false; /* EXDEV and the like: no pool for this file */
     }
@@ -72,9 +88,41 @@ store_pool_clean(const char *dir)
     return TALLY_OK;
 }
 
+/* Starts the WAL of the new file `tmp` (see above): the schema's user_version written again
+ * in a commit of its own (synchronous FULL), checkpointed by the close, the WAL kept. */
+static int
+wal_start(const char *tmp)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    char sql[64];
+    int one = 1, rc;
+
+    rc = sqlite3_open_v2(tmp, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(db, "PRAGMA locking_mode=EXCLUSIVE", NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_file_control(db, "main", SQLITE_FCNTL_PERSIST_WAL, &one);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(db, "PRAGMA synchronous=FULL", NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st) == SQLITE_ROW ? SQLITE_OK : SQLITE_ERROR;
+    if (rc == SQLITE_OK)
+        snprintf(sql, sizeof(sql), "PRAGMA user_version=%lld",
+                 (long long)sqlite3_column_int64(st, 0));
+    sqlite3_finalize(st);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    if (sqlite3_close(db) != SQLITE_OK && rc == SQLITE_OK)
+        rc = SQLITE_ERROR;
+    return rc == SQLITE_OK ? TALLY_OK : TALLY_EIO;
+}
+
 int
 store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsigned want,
-                 unsigned *made)
+                 bool with_wal, unsigned *made)
 {
     char dst[STORE_PATH_MAX + 64], tmp[STORE_PATH_MAX + 96];
     struct stat sb;
@@ -96,6 +144,20 @@ store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsig
         if (stat(dst, &sb) == 0)
             continue;
         rc = store__image_write(schema, step, NULL, NULL, tmp);
+        if (rc == TALLY_OK && with_wal) {
+            char tmp_wal[sizeof(tmp) + 8], dst_wal[sizeof(dst) + 8];
+
+            snprintf(tmp_wal, sizeof(tmp_wal), "%s-wal", tmp);
+            snprintf(dst_wal, sizeof(dst_wal), "%s-wal", dst);
+            /* The WAL goes first: a file in the pool never has a WAL that is not its own. */
+            rc = wal_start(tmp);
+            if (rc == TALLY_OK && rename(tmp_wal, dst_wal) != 0)
+                rc = TALLY_EIO;
+            if (rc != TALLY_OK) {
+                (void)unlink(tmp_wal);
+                (void)unlink(tmp);
+            }
+        }
         /* Replaces a file another process put there meanwhile: the same bytes. */
         if (rc == TALLY_OK && rename(tmp, dst) != 0) {
             (void)unlink(tmp);

@@ -168,6 +168,81 @@ test_ledgers_come_from_the_pool(void **state)
     assert_int_equal(pool_count("ledger", 8), 1);
 }
 
+/* A record of `ctx` bytes "r" (the journal stores what it is given). */
+static int
+enc_bytes(void *ctx, size_t i, uint8_t *buf, size_t cap, size_t *len)
+{
+    size_t n = (size_t)(intptr_t)ctx;
+
+    (void)i;
+    assert_true(n <= cap);
+    memset(buf, 'r', n);
+    *len = n;
+    return TALLY_OK;
+}
+
+static int
+count_rec(void *ctx, const uint8_t *rec, size_t len)
+{
+    (void)rec;
+    (void)len;
+    (*(int *)ctx)++;
+    return TALLY_OK;
+}
+
+/* The first 32 bytes (the header: magic, page size, checkpoint sequence, salts) of `path`. */
+static void
+wal_header(const char *path, unsigned char out[32])
+{
+    int fd = open(path, O_RDONLY);
+
+    assert_true(fd >= 0);
+    assert_int_equal(read(fd, out, 32), 32);
+    close(fd);
+}
+
+/* A pooled ledger comes with its WAL started: the WAL is moved into place with the file, and
+ * the first commit appends to it (the header, written and synced at the fill, stays as it is:
+ * no new WAL, no restart). The file then works as any: records written, read back after a
+ * reopen, integrity ok. */
+static void
+test_ledgers_come_with_their_wal_started(void **state)
+{
+    unsigned char before[32], after[32];
+    char path[256], wal[264], pooled_wal[256];
+    struct stat a, b;
+    store_db *db = NULL;
+    unsigned made = 0;
+    int n = 0;
+
+    (void)state;
+    assert_int_equal(store_journal_pool_fill(1, &made), TALLY_OK);
+    assert_int_equal(made, 1);
+    snprintf(pooled_wal, sizeof(pooled_wal), "%s/ledger-0.db-wal", pool);
+    assert_int_equal(stat(pooled_wal, &a), 0);
+    assert_true(a.st_size > 32); /* a header and a frame */
+    snprintf(path, sizeof(path), "%s/ledger.db", dir);
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    assert_int_equal(
+        store_journal_open(path, STORE_OPEN_PRIVATE | STORE_OPEN_SYNC_FULL, &journal_up, &db),
+        TALLY_OK);
+    assert_int_equal(access(pooled_wal, F_OK), -1);
+    assert_int_equal(stat(wal, &b), 0);
+    assert_int_equal(b.st_ino, a.st_ino);
+    wal_header(wal, before);
+    assert_int_equal(store_journal_append(db, 3, enc_bytes, (void *)(intptr_t)40), TALLY_OK);
+    wal_header(wal, after);
+    assert_memory_equal(before, after, 32);
+    assert_int_equal(stat(wal, &b), 0);
+    assert_true(b.st_size > a.st_size);
+    store_db_close(db);
+    assert_int_equal(store_journal_open(path, STORE_OPEN_PRIVATE, &journal_up, &db), TALLY_OK);
+    assert_int_equal(store_journal_each(db, count_rec, &n), TALLY_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(store_db_exec(db, "PRAGMA integrity_check"), TALLY_OK);
+    store_db_close(db);
+}
+
 static void
 test_clean_removes_what_a_fill_left(void **state)
 {
@@ -272,6 +347,7 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_new_files_come_from_the_pool, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ledgers_come_from_the_pool, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ledgers_come_with_their_wal_started, setup, teardown),
         cmocka_unit_test_setup_teardown(test_clean_removes_what_a_fill_left, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pool_elsewhere_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(test_takers_never_share_a_file, setup, teardown),
