@@ -8,7 +8,6 @@
  */
 #include "sup_front_int.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,9 +19,6 @@ front_prestart_post(sup_front *f, const char *tenant)
         snprintf(f->prestart_q[f->n_prestart++], sizeof(f->prestart_q[0]), "%s", tenant);
     pthread_mutex_unlock(&f->prestart_mu);
     (void)uv_async_send(&f->prestart);
-    /* The loop this wakes is often put on this thread's CPU and waits there while the job
-     * creates the file (the other CPU idle): yielding lets it send the start first. */
-    sched_yield();
 }
 
 static void
