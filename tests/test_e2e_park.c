@@ -12,7 +12,9 @@
  *  - A window end starts no supervisor for a quiet tenant whose windows all end
  *    there: its kept lease, cut at that end, is worth nothing after it and is not
  *    reported, and the lease its link asked for ahead of the end (NEXT; the
- *    supervisor started then) answers the first request after it.
+ *    supervisor started then) answers the first request after it. The same
+ *    after an idle close: the lease resumed from its row is still the last of its
+ *    windows and asks ahead.
  *  - A supervisor that starts again creates no file: its ledger's -wal and -shm
  *    outlive it (the same inodes), so a tenant's restart costs no file creation.
  *  - A limit lowered while the child is closed is in force at its next open: the
@@ -299,6 +301,51 @@ test_window_end_starts_no_supervisor(void **state)
     serve_stop(&e->s);
 }
 
+/* The same after an idle close: the kept lease comes back from its row with what its grant said
+ * (kept, ending at the window end, the last of its windows). So it is not renewed by age on the
+ * way to that end, the link still asks ahead once before it, and the first request after the
+ * boundary is answered from the lease asked ahead: the supervisor starts once in all, for the
+ * ask, and no request waits for it. A lease resumed as a plain one was renewed by age (a start
+ * for nothing), never asked ahead, and the first request after the boundary waited for a start.
+ * (No request falls within a second of the boundary: there the old lease has ended and the new
+ * one not begun, by the drift bound, and a request asks the supervisor.) */
+static void
+test_window_end_after_an_idle_close(void **state)
+{
+    struct env *e = *state;
+    int64_t end;
+    double starts, waits;
+
+    serve_tally_ok(&e->s, NULL, 0, "plan", "set", "pro", "--limit", "100000/20s", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "quiet", "--limit", "4000/20s", NULL);
+    serve_start(&e->s, "--child-idle-ms=2500", "--idle-exit-ms=300");
+    while (serve_wall_ms() % 20000 > 1000) /* early in a window: its end is 19 s away or more */
+        serve_sleep_ms(20);
+    end = serve_wall_ms() / 20000 * 20000 + 20000;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(check(e), 200);
+    wait_closed(e, true);
+    assert_true(metric(e, "tally_leases_parked_total") >= 1);
+    assert_true(serve_wall_ms() < end - 12000);
+    starts = metric(e, STARTS);
+    /* Reopened from the parked row (the request waits for the file), then in use every
+     * 200 ms (the file stays open). */
+    assert_int_equal(check(e), 200);
+    waits = metric(e, "tally_waits_total");
+    while (serve_wall_ms() < end - 1000) {
+        assert_int_equal(check(e), 200);
+        serve_sleep_ms(200);
+    }
+    while (serve_wall_ms() < end + 1000)
+        serve_sleep_ms(50);
+    assert_int_equal(check(e), 200);
+    print_message("starts %.0f, waits %.0f after the idle close\n", metric(e, STARTS) - starts,
+                  metric(e, "tally_waits_total") - waits);
+    assert_true(metric(e, STARTS) == starts + 1); /* the ask ahead, and nothing else */
+    assert_true(metric(e, "tally_waits_total") == waits);
+    serve_stop(&e->s);
+}
+
 int
 main(void)
 {
@@ -310,6 +357,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_supervisor_restart_creates_no_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exact_across_idle_closes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_window_end_starts_no_supervisor, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_window_end_after_an_idle_close, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limit_lowered_while_closed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_limit_lowered_while_tallyd_down, setup, teardown),
     };

@@ -107,8 +107,8 @@ static const struct journal_want journals[] = {
 
 /* The two live lease rows of endpoints/search.db (incarnation 2). */
 static const struct sup_child_lease_rec rows_want[] = {
-    {27, 2, LINK_1, 16, 4, 5000, 479578, 484477, 1796135641625},
-    {31, 2, LINK_2, 8, 8, 5000, 479671, 484570, 1796135641718},
+    {27, 2, LINK_1, 16, 4, 5000, 479578, 484477, 1796135641625, 0},
+    {31, 2, LINK_2, 8, 8, 5000, 479671, 484570, 1796135641718, 0},
 };
 
 /* Every record of `table` starts with format byte `format`. */
@@ -336,7 +336,7 @@ write_two(void *ctx, size_t i, uint64_t *id, uint8_t *buf, size_t cap, size_t *l
 static void
 test_v1_child_file_upgrades_and_resumes(void **state)
 {
-    static const struct sup_child_lease_rec fresh = {40, 3, LINK_2, 12, 4, 5000, 1, 2, 3};
+    static const struct sup_child_lease_rec fresh = {40, 3, LINK_2, 12, 4, 5000, 1, 2, 3, 0};
     char path[512];
     struct sup_child_config cfg;
     const struct tenant_endpoint *ep;

@@ -28,6 +28,7 @@ sup_child_rec_encode(const struct sup_child_lease_rec *r, uint8_t *buf, size_t c
     store_rec_put_i64(&w, r->sent_mono_ms);
     store_rec_put_i64(&w, r->deadline_mono_ms);
     store_rec_put_i64(&w, r->deadline_wall_ms);
+    store_rec_put_u8(&w, (uint8_t)(r->flags & SUP_CHILD_REC_ALL));
     if (w.bad)
         return TALLY_EINVAL; /* a link without its NUL: every row fits in the maximum */
     *len = w.at;
@@ -44,7 +45,7 @@ sup_child_rec_decode(const uint8_t *p, size_t len, struct sup_child_lease_rec *o
         return TALLY_ECORRUPT;
     if (p[0] > SUP_CHILD_REC_FORMAT)
         return TALLY_ESCHEMA;
-    if (p[0] != SUP_CHILD_REC_FORMAT)
+    if (p[0] < 2)
         return TALLY_ECORRUPT; /* format 1 is only read by the upgrade of a format-1 file */
     store_rec_reader_init(&r, p + 1, len - 1);
     out->lease_id = store_rec_get_u64(&r);
@@ -56,7 +57,9 @@ sup_child_rec_decode(const uint8_t *p, size_t len, struct sup_child_lease_rec *o
     out->sent_mono_ms = store_rec_get_i64(&r);
     out->deadline_mono_ms = store_rec_get_i64(&r);
     out->deadline_wall_ms = store_rec_get_i64(&r);
-    if (!store_rec_reader_done(&r)) {
+    if (p[0] >= 3)
+        out->flags = store_rec_get_u8(&r); /* format 2 had none */
+    if (!store_rec_reader_done(&r) || (out->flags & ~SUP_CHILD_REC_ALL) != 0) {
         memset(out, 0, sizeof(*out));
         return TALLY_ECORRUPT;
     }

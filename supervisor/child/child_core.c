@@ -355,6 +355,8 @@ lease_rec(const sup_child *c, const struct child_link *k, const struct child_lea
     rec->sent_mono_ms = cl->sent_mono;
     rec->deadline_mono_ms = cl->deadline_mono;
     rec->deadline_wall_ms = cl->deadline_wall;
+    rec->flags = (cl->keep ? SUP_CHILD_REC_KEEP : 0) | (cl->edge ? SUP_CHILD_REC_EDGE : 0) |
+                 (cl->last ? SUP_CHILD_REC_LAST : 0);
 }
 
 void
@@ -491,6 +493,11 @@ sup_child_resume(sup_child *c, const struct sup_child_lease_rec *rec, struct sup
     cl->used = rec->mark; /* whatever was admitted before the crash, at most the mark */
     cl->ttl_ms = rec->ttl_ms;
     cl->foreign = true;
+    /* As granted: a kept lease stays kept, one that ends at a window end is not renewed by age
+     * (a renewal would end there too), and the last of its windows still asks ahead. */
+    cl->keep = (rec->flags & SUP_CHILD_REC_KEEP) != 0;
+    cl->edge = (rec->flags & SUP_CHILD_REC_EDGE) != 0;
+    cl->last = (rec->flags & SUP_CHILD_REC_LAST) != 0;
     cl->row = true;
     cl->row_durable = true;
     cl->mark_durable = cl->mark_want = cl->mark_sent = rec->mark;

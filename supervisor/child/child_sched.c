@@ -67,6 +67,21 @@ want_next(struct child_link *k)
     k->acq_next = true;
 }
 
+/* True iff a started lease of `k` has admitted something: the link is in use in these windows,
+ * whichever of its leases took the requests (a renewal waits unused behind the lease it renews,
+ * a resumed lease behind nothing). */
+static bool
+link_used(const struct child_link *k)
+{
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        const struct child_lease *cl = &k->l[j];
+
+        if (cl->state == CL_LIVE && cl->start_mono == 0 && cl->used > 0)
+            return true;
+    }
+    return false;
+}
+
 /* When `k` should ask ahead for the windows after its live LAST lease `cl` (INT64_MAX: never). */
 static int64_t
 next_at(const sup_child *c, const struct child_link *k, const struct child_lease *cl)
@@ -74,8 +89,8 @@ next_at(const sup_child *c, const struct child_link *k, const struct child_lease
     int64_t lo, hi, life;
 
     if (cl->state != CL_LIVE || !cl->last || !cl->keep || cl->start_mono != 0 ||
-        k->next_for == cl->id || cl->used == 0 || cl->used >= cl->n)
-        return INT64_MAX; /* asked already, never used in these windows, or used up */
+        k->next_for == cl->id || cl->used >= cl->n || !link_used(k))
+        return INT64_MAX; /* asked already, used up, or the link unused in these windows */
     /* Spread over the whole range, also when the lease's life shortens it: a cap alone would
      * send every tenant whose instant falls past it at once. */
     life = cl->deadline_mono - cl->sent_mono;

@@ -44,7 +44,16 @@ struct sup_child_lease_rec {
     int64_t sent_mono_ms;     /* when the ACQUIRE was first sent (monotonic) */
     int64_t deadline_mono_ms; /* sent_mono_ms + ttl - ceil(ttl * epsilon) - 1 */
     int64_t deadline_wall_ms; /* the same instant on the wall clock */
+    uint32_t flags;           /* SUP_CHILD_REC_*: what the grant said of the lease */
 };
+
+/* What a grant said of its lease, kept with the row so a lease resumed from it (after an idle
+ * close or a restart) is still kept to its deadline, not renewed by age past a window end, and
+ * still asks ahead for the next windows. */
+#define SUP_CHILD_REC_KEEP 0x1u /* PROTO_LEASE_GRANT_KEEP */
+#define SUP_CHILD_REC_EDGE 0x2u /* it ends at a window end of its path */
+#define SUP_CHILD_REC_LAST 0x4u /* PROTO_LEASE_GRANT_LAST: every window of its path ends then */
+#define SUP_CHILD_REC_ALL  0x7u
 
 /* Exact use counters (optional, sup_child_config.counters). A row's mark runs ahead of use, so
  * a lease resumed from it after a crash loses what lies between. A host that can keep a count
