@@ -461,18 +461,6 @@ make_room(sup_child *c, struct child_link *k, int64_t now_mono)
     retire(c, least);
 }
 
-int64_t
-sup__child_drift_margin(const sup_child *c, int64_t ttl_ms)
-{
-    int64_t t = c->lease_ttl_ms > 0 ? c->lease_ttl_ms : SUP_CHILD_LEASE_TTL_MS;
-    int64_t head = ttl_ms < t ? ttl_ms : t, tail = ttl_ms - head;
-
-    /* epsilon over a lease's first T_lease, epsilon_long over the rest (docs/DESIGN.md §5), plus
-     * one tick: clocks are read in whole milliseconds. */
-    return (head * c->epsilon_ppm + 999999) / 1000000 +
-           (tail * c->epsilon_long_ppm + 999999) / 1000000 + 1;
-}
-
 int
 sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_lease_grant *g,
                      const struct child_req *r, int64_t now_mono)
@@ -535,6 +523,7 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
          * leaves it to expire as spent (under-admission). */
         cl->start_mono = now_mono + g->start_ms + sup__child_drift_margin(c, g->start_ms);
         cl->mark_durable = cl->mark_want = cl->mark_sent = cl->n;
+        sup__child_last_end_from_next(c, k, cl, g, r->first_mono, now_mono);
     } else if (c->persist_marks && cl->n > c->mark_chunk_min && !recalled) {
         /* The first chunk (or the link's mark lead), carried by the row written before the
          * first admission. */

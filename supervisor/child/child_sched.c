@@ -99,6 +99,50 @@ next_at(const sup_child *c, const struct child_link *k, const struct child_lease
     return cl->deadline_mono - lo - (hi - lo) * c->next_ahead_ppm / 1000000;
 }
 
+int64_t
+sup__child_drift_margin(const sup_child *c, int64_t ttl_ms)
+{
+    int64_t t = c->lease_ttl_ms > 0 ? c->lease_ttl_ms : SUP_CHILD_LEASE_TTL_MS;
+    int64_t head = ttl_ms < t ? ttl_ms : t, tail = ttl_ms - head;
+
+    /* epsilon over a lease's first T_lease, epsilon_long over the rest (docs/DESIGN.md §5), plus
+     * one tick: clocks are read in whole milliseconds. */
+    return (head * c->epsilon_ppm + 999999) / 1000000 +
+           (tail * c->epsilon_long_ppm + 999999) / 1000000 + 1;
+}
+
+/* A NEXT grant names the windows' end again, measured from a send far later than the first send
+ * of the link's LAST lease: that lease may run until the end as measured from this ask, less the
+ * drift bound over the wait alone (0.1 s and 0.1 % of it), instead of less the bound over its
+ * whole life (3.7 s for an hour): the gap at a window end, where the old lease has ended and the
+ * new one not begun and a request needs the supervisor, shrinks to twice the shorter bound. Only
+ * while that lease is live, so the ask was decided before its end: the end named is then its end
+ * (every window of its path ends there, and none earlier), and each bound is one on the same
+ * instant. Never past its own TTL from its first send, which its row checks. */
+void
+sup__child_last_end_from_next(sup_child *c, struct child_link *k, const struct child_lease *next,
+                              const struct proto_lease_grant *g, int64_t sent_mono,
+                              int64_t now_mono)
+{
+    int64_t margin = sup__child_drift_margin(c, g->start_ms);
+
+    for (int j = 0; j < CHILD_LEASES; j++) {
+        struct child_lease *cl = &k->l[j];
+        int64_t end;
+
+        if (cl == next || cl->state != CL_LIVE || !cl->last || cl->start_mono != 0 ||
+            now_mono >= cl->deadline_mono)
+            continue;
+        end = sent_mono + g->start_ms - margin;
+        if (end > cl->sent_mono + cl->ttl_ms)
+            end = cl->sent_mono + cl->ttl_ms;
+        if (end > cl->deadline_mono) {
+            cl->deadline_wall += end - cl->deadline_mono;
+            cl->deadline_mono = end;
+        }
+    }
+}
+
 /* The next instant at which a timer of `k` may act, after `after`: the deadline of a live lease
  * (and of a used-up one waiting to ride on an ACQUIRE), its idle return, its renewal by age. */
 static int64_t
