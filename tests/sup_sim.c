@@ -472,19 +472,28 @@ step(struct sim_world *w)
 }
 
 /* Long enough for every lease to end: a kept lease lives to min(keep life, its windows' end), a
- * NEXT lease that long after its start. */
+ * NEXT lease that long after its start. The longest window of any budget of any path counts (a
+ * NEXT lease of an endpoint whose windows outlast the plan's starts at their end). */
 static int64_t
 drain_ms(const struct sim_world *w)
 {
     int64_t base = w->p.realistic ? 8000 : 1500, life, period = 0;
     int64_t keep = w->lcfg.keep_ttl_ms > 0 ? w->lcfg.keep_ttl_ms : SUP_KEEP_TTL_MS_DEFAULT;
 
-    for (uint32_t i = 0; i < w->plan.limits.count; i++) {
-        if (w->plan.limits.v[i].period_ms > period)
-            period = w->plan.limits.v[i].period_ms;
+    for (int ep = 0; ep < w->p.children; ep++) {
+        for (int kind = 0; kind < 4; kind++) { /* plan, link, endpoint, endpoint per link */
+            const struct tenant_limits *ls = sim_path_limits(w, kind, ep);
+
+            for (uint32_t i = 0; ls != NULL && i < ls->count; i++) {
+                if (ls->v[i].period_ms > period)
+                    period = ls->v[i].period_ms;
+            }
+        }
     }
     life = keep < period ? keep : period;
-    life *= 2; /* a NEXT lease, asked before the running windows end, lives through the next */
+    /* A NEXT lease, asked before the running windows end, starts at their end (up to a period
+     * away) and lives its keep life from there. */
+    life += period;
     return life + 1500 > base ? life + 1500 : base;
 }
 
