@@ -89,6 +89,8 @@ static int
 setup_with(const char *every)
 {
     snapshot_every = every;
+    /* The counts below are against a plan of an hour: all within one. */
+    test_within_one_window(3600000, 60000);
     assert_int_equal(netns_cluster_make(&net), 0);
     if (!net.up)
         return 0;

@@ -67,6 +67,8 @@ setup(void **state)
     struct test_out o;
 
     (void)state;
+    /* The counts below are against limits of an hour: all within one. */
+    test_within_one_window(3600000, 60000);
     assert_int_equal(netns_cluster_make(&net), 0);
     if (!net.up)
         return 0;

@@ -241,6 +241,26 @@ test_dir_private(const char *dir)
     return ok;
 }
 
+void
+test_within_one_window(int64_t period_ms, int64_t need_ms)
+{
+    struct timespec ts;
+    int64_t wall, left;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    wall = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    left = period_ms - wall % period_ms;
+    if (left >= need_ms)
+        return;
+    fprintf(stderr, "# %lld ms to the end of a %lld ms window: waiting past it\n", (long long)left,
+            (long long)period_ms);
+    left += 200;
+    ts.tv_sec = (time_t)(left / 1000);
+    ts.tv_nsec = (long)(left % 1000) * 1000000;
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
 uint64_t
 test_seed(void)
 {

@@ -49,6 +49,10 @@ int64_t test_now_ms(void);
 unsigned long long test_cluster_leader(const char *data);
 /** Waits until DATA's tallyd names `want` as the leader: false when timeout_ms went by first. */
 bool test_cluster_wait_leader(const char *data, unsigned long long want, int timeout_ms);
+/** For a test that counts against limits of `period_ms` windows and runs up to `need_ms`: when
+ *  the running window (aligned on the wall clock, as tally's are) ends sooner, sleeps until
+ *  just past its end, so the test's counts all fall in one window. */
+void test_within_one_window(int64_t period_ms, int64_t need_ms);
 /** Seed for property tests: $TALLY_SEED or the time; printed once. */
 uint64_t test_seed(void);
 
