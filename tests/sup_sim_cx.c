@@ -148,6 +148,32 @@ cx_grant(struct cx *x, const struct proto_lease_msg *acq, int64_t n, int64_t ttl
     return cx_deliver(x, &r);
 }
 
+struct sup_child_event
+cx_grant_next(struct cx *x, const struct proto_lease_msg *acq, int64_t n, int64_t start_ms,
+              int64_t life_ms, uint32_t flags)
+{
+    struct proto_lease_msg r;
+
+    cx_reply_to(acq, &r, PROTO_LEASE_GRANT);
+    strcpy(r.grant.endpoint, acq->acquire.endpoint);
+    strcpy(r.grant.link, acq->acquire.link);
+    r.grant.lease_id = ++x->next_lease;
+    r.grant.n = n;
+    r.grant.ttl_ms = start_ms + life_ms;
+    r.grant.start_ms = start_ms;
+    r.grant.flags = flags;
+    return cx_deliver(x, &r);
+}
+
+void
+cx_assert_usable_until(struct cx *x, const char *link, int64_t until)
+{
+    x->now.mono_ms = until - 1;
+    assert_int_equal(cx_admit(x, link, 1, 0).verdict, SUP_ADMIT_OK);
+    x->now.mono_ms = until;
+    assert_int_equal(cx_admit(x, link, 1, 0).verdict, SUP_ADMIT_WAIT);
+}
+
 struct sup_admit
 cx_admit(struct cx *x, const char *link, int64_t cost, unsigned flags)
 {

@@ -40,7 +40,14 @@ void cx_reply_to(const struct proto_lease_msg *req, struct proto_lease_msg *r, u
 void cx_welcome(struct cx *x);
 struct sup_child_event cx_grant(struct cx *x, const struct proto_lease_msg *acq, int64_t n,
                                 int64_t ttl_ms, uint32_t flags, uint64_t *lease_id);
+/** Answers a NEXT ask: a lease of n whose windows start start_ms from now (ttl_ms includes the
+ *  wait), with `flags`. */
+struct sup_child_event cx_grant_next(struct cx *x, const struct proto_lease_msg *acq, int64_t n,
+                                     int64_t start_ms, int64_t life_ms, uint32_t flags);
 struct sup_admit cx_admit(struct cx *x, const char *link, int64_t cost, unsigned flags);
+/** The lease on `link` admits until `until` (monotonic, exclusive): one token at until - 1, a
+ *  wait at until. */
+void cx_assert_usable_until(struct cx *x, const char *link, int64_t until);
 /** Writes every pending row as durable; returns how many (*last gets the last one). */
 int cx_persist_all(struct cx *x, struct sup_child_persist *last);
 

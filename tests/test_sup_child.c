@@ -34,16 +34,6 @@ group_setup(void **state)
     return 0;
 }
 
-/* The lease on LINK_A admits until `until` (exclusive): one token at until - 1, a wait at until. */
-static void
-assert_usable_until(struct cx *x, int64_t until)
-{
-    x->now.mono_ms = until - 1;
-    assert_int_equal(cx_admit(x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
-    x->now.mono_ms = until;
-    assert_int_equal(cx_admit(x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
-}
-
 static void
 test_child_deadline_from_first_send(void **state)
 {
@@ -62,7 +52,7 @@ test_child_deadline_from_first_send(void **state)
     assert_int_equal(cx_expect(&x, PROTO_LEASE_ACQUIRE).origin.seq, acq.origin.seq);
     (void)cx_grant(&x, &acq, 1000, 5000, 0, NULL);
     /* 5000 ms less 2% (epsilon) and one tick: usable until sent + 4899. */
-    assert_usable_until(&x, sent + 4899);
+    cx_assert_usable_until(&x, LINK_A, sent + 4899);
     /* The expired lease is reported: ACQUIRE with the report (the swap). */
     acq = cx_expect(&x, PROTO_LEASE_ACQUIRE);
     assert_int_equal(acq.acquire.report_used, 1);
@@ -88,74 +78,7 @@ test_child_long_lease_ends_by_the_long_bound(void **state)
     sent = x.now.mono_ms;
     (void)cx_grant(&x, &acq, 1000000, hour,
                    PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE | PROTO_LEASE_GRANT_LAST, NULL);
-    assert_usable_until(&x, sent + hour - 3696);
-    cx_close(&x);
-}
-
-/* An hour's kept LAST lease on LINK_A (granted at cx_at 0), in use 200 s before its end, and
- * the ACQUIRE flagged NEXT it sends once its instant to ask ahead has passed (at cx_at *asked). */
-static struct proto_lease_msg
-last_lease_asking_ahead(struct cx *x, int64_t *asked)
-{
-    const int64_t hour = 3600000;
-    struct proto_lease_msg acq;
-
-    cx_open(x, false, TENANT_UNAVAIL_CLOSED);
-    cx_welcome(x);
-    (void)cx_admit(x, LINK_A, 1, 0);
-    acq = cx_expect(x, PROTO_LEASE_ACQUIRE);
-    (void)cx_grant(x, &acq, 1000000, hour,
-                   PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE | PROTO_LEASE_GRANT_LAST, NULL);
-    cx_at(x, hour - 200000);
-    assert_int_equal(cx_admit(x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
-    /* The latest instant to ask: 30 s before the deadline (hour - 3,696). */
-    *asked = hour - 3696 - 30000;
-    cx_at(x, *asked);
-    sup_child_tick(x->c, x->now);
-    acq = cx_expect(x, PROTO_LEASE_ACQUIRE);
-    assert_int_equal(acq.acquire.flags, PROTO_LEASE_ACQ_NEXT);
-    return acq;
-}
-
-/* The GRANT of a NEXT ask, decided at once: its windows start at the LAST lease's end. */
-static void
-grant_next(struct cx *x, const struct proto_lease_msg *acq, int64_t start_ms)
-{
-    struct proto_lease_msg r;
-
-    cx_reply_to(acq, &r, PROTO_LEASE_GRANT);
-    strcpy(r.grant.endpoint, acq->acquire.endpoint);
-    strcpy(r.grant.link, acq->acquire.link);
-    r.grant.lease_id = ++x->next_lease;
-    r.grant.n = 100;
-    r.grant.ttl_ms = start_ms + 3600000;
-    r.grant.start_ms = start_ms;
-    r.grant.flags = PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE | PROTO_LEASE_GRANT_LAST;
-    (void)cx_deliver(x, &r);
-}
-
-/* The NEXT grant names the windows' end again, 33.7 s ahead: the hour's lease then runs until
- * that end less the bound over 33.7 s (100 ms, 29 ms and a tick: 130 ms), not less the bound over
- * its hour (3,696 ms). A grant that comes after the old lease ended does not bring it back. */
-static void
-test_child_next_grant_moves_the_last_lease_end(void **state)
-{
-    const int64_t hour = 3600000;
-    struct proto_lease_msg acq;
-    int64_t asked;
-    struct cx x;
-
-    (void)state;
-    acq = last_lease_asking_ahead(&x, &asked);
-    cx_at(&x, asked + 5);
-    grant_next(&x, &acq, hour - asked);
-    assert_usable_until(&x, cx_at(&x, hour - 130).mono_ms);
-    cx_close(&x);
-
-    acq = last_lease_asking_ahead(&x, &asked);
-    cx_at(&x, hour - 3000); /* the answer took 30 s: the old lease has ended */
-    grant_next(&x, &acq, hour - asked);
-    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+    cx_assert_usable_until(&x, LINK_A, sent + hour - 3696);
     cx_close(&x);
 }
 
@@ -623,7 +546,6 @@ main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_child_deadline_from_first_send),
         cmocka_unit_test(test_child_long_lease_ends_by_the_long_bound),
-        cmocka_unit_test(test_child_next_grant_moves_the_last_lease_end),
         cmocka_unit_test(test_child_watermark_prefetch_never_waits),
         cmocka_unit_test(test_child_deny_cached_by_cost),
         cmocka_unit_test(test_child_refusals_outlive_a_small_table),

@@ -3,7 +3,8 @@
  * a kept one at its deadline (not at all when every window of its path ends then), one recalled by
  * the supervisor (RECALL) at once, every one on a configuration change (sup_child_recall), and a
  * long kept lease renewed in the background once it is old. And how a link asks ahead for its
- * first lease (sup_child_warm) while its tenant's supervisor starts for another link.
+ * first lease (sup_child_warm) while its tenant's supervisor starts for another link, and how a
+ * grant asked ahead for the next windows moves the end of the running last one.
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
@@ -345,6 +346,58 @@ test_child_warm_asks_ahead_once(void **state)
     cx_close(&x);
 }
 
+#define NEXT_FLAGS (PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE | PROTO_LEASE_GRANT_LAST)
+
+/* An hour's kept LAST lease on LINK_A (granted at cx_at 0), in use 200 s before its end, and
+ * the ACQUIRE flagged NEXT it sends once its instant to ask ahead has passed (at cx_at *asked). */
+static struct proto_lease_msg
+last_lease_asking_ahead(struct cx *x, int64_t *asked)
+{
+    const int64_t hour = 3600000;
+    struct proto_lease_msg acq;
+
+    cx_open(x, false, TENANT_UNAVAIL_CLOSED);
+    cx_welcome(x);
+    (void)cx_admit(x, LINK_A, 1, 0);
+    acq = cx_expect(x, PROTO_LEASE_ACQUIRE);
+    (void)cx_grant(x, &acq, 1000000, hour,
+                   PROTO_LEASE_GRANT_KEEP | PROTO_LEASE_GRANT_EDGE | PROTO_LEASE_GRANT_LAST, NULL);
+    cx_at(x, hour - 200000);
+    assert_int_equal(cx_admit(x, LINK_A, 1, 0).verdict, SUP_ADMIT_OK);
+    /* The latest instant to ask: 30 s before the deadline (hour - 3,696). */
+    *asked = hour - 3696 - 30000;
+    cx_at(x, *asked);
+    sup_child_tick(x->c, x->now);
+    acq = cx_expect(x, PROTO_LEASE_ACQUIRE);
+    assert_int_equal(acq.acquire.flags, PROTO_LEASE_ACQ_NEXT);
+    return acq;
+}
+
+/* The NEXT grant names the windows' end again, 33.7 s ahead: the hour's lease then runs until
+ * that end less the bound over 33.7 s (100 ms, 29 ms and a tick: 130 ms), not less the bound over
+ * its hour (3,696 ms). A grant that comes after the old lease ended does not bring it back. */
+static void
+test_child_next_grant_moves_the_last_lease_end(void **state)
+{
+    const int64_t hour = 3600000;
+    struct proto_lease_msg acq;
+    int64_t asked;
+    struct cx x;
+
+    (void)state;
+    acq = last_lease_asking_ahead(&x, &asked);
+    cx_at(&x, asked + 5);
+    (void)cx_grant_next(&x, &acq, 100, hour - asked, hour, NEXT_FLAGS);
+    cx_assert_usable_until(&x, LINK_A, cx_at(&x, hour - 130).mono_ms);
+    cx_close(&x);
+
+    acq = last_lease_asking_ahead(&x, &asked);
+    cx_at(&x, hour - 3000); /* the answer took 30 s: the old lease has ended */
+    (void)cx_grant_next(&x, &acq, 100, hour - asked, hour, NEXT_FLAGS);
+    assert_int_equal(cx_admit(&x, LINK_A, 1, 0).verdict, SUP_ADMIT_WAIT);
+    cx_close(&x);
+}
+
 int
 main(void)
 {
@@ -356,6 +409,7 @@ main(void)
         cmocka_unit_test(test_child_long_lease_renewed_on_use_when_old),
         cmocka_unit_test(test_child_config_recall_drops_leases_and_late_grants),
         cmocka_unit_test(test_child_warm_asks_ahead_once),
+        cmocka_unit_test(test_child_next_grant_moves_the_last_lease_end),
     };
 
     return cmocka_run_group_tests_name("sup_child_keep", tests, group_setup, NULL);

@@ -523,7 +523,7 @@ sup__child_lease_add(sup_child *c, struct child_link *k, const struct proto_leas
          * leaves it to expire as spent (under-admission). */
         cl->start_mono = now_mono + g->start_ms + sup__child_drift_margin(c, g->start_ms);
         cl->mark_durable = cl->mark_want = cl->mark_sent = cl->n;
-        sup__child_last_end_from_next(c, k, cl, g, r->first_mono, now_mono);
+        sup__child_last_end_from_next(c, k, g, r->first_mono, now_mono);
     } else if (c->persist_marks && cl->n > c->mark_chunk_min && !recalled) {
         /* The first chunk (or the link's mark lead), carried by the row written before the
          * first admission. */

@@ -120,26 +120,22 @@ sup__child_drift_margin(const sup_child *c, int64_t ttl_ms)
  * (every window of its path ends there, and none earlier), and each bound is one on the same
  * instant. Never past its own TTL from its first send, which its row checks. */
 void
-sup__child_last_end_from_next(sup_child *c, struct child_link *k, const struct child_lease *next,
+sup__child_last_end_from_next(const sup_child *c, struct child_link *k,
                               const struct proto_lease_grant *g, int64_t sent_mono,
                               int64_t now_mono)
 {
-    int64_t margin = sup__child_drift_margin(c, g->start_ms);
+    int64_t end = sent_mono + g->start_ms - sup__child_drift_margin(c, g->start_ms);
 
     for (int j = 0; j < CHILD_LEASES; j++) {
         struct child_lease *cl = &k->l[j];
-        int64_t end;
+        int64_t at = end < cl->sent_mono + cl->ttl_ms ? end : cl->sent_mono + cl->ttl_ms;
 
-        if (cl == next || cl->state != CL_LIVE || !cl->last || cl->start_mono != 0 ||
-            now_mono >= cl->deadline_mono)
+        /* The NEXT lease itself has not started: it is not a running one. */
+        if (cl->state != CL_LIVE || !cl->last || cl->start_mono != 0 ||
+            now_mono >= cl->deadline_mono || at <= cl->deadline_mono)
             continue;
-        end = sent_mono + g->start_ms - margin;
-        if (end > cl->sent_mono + cl->ttl_ms)
-            end = cl->sent_mono + cl->ttl_ms;
-        if (end > cl->deadline_mono) {
-            cl->deadline_wall += end - cl->deadline_mono;
-            cl->deadline_mono = end;
-        }
+        cl->deadline_wall += at - cl->deadline_mono;
+        cl->deadline_mono = at;
     }
 }
 

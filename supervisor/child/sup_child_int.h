@@ -198,10 +198,9 @@ void sup__child_want_acquire(struct child_link *k, int64_t need);
 /** How much earlier than its TTL says a child stops using a lease of `ttl_ms`: the drift bound
  *  (epsilon over the first T_lease, epsilon_long beyond) plus one tick. */
 int64_t sup__child_drift_margin(const sup_child *c, int64_t ttl_ms);
-/** A NEXT grant `g` (asked at sent_mono, now added as `next`) moves the end of the link's live
- *  LAST lease to the end it names, less the drift bound over the wait alone (child_sched.c). */
-void sup__child_last_end_from_next(sup_child *c, struct child_link *k,
-                                   const struct child_lease *next,
+/** A NEXT grant `g` (asked at sent_mono, already placed) moves the end of the link's live LAST
+ *  lease to the end it names, less the drift bound over the wait alone (child_sched.c). */
+void sup__child_last_end_from_next(const sup_child *c, struct child_link *k,
                                    const struct proto_lease_grant *g, int64_t sent_mono,
                                    int64_t now_mono);
 /** Places a granted lease (retired at once, and reported, if it arrived dead). TALLY_OK, or
