@@ -88,6 +88,8 @@ examples_env_init(struct examples_env *e, int limit)
     char lim[32];
     int i;
 
+    /* Counted against limits of a year, whose boundaries are tops of hours. */
+    test_within_one_window(3600000, 90000);
     memset(e, 0, sizeof(*e));
     e->limit = limit;
     test_tmpdir(e->root, sizeof(e->root));

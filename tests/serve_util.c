@@ -86,6 +86,9 @@ serve_tally_ok(const struct serve_env *e, char *out, size_t cap, ...)
 void
 serve_env_init(struct serve_env *e)
 {
+    /* The suites count against limits of an hour, a day or a year, all of them windows of
+     * floor(now / period): every boundary is the top of an hour. No test lasts 90 s. */
+    test_within_one_window(3600000, 90000);
     memset(e, 0, sizeof(*e));
     test_tmpdir(e->root, sizeof(e->root));
     snprintf(e->data, sizeof(e->data), "%s/data", e->root);
