@@ -126,6 +126,21 @@ loop_name(const char *dir, char *out, size_t cap)
         fail_msg("no loop device mounted on %s", dir);
 }
 
+/* Waits (up to 5 s) until the loop device `loop` ("loop0") has let go of its file: an unmount
+ * frees it asynchronously, and a mount of the same image meanwhile may find it still bound. */
+static void
+loop_wait_free(const char *loop)
+{
+    char path[128];
+    struct stat sb;
+
+    snprintf(path, sizeof(path), "/sys/block/%s/loop/backing_file", loop);
+    for (int i = 0; i < 500 && stat(path, &sb) == 0; i++)
+        serve_sleep_ms(10);
+    if (stat(path, &sb) == 0)
+        fail_msg("%s still bound 5 s after its unmount", loop);
+}
+
 static void
 ext4_mount(struct env *e, const char *img, const char *dir)
 {
@@ -448,6 +463,7 @@ test_fs_turned_readonly_follows_policy(void **state)
     assert_true(test_wait_supervisors(e->s.data, "b", 0, 5000));
     assert_int_equal(umount2(dir, 0), 0);
     e->ext4_dir[0] = '\0';
+    loop_wait_free(loop);
     tool(true, "/usr/sbin/e2fsck", "-f", "-y", img, NULL);
     ext4_mount(e, img, dir);
     /* tally.db, two journals, three child files */

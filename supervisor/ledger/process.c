@@ -272,12 +272,16 @@ on_signal(uv_signal_t *h, int signum)
  * CACHE_KB (a ledger is a few pages, its rows live in the ledger's tables),
  * what the replay and the snapshot load used goes back to SQLite and to the
  * kernel. */
-static void
-shrink(struct sp *s)
+void
+sp_shrink(struct sp *s)
 {
     static const char cap[] = "PRAGMA cache_size=-" CACHE_KB;
-    sqlite3 *db = store_db_handle(s->journal);
+    sqlite3 *db;
 
+    s->shrink_due = false;
+    if (s->journal == NULL)
+        return;
+    db = store_db_handle(s->journal);
     (void)sqlite3_exec(db, cap, NULL, NULL, NULL);
     (void)sqlite3_db_release_memory(db);
     (void)malloc_trim(0);
@@ -327,8 +331,12 @@ open_all(struct sp *s)
      * nothing under its epoch, so the next one may take the same number. */
     if (rc == TALLY_OK)
         rc = sup_ledger_start(s->ledger, sp_wall_ms(), &s->batch);
-    if (rc == TALLY_OK)
-        shrink(s);
+    /* Memory goes back once the first answer is out (sp_flush): trimming the heap costs a
+     * few hundred microseconds a new tenant's first request need not wait for. */
+    if (rc == TALLY_OK && !s->cluster)
+        s->shrink_due = true;
+    else if (rc == TALLY_OK)
+        sp_shrink(s);
     if (s->cluster) { /* read: tallyd is the copy's only writer from now on */
         store_db_close(s->journal);
         s->journal = NULL;

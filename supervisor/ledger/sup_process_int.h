@@ -58,6 +58,7 @@ struct sp {
     bool stopping;
     bool failed;   /* a commit failed: memory is ahead of disk */
     bool unsynced; /* batched mode: commits not yet fsynced */
+    bool shrink_due; /* open: the start's memory goes back after the first answer (sp_shrink) */
     uint64_t sync_ms;
     uint64_t records_total;
     uint64_t journal_rows;   /* rows in the journal now */
@@ -125,6 +126,11 @@ int sp_cluster_append(struct sp *s, uint8_t op, const struct sup_record *v, size
 /** The turn's replies (s->out): out now, or held until the turn's last BATCH is done. */
 void sp_cluster_out(struct sp *s);
 void sp_cluster_free(struct sp *s);
+
+/* process.c */
+/** Gives back what the start used (SQLite's caches, the heap's free tops): an idle supervisor
+ *  keeps little memory. */
+void sp_shrink(struct sp *s);
 
 /* process_journal.c */
 /** Commits the turn's records, then writes its replies; a failed commit stops the process (74)
