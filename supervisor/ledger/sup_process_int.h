@@ -56,8 +56,8 @@ struct sp {
     size_t out_cap;
     int exit_code;
     bool stopping;
-    bool failed;   /* a commit failed: memory is ahead of disk */
-    bool unsynced; /* batched mode: commits not yet fsynced */
+    bool failed;     /* a commit failed: memory is ahead of disk */
+    bool unsynced;   /* batched mode: commits not yet fsynced */
     bool shrink_due; /* open: the start's memory goes back after the first answer (sp_shrink) */
     uint64_t sync_ms;
     uint64_t records_total;
