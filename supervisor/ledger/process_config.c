@@ -161,6 +161,8 @@ sp_on_reload_tick(uv_timer_t *h)
 {
     struct sp *s = h->data;
 
+    if (s->shrink_due)
+        sp_shrink(s);
     if (++s->quiet_ticks > RELOAD_QUIET_TICKS) {
         uv_timer_stop(h);
         return;

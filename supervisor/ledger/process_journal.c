@@ -203,8 +203,6 @@ sp_flush(struct sp *s)
         send_recalls(s);
     }
     sp_maybe_compact(s);
-    if (s->shrink_due)
-        sp_shrink(s);
 }
 
 /* A store_record_visit_fn: one stored record into the ledger (ctx). */

@@ -58,7 +58,7 @@ struct sp {
     bool stopping;
     bool failed;     /* a commit failed: memory is ahead of disk */
     bool unsynced;   /* batched mode: commits not yet fsynced */
-    bool shrink_due; /* open: the start's memory goes back after the first answer (sp_shrink) */
+    bool shrink_due; /* the start's memory goes back at the first reload tick */
     uint64_t sync_ms;
     uint64_t records_total;
     uint64_t journal_rows;   /* rows in the journal now */
