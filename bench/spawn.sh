@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Supervisor start figures, on a release build:
 #   - first decision of fresh tenants, one after another: 100 ms apart (an idle machine: the
-#     fork server has spares waiting), then back to back (spawn + ledger creation + first grant);
+#     fork server has spares waiting), timed by one tally-bench process per request and by one
+#     client for all (--gap-ms: no process starts beside the request), then back to back
+#     (spawn + ledger creation + first grant);
 #   - first decision of 50 fresh tenants at once (the starts overlap), and the wall time;
 #   - PSS of each idle live supervisor (/proc/PID/smaps_rollup), of tallyd and of its fork server;
 #   - how often the idle supervisors wake up (context switches over 5 s).
@@ -37,8 +39,17 @@ first() { # TENANT: the latency of its first decision (us)
         sed -E 's/.*p50_us=([0-9.]+).*/\1/'
 }
 
+first_gap() { # FROM TO GAP_MS: one client, one request per tenant FROM..TO, GAP_MS apart
+    local t
+    : >"$W/tokens"
+    for t in $(seq "$1" "$2"); do cat "$d.t$t" >>"$W/tokens"; done
+    "$B/bench/tally-bench" --socket "$d/tally.sock" --tokens "$W/tokens" \
+        --requests $(($2 - $1 + 1)) --gap-ms "$3" | tail -1
+}
+
 d="$W/d"
-setup "$d" $((2 * SEQ + CONC))
+ONE=$((2 * SEQ + CONC)) # the tenants after it: the one-client run
+setup "$d" $((3 * SEQ + CONC))
 "$B/cli/tallyd" --data "$d" --http 127.0.0.1:0 --log-level debug "$@" 2>"$W/log" &
 TPID=$!
 for _ in $(seq 1 200); do [ -S "$d/tally.sock" ] && break; sleep 0.05; done
@@ -46,6 +57,8 @@ sleep 0.3 # tallyd's own start settles
 
 echo "== first decision of $SEQ fresh tenants, one after another, 100 ms apart (an idle machine)"
 for t in $(seq 1 "$SEQ"); do first "$t"; sleep 0.1; done | pct "idle first decision"
+first_gap $((ONE + 1)) $((ONE + SEQ)) 100 |
+    sed -E "s/.*p50_us=([0-9]+).*p99_us=([0-9]+).*p999_us=([0-9]+).*/idle first decision, one client: p50=\1 us p99=\2 us p999=\3 us (n=$SEQ)/"
 
 echo "== first decision of $SEQ fresh tenants, one after another"
 for t in $(seq $((SEQ + 1)) $((2 * SEQ))); do first "$t"; done | pct "sequential first decision"
@@ -61,6 +74,7 @@ ready() { # FROM TO: start to first answer of supervisors t$FROM..t$TO, from tal
         awk -v a="$1" -v b="$2" '$1 >= a && $1 <= b {print $2}'
 }
 ready 1 "$SEQ" | pct "idle supervisor start to first answer"
+ready $((ONE + 1)) $((ONE + SEQ)) | pct "idle supervisor start to first answer, one client"
 ready $((SEQ + 1)) $((2 * SEQ)) | pct "sequential supervisor start to first answer"
 ready_ts $((SEQ + 1)) $((2 * SEQ)) | pct "sequential supervisor start to ready (log times, 1 ms steps)"
 # CPU time of each live supervisor so far (/proc/PID/schedstat, ns): its start, its first turn.

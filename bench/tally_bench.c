@@ -29,6 +29,10 @@
  * With --seconds S, --timeout-ms MS bounds the run: it stops waiting MS after
  * sending stopped, or after MS without any answer; the requests still in flight
  * then count as timed out (other=N includes them, timeouts=N alone).
+ * --gap-ms MS (one connection, one in flight) waits MS after each answer before
+ * the next request: with one fresh tenant per token, each request is a tenant's
+ * first, timed on an otherwise idle machine (no process starting beside it, as
+ * one tally-bench per request would be); decisions_per_s then counts the gaps.
  */
 #include <errno.h>
 #include <math.h>
@@ -316,7 +320,7 @@ main(int argc, char **argv)
     int ntokens = 0;
     struct draw dr = {0};
     double zipf = 0;
-    long links_per_tenant = 1, draw_tenants = 0, timeout_ms = 10000, timeouts = 0;
+    long links_per_tenant = 1, draw_tenants = 0, timeout_ms = 10000, timeouts = 0, gap_ms = 0;
     uint64_t seed = 1, rank_seed = 1;
     int64_t last_answer, stop_at = 0;
     struct bconn *c;
@@ -368,6 +372,8 @@ main(int argc, char **argv)
             rank_seed = strtoull(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--timeout-ms") == 0)
             timeout_ms = strtol(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--gap-ms") == 0)
+            gap_ms = strtol(argv[i + 1], NULL, 10);
         else
             break;
     }
@@ -377,13 +383,15 @@ main(int argc, char **argv)
         conns > 1000 || pipeline < 1 || pipeline > 64 || total < 1 ||
         (rd.addr != NULL) != (rd.script != NULL) || (rd.addr != NULL && tcp != rd.addr) ||
         (timeline != NULL && (rd.addr != NULL || seconds <= 0)) || zipf < 0 ||
-        links_per_tenant < 1 || draw_tenants < 0 || timeout_ms < 1) {
+        links_per_tenant < 1 || draw_tenants < 0 || timeout_ms < 1 || gap_ms < 0 ||
+        (gap_ms > 0 && (conns != 1 || pipeline != 1 || seconds > 0))) {
         fprintf(stderr, "usage: tally-bench (--socket PATH | --tcp ADDR:PORT | --redis "
                         "ADDR:PORT|PATH --script FILE.lua [--limit N] [--period-ms P]) "
                         "--tokens FILE [--endpoint NAME] [--connections C<=1000] "
                         "[--pipeline D<=64] [--requests N] [--seconds S [--timeline FILE] "
                         "[--timeout-ms MS]] [--zipf S [--links-per-tenant L] "
-                        "[--draw-tenants K] [--seed N] [--rank-seed N]]\n");
+                        "[--draw-tenants K] [--seed N] [--rank-seed N]] [--gap-ms MS (with "
+                        "one connection, one in flight)]\n");
         return 64;
     }
     tokens = load_tokens(tokens_path, &ntokens);
@@ -434,6 +442,11 @@ main(int argc, char **argv)
             }
             while (c[i].inflight < pipeline && sent < total) {
                 uint32_t id = ++c[i].next_id;
+                if (gap_ms > 0 && sent > 0) {
+                    struct timespec gap = {gap_ms / 1000, (gap_ms % 1000) * 1000000L};
+                    while (nanosleep(&gap, &gap) != 0 && errno == EINTR)
+                        ;
+                }
                 if (rd.addr != NULL) {
                     char key[PROTO_TOKEN_WIRE_MAX + 8];
                     snprintf(key, sizeof(key), "rl:%s", tokens[draw_next(&dr, ntokens)]);

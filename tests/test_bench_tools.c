@@ -259,6 +259,44 @@ test_bench_seconds_bounds_the_run(void **state)
     free(o);
 }
 
+/* tally-bench --gap-ms waits that long after each answer: 5 requests take at least 4 gaps,
+ * each is answered, and the option is refused with more than one request in flight. */
+static void
+test_bench_gap_spaces_the_requests(void **state)
+{
+    char echo[512], bench[512], sock[512], tokens[512];
+    struct test_out *o = malloc(sizeof(*o));
+    struct timespec a, b;
+    long admitted = 0, refused = -1, ms;
+
+    (void)state;
+    assert_non_null(o);
+    bench_bin("tally-bench-echo", echo, sizeof(echo));
+    bench_bin("tally-bench", bench, sizeof(bench));
+    snprintf(sock, sizeof(sock), "%s/echo3.sock", tmp);
+    snprintf(tokens, sizeof(tokens), "%s/echo3.tok", tmp);
+    write_tokens(tokens, 5);
+    {
+        char *eargv[] = {echo, "--socket", sock, NULL};
+        char *bargv[] = {bench,        "--socket", sock,       "--tokens", tokens,
+                         "--requests", "5",        "--gap-ms", "100",      NULL};
+        char *bad[] = {bench,        "--socket", sock,       "--tokens", tokens,
+                       "--pipeline", "2",        "--gap-ms", "100",      NULL};
+        pid_t pid = spawn(eargv);
+        wait_socket(sock);
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        assert_int_equal(test_run(bargv, NULL, o), 0);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        last_line(o->out, &admitted, &refused);
+        assert_int_equal(admitted + refused, 5);
+        ms = (long)(b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000;
+        assert_true(ms >= 400);
+        assert_int_equal(test_run(bad, NULL, o), 64);
+        assert_int_equal(stop(pid), 0);
+    }
+    free(o);
+}
+
 /* Runs the Lua limiter `script` with limit 3 over 2 keys, 10 requests one at a
  * time: each key admits exactly 3 (fixed window: 3 per window; GCRA: a burst of
  * N), so 6 admitted and 4 refused. */
@@ -415,6 +453,7 @@ main(void)
         cmocka_unit_test(test_resp_evalsha_encodes_bulk_strings),
         cmocka_unit_test(test_echo_answers_tally_bench),
         cmocka_unit_test(test_bench_seconds_bounds_the_run),
+        cmocka_unit_test(test_bench_gap_spaces_the_requests),
         cmocka_unit_test(test_redis_lua_limiters_decide),
         cmocka_unit_test(test_links_fill_a_data_dir),
         cmocka_unit_test(test_cluster_bench_commits_every_batch),
