@@ -32,6 +32,8 @@
 #define TITLE_ROOM                                                                                 \
     "................................................................................"
 
+static void spares_settle(struct sup_forker *f);
+
 static void
 on_poll_closed(uv_handle_t *h)
 {
@@ -74,6 +76,7 @@ forker_down(struct sup_forker *f)
         if (p != NULL)
             sup__proc_exited(p, 127, 0);
     }
+    spares_settle(f);
 }
 
 static void
@@ -137,7 +140,35 @@ spare_slot(const struct sup_forker *f, int pid)
     return -1;
 }
 
-/* Reaps a spare that exited before it had a tenant: true iff it had. */
+/* The same for a spare not reaped yet: the pid of one reaped may name a new process. */
+static int
+spare_slot_live(const struct sup_forker *f, int pid)
+{
+    for (int i = 0; pid > 0 && i < SUP_FORK_SPARES_KNOWN; i++) {
+        if (f->spares[i] == pid && !f->spare_dead[i])
+            return i;
+    }
+    return -1;
+}
+
+/* The spares reaped while starts were queued, now that none is: none of them had a tenant. */
+static void
+spares_settle(struct sup_forker *f)
+{
+    if (f->n_queue > 0)
+        return;
+    for (int i = 0; i < SUP_FORK_SPARES_KNOWN; i++) {
+        if (f->spare_dead[i]) {
+            f->spare_dead[i] = false;
+            f->spares[i] = 0;
+            f->m->stats.spare_exits++;
+        }
+    }
+}
+
+/* Reaps a spare that exited: true iff it had. With no start queued it never had a tenant (a
+ * spare exit); with one queued the fork server may have given it that tenant just before it
+ * died, and the answer naming it is still to come: its status is kept for that answer. */
 static bool
 spare_reap(sup_manager *m, int slot)
 {
@@ -150,8 +181,9 @@ spare_reap(sup_manager *m, int slot)
     } while (r < 0 && errno == EINTR);
     if (r == 0)
         return false;
-    f->spares[slot] = 0;
-    m->stats.spare_exits++;
+    f->spare_dead[slot] = true;
+    f->spare_status[slot] = st;
+    spares_settle(f);
     return true;
 }
 
@@ -162,10 +194,16 @@ spare_remember(struct sup_forker *f, int pid)
     int slot = spare_slot(f, 0);
 
     if (slot < 0) { /* all taken (spares lost track of): the oldest entry goes */
+        if (f->spare_dead[0])
+            f->m->stats.spare_exits++;
         memmove(f->spares, f->spares + 1, sizeof(f->spares) - sizeof(f->spares[0]));
+        memmove(f->spare_dead, f->spare_dead + 1, sizeof(f->spare_dead) - sizeof(f->spare_dead[0]));
+        memmove(f->spare_status, f->spare_status + 1,
+                sizeof(f->spare_status) - sizeof(f->spare_status[0]));
         slot = SUP_FORK_SPARES_KNOWN - 1;
     }
     f->spares[slot] = pid;
+    f->spare_dead[slot] = false;
     (void)spare_reap(f->m, slot);
 }
 
@@ -189,7 +227,7 @@ on_sigchld(uv_signal_t *s, int signum)
             break;
         p = forked_by_pid(m, si.si_pid);
         if (p == NULL) {
-            int slot = spare_slot(&m->forker, si.si_pid);
+            int slot = spare_slot_live(&m->forker, si.si_pid);
 
             if (slot >= 0 && spare_reap(m, slot))
                 continue;
@@ -220,7 +258,8 @@ on_readable(uv_poll_t *h, int status, int events)
     for (;;) {
         struct sup_proc *p;
         int32_t pid;
-        int slot;
+        int slot, st = 0;
+        bool dead;
 
         n = recv(f->ctl, b, sizeof(b), MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
@@ -237,11 +276,18 @@ on_readable(uv_poll_t *h, int status, int events)
             forker_down(f); /* EOF, an error or nonsense: the exit callback follows */
             return;
         }
-        if (pid > 0 && (slot = spare_slot(f, pid)) >= 0)
-            f->spares[slot] = 0; /* a spare given a tenant: a supervisor now */
+        dead = false;
+        if (pid > 0 && (slot = spare_slot(f, pid)) >= 0) {
+            /* a spare given a tenant: a supervisor now, perhaps one reaped already */
+            dead = f->spare_dead[slot];
+            st = f->spare_status[slot];
+            f->spare_dead[slot] = false;
+            f->spares[slot] = 0;
+        }
         p = f->queue[f->head];
         f->head = (f->head + 1) % SUP_FORK_QUEUE;
         f->n_queue--;
+        spares_settle(f);
         if (p == NULL)
             continue; /* its start was abandoned */
         p->fork_queued = false;
@@ -250,7 +296,11 @@ on_readable(uv_poll_t *h, int status, int events)
             continue;
         }
         p->pid = pid;
-        reap(p); /* it may have exited before its pid came back */
+        if (dead)
+            sup__proc_exited(p, WIFEXITED(st) ? WEXITSTATUS(st) : 0,
+                             WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+        else
+            reap(p); /* it may have exited before its pid came back */
     }
 }
 

@@ -85,6 +85,10 @@ struct sup_forker {
     /* The fork server's spares (forked ahead of a tenant), by pid: reaped here if they die
      * before they have one; a pid leaves when an answer names it (it became a supervisor). */
     int spares[SUP_FORK_SPARES_KNOWN];
+    /* A spare reaped while starts were queued: it may have taken one of them (an answer will
+     * name it), so its wait status waits here until the answer or the queue's end says. */
+    bool spare_dead[SUP_FORK_SPARES_KNOWN];
+    int spare_status[SUP_FORK_SPARES_KNOWN];
 };
 
 struct sup_manager {
