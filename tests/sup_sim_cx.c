@@ -134,18 +134,11 @@ struct sup_child_event
 cx_grant(struct cx *x, const struct proto_lease_msg *acq, int64_t n, int64_t ttl_ms, uint32_t flags,
          uint64_t *lease_id)
 {
-    struct proto_lease_msg r;
+    struct sup_child_event ev = cx_grant_next(x, acq, n, 0, ttl_ms, flags);
 
-    cx_reply_to(acq, &r, PROTO_LEASE_GRANT);
-    strcpy(r.grant.endpoint, acq->acquire.endpoint);
-    strcpy(r.grant.link, acq->acquire.link);
-    r.grant.lease_id = ++x->next_lease;
-    r.grant.n = n;
-    r.grant.ttl_ms = ttl_ms;
-    r.grant.flags = flags;
     if (lease_id != NULL)
-        *lease_id = r.grant.lease_id;
-    return cx_deliver(x, &r);
+        *lease_id = x->next_lease;
+    return ev;
 }
 
 struct sup_child_event

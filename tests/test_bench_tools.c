@@ -226,36 +226,69 @@ test_echo_answers_tally_bench(void **state)
     free(o);
 }
 
+/* Runs tally-bench against a new echo server on socket `name` with `ntokens` tokens and the
+ * options `opts` (NULL-terminated, after --socket and --tokens): its output into o, its exit
+ * status; *ms the wall time it took. `bad` when not NULL: options tally-bench must refuse
+ * (exit 64), tried first against the same server. */
+static int
+bench_against_echo(const char *name, int ntokens, char *const *opts, char *const *bad,
+                   struct test_out *o, long *ms)
+{
+    char echo[512], bench[512], sock[512], tokens[512];
+    char *argv[16];
+    struct timespec a, b;
+    int n = 0, rc;
+
+    bench_bin("tally-bench-echo", echo, sizeof(echo));
+    bench_bin("tally-bench", bench, sizeof(bench));
+    snprintf(sock, sizeof(sock), "%s/%s.sock", tmp, name);
+    snprintf(tokens, sizeof(tokens), "%s/%s.tok", tmp, name);
+    write_tokens(tokens, ntokens);
+    argv[n++] = bench;
+    argv[n++] = "--socket";
+    argv[n++] = sock;
+    argv[n++] = "--tokens";
+    argv[n++] = tokens;
+    for (int i = 0; opts[i] != NULL && n < 15; i++)
+        argv[n++] = opts[i];
+    argv[n] = NULL;
+    {
+        char *eargv[] = {echo, "--socket", sock, NULL};
+        pid_t pid = spawn(eargv);
+        wait_socket(sock);
+        if (bad != NULL) { /* first: o then holds the run the caller reads */
+            char *bargv[16];
+            int k = 0;
+
+            memcpy(bargv, argv, 5 * sizeof(argv[0]));
+            for (k = 5; bad[k - 5] != NULL && k < 15; k++)
+                bargv[k] = bad[k - 5];
+            bargv[k] = NULL;
+            assert_int_equal(test_run(bargv, NULL, o), 64);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        rc = test_run(argv, NULL, o);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        *ms = (long)(b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000;
+        assert_int_equal(stop(pid), 0);
+    }
+    return rc;
+}
+
 /* tally-bench --seconds stops on time with a valid last line. */
 static void
 test_bench_seconds_bounds_the_run(void **state)
 {
-    char echo[512], bench[512], sock[512], tokens[512];
+    char *opts[] = {"--requests", "100000000", "--seconds", "0.5", NULL};
     struct test_out *o = malloc(sizeof(*o));
-    struct timespec a, b;
-    long admitted = 0, refused = -1;
+    long admitted = 0, refused = -1, ms;
 
     (void)state;
     assert_non_null(o);
-    bench_bin("tally-bench-echo", echo, sizeof(echo));
-    bench_bin("tally-bench", bench, sizeof(bench));
-    snprintf(sock, sizeof(sock), "%s/echo2.sock", tmp);
-    snprintf(tokens, sizeof(tokens), "%s/echo2.tok", tmp);
-    write_tokens(tokens, 3);
-    {
-        char *eargv[] = {echo, "--socket", sock, NULL};
-        char *bargv[] = {bench,        "--socket",  sock,        "--tokens", tokens,
-                         "--requests", "100000000", "--seconds", "0.5",      NULL};
-        pid_t pid = spawn(eargv);
-        wait_socket(sock);
-        clock_gettime(CLOCK_MONOTONIC, &a);
-        assert_int_equal(test_run(bargv, NULL, o), 0);
-        clock_gettime(CLOCK_MONOTONIC, &b);
-        last_line(o->out, &admitted, &refused);
-        assert_true(admitted > 0 && admitted < 100000000);
-        assert_true(b.tv_sec - a.tv_sec < 30);
-        assert_int_equal(stop(pid), 0);
-    }
+    assert_int_equal(bench_against_echo("echo2", 3, opts, NULL, o, &ms), 0);
+    last_line(o->out, &admitted, &refused);
+    assert_true(admitted > 0 && admitted < 100000000);
+    assert_true(ms < 30000);
     free(o);
 }
 
@@ -264,36 +297,17 @@ test_bench_seconds_bounds_the_run(void **state)
 static void
 test_bench_gap_spaces_the_requests(void **state)
 {
-    char echo[512], bench[512], sock[512], tokens[512];
+    char *opts[] = {"--requests", "5", "--gap-ms", "100", NULL};
+    char *bad[] = {"--pipeline", "2", "--gap-ms", "100", NULL};
     struct test_out *o = malloc(sizeof(*o));
-    struct timespec a, b;
     long admitted = 0, refused = -1, ms;
 
     (void)state;
     assert_non_null(o);
-    bench_bin("tally-bench-echo", echo, sizeof(echo));
-    bench_bin("tally-bench", bench, sizeof(bench));
-    snprintf(sock, sizeof(sock), "%s/echo3.sock", tmp);
-    snprintf(tokens, sizeof(tokens), "%s/echo3.tok", tmp);
-    write_tokens(tokens, 5);
-    {
-        char *eargv[] = {echo, "--socket", sock, NULL};
-        char *bargv[] = {bench,        "--socket", sock,       "--tokens", tokens,
-                         "--requests", "5",        "--gap-ms", "100",      NULL};
-        char *bad[] = {bench,        "--socket", sock,       "--tokens", tokens,
-                       "--pipeline", "2",        "--gap-ms", "100",      NULL};
-        pid_t pid = spawn(eargv);
-        wait_socket(sock);
-        clock_gettime(CLOCK_MONOTONIC, &a);
-        assert_int_equal(test_run(bargv, NULL, o), 0);
-        clock_gettime(CLOCK_MONOTONIC, &b);
-        last_line(o->out, &admitted, &refused);
-        assert_int_equal(admitted + refused, 5);
-        ms = (long)(b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000;
-        assert_true(ms >= 400);
-        assert_int_equal(test_run(bad, NULL, o), 64);
-        assert_int_equal(stop(pid), 0);
-    }
+    assert_int_equal(bench_against_echo("echo3", 5, opts, bad, o, &ms), 0);
+    last_line(o->out, &admitted, &refused);
+    assert_int_equal(admitted + refused, 5);
+    assert_true(ms >= 400);
     free(o);
 }
 

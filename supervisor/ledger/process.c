@@ -331,9 +331,8 @@ open_all(struct sp *s)
      * nothing under its epoch, so the next one may take the same number. */
     if (rc == TALLY_OK)
         rc = sup_ledger_start(s->ledger, sp_wall_ms(), &s->batch);
-    /* Memory goes back at the first reload tick, a quarter of a second in (sp_on_reload_tick):
-     * trimming the heap costs a few hundred microseconds, which neither the first answer nor
-     * tallyd, woken by it on this CPU, should wait for. */
+    /* Memory goes back at the first reload tick (sp_on_reload_tick), not on the path of the
+     * first answer or of tallyd woken by it: trimming costs a few hundred microseconds. */
     if (rc == TALLY_OK && !s->cluster)
         s->shrink_due = true;
     else if (rc == TALLY_OK)
