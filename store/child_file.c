@@ -43,7 +43,7 @@ child_upgrade(store_db *db, int version, void *ctx)
 int
 store_child_pool_fill(unsigned want, unsigned *made)
 {
-    return store__pool_fill(&child_schema, child_upgrade, want, false, made);
+    return store__pool_fill(&child_schema, child_upgrade, want, made);
 }
 
 int

@@ -102,7 +102,7 @@ store_journal_warm(void)
 int
 store_journal_pool_fill(unsigned want, unsigned *made)
 {
-    return store__pool_fill(&journal_schema, journal_upgrade, want, true, made);
+    return store__pool_fill(&journal_schema, journal_upgrade, want, made);
 }
 
 int

@@ -7,12 +7,13 @@
  * filesystem (a rename across filesystems fails and the image is written as without a pool).
  * Set once per process, before any file is created.
  *
- * Ledgers are pooled with their WAL started (`NAME-K.db-wal`): one commit that changes nothing,
- * synced and checkpointed, the WAL kept with its header and that frame. A new ledger's first
- * commit, on a supervisor's first answer, then appends to a WAL that exists: one fdatasync and
- * a directory sync with nothing new to write, instead of the new WAL's header, its directory
- * and the frames. Every pool file of a schema holds the same pages, so a WAL that meets another
- * pool file's image (a taker and a filler crossing) still describes it exactly.
+ * Files are pooled with their WAL started (`NAME-K.db-wal`): one commit that changes nothing,
+ * synced and checkpointed, the WAL kept with its header and that frame. A new file's first
+ * commit (a new ledger's on its supervisor's first answer, a new child file's incarnation,
+ * which that answer waits for in tallyd) then appends to a WAL that exists: one fdatasync and
+ * a directory sync, instead of the new WAL's header and its fdatasync before them. Every pool file
+ * of a schema holds the same pages, so a WAL that meets another pool file's image (a taker and a
+ * filler crossing) still describes it exactly.
  */
 #include "store.h"
 #include "store_int.h"
@@ -122,7 +123,7 @@ wal_start(const char *tmp)
 
 int
 store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsigned want,
-                 bool with_wal, unsigned *made)
+                 unsigned *made)
 {
     char dst[STORE_PATH_MAX + 64], tmp[STORE_PATH_MAX + 96];
     struct stat sb;
@@ -144,7 +145,7 @@ store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsig
         if (stat(dst, &sb) == 0)
             continue;
         rc = store__image_write(schema, step, NULL, NULL, tmp);
-        if (rc == TALLY_OK && with_wal) {
+        if (rc == TALLY_OK) {
             char tmp_wal[sizeof(tmp) + 8], dst_wal[sizeof(dst) + 8];
 
             snprintf(tmp_wal, sizeof(tmp_wal), "%s-wal", tmp);

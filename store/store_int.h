@@ -58,10 +58,10 @@ int store__image_write(const struct store_schema *schema, store_migrate_fn step,
  * one, to `tmp`-wal. */
 bool store__pool_take(const struct store_schema *schema, const char *tmp);
 /* Fills the pool (store_pool_use) with up to `want` new files of `schema`, each written
- * and synced under a temporary name, then renamed to its place; *made counts them. With
- * `with_wal`, each file's WAL is started (one synced commit that changes nothing) and pooled
- * beside it. Nothing to do without a pool. */
+ * and synced under a temporary name, with its WAL started (one synced commit that changes
+ * nothing) and pooled beside it, then renamed to its place; *made counts them. Nothing to do
+ * without a pool. */
 int store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsigned want,
-                     bool with_wal, unsigned *made);
+                     unsigned *made);
 
 #endif /* STORE_INT_H */

@@ -10,6 +10,8 @@
  *    descriptors under a bound far below one file per tenant: the least
  *    recently used children close their files and stay loaded (asleep), their
  *    WALs kept on disk for the reopen.
+ *  - New child files taken from DATA/pool are made again after the first
+ *    requests (each with its WAL started), and the files taken work.
  *  - Every request is answered under pipelined load over 200 tenants x 2 links
  *    (tally-bench, Zipf 1.1, 8 connections x 8 in flight), pass after pass, while
  *    supervisors start and exit idle: no request is left unanswered (a child
@@ -207,6 +209,56 @@ test_descriptors_stay_bounded(void **state)
     serve_stop(&e->s);
 }
 
+/* ---- the pool of new child files is made again after first requests ---- */
+
+/* How many child files DATA/pool holds ready, each with its WAL started. */
+static int
+pool_children(const char *data)
+{
+    char path[512];
+    int n = 0;
+
+    for (int k = 0; k < 8; k++) {
+        snprintf(path, sizeof(path), "%s/pool/child-%d.db-wal", data, k);
+        n += access(path, F_OK) == 0;
+    }
+    return n;
+}
+
+/* Waits (at most 10 s) until DATA/pool holds its four child files. */
+static void
+pool_wait_full(const char *data)
+{
+    int64_t until = serve_now_ms() + 10000;
+
+    while (pool_children(data) < 4) {
+        assert_true(serve_now_ms() < until);
+        serve_sleep_ms(20);
+    }
+}
+
+#define POOL_TENANTS 6
+
+static void
+test_pool_is_made_again_after_first_requests(void **state)
+{
+    struct env *e = *state;
+    static char tokens[POOL_TENANTS][TOKEN_BUF];
+
+    add_tenants(e->s.data, "pl", POOL_TENANTS, tokens);
+    serve_start(&e->s, NULL, NULL);
+    pool_wait_full(e->s.data);
+    /* More first requests at once than the pool holds: the first take the pool's files, the
+     * rest write their own; none waits for a fill. */
+    for (int i = 0; i < POOL_TENANTS; i++)
+        assert_int_equal(check(e->s.http_port, tokens[i], "api"), 200);
+    pool_wait_full(e->s.data);
+    /* Made again, and the new tenants' files are theirs (a second request is admitted). */
+    for (int i = 0; i < POOL_TENANTS; i++)
+        assert_int_equal(check(e->s.http_port, tokens[i], "api"), 200);
+    serve_stop(&e->s);
+}
+
 /* ---- every request answered under load over many tenants ---- */
 
 #define LOAD_TENANTS "200"
@@ -300,6 +352,8 @@ main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_shutdown_while_opening, setup, teardown),
         cmocka_unit_test_setup_teardown(test_descriptors_stay_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pool_is_made_again_after_first_requests, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_every_request_answered_under_load, setup, teardown),
     };
 

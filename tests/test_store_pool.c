@@ -3,7 +3,8 @@
  * ledger or child file is one of them renamed into place (same inode, one link, the pool one
  * file shorter) and works as a file written on the spot; an empty pool, or a pool on another
  * filesystem, leaves creation as it was; two threads creating files at once never get the
- * same pool file; a start removes what an interrupted fill left.
+ * same pool file; a start removes what an interrupted fill left; ledgers and child files alike
+ * come with their WAL started.
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
@@ -201,16 +202,57 @@ wal_header(const char *path, unsigned char out[32])
     close(fd);
 }
 
+/* A pooled WAL, before and after its file's first commit. */
+struct pooled_wal {
+    char pooled[256], wal[264];
+    struct stat at_fill;
+    unsigned char header[32];
+};
+
+/* After the fill: the pool's WAL of `name` (ledger-0.db, child-0.db), a header and a frame. */
+static void
+wal_filled(struct pooled_wal *w, const char *name, const char *path)
+{
+    snprintf(w->pooled, sizeof(w->pooled), "%s/%s-wal", pool, name);
+    snprintf(w->wal, sizeof(w->wal), "%s-wal", path);
+    assert_int_equal(stat(w->pooled, &w->at_fill), 0);
+    assert_true(w->at_fill.st_size > 32);
+}
+
+/* After the open: the WAL moved into place with the file (the same inode). */
+static void
+wal_moved(struct pooled_wal *w)
+{
+    struct stat b;
+
+    assert_int_equal(access(w->pooled, F_OK), -1);
+    assert_int_equal(stat(w->wal, &b), 0);
+    assert_int_equal(b.st_ino, w->at_fill.st_ino);
+    wal_header(w->wal, w->header);
+}
+
+/* After the first commit: appended to (the header as the fill wrote it: no new WAL, no
+ * restart). */
+static void
+wal_appended(const struct pooled_wal *w)
+{
+    unsigned char after[32];
+    struct stat b;
+
+    wal_header(w->wal, after);
+    assert_memory_equal(w->header, after, 32);
+    assert_int_equal(stat(w->wal, &b), 0);
+    assert_true(b.st_size > w->at_fill.st_size);
+}
+
 /* A pooled ledger comes with its WAL started: the WAL is moved into place with the file, and
- * the first commit appends to it (the header, written and synced at the fill, stays as it is:
- * no new WAL, no restart). The file then works as any: records written, read back after a
- * reopen, integrity ok. */
+ * the first commit appends to it. The file then works as any: records written, read back
+ * after a reopen, integrity ok. */
 static void
 test_ledgers_come_with_their_wal_started(void **state)
 {
-    unsigned char before[32], after[32];
-    char path[256], wal[264], pooled_wal[256];
-    struct stat a, b;
+    struct pooled_wal w;
+    char path[256];
     store_db *db = NULL;
     unsigned made = 0;
     int n = 0;
@@ -218,27 +260,50 @@ test_ledgers_come_with_their_wal_started(void **state)
     (void)state;
     assert_int_equal(store_journal_pool_fill(1, &made), TALLY_OK);
     assert_int_equal(made, 1);
-    snprintf(pooled_wal, sizeof(pooled_wal), "%s/ledger-0.db-wal", pool);
-    assert_int_equal(stat(pooled_wal, &a), 0);
-    assert_true(a.st_size > 32); /* a header and a frame */
     snprintf(path, sizeof(path), "%s/ledger.db", dir);
-    snprintf(wal, sizeof(wal), "%s-wal", path);
+    wal_filled(&w, "ledger-0.db", path);
     assert_int_equal(
         store_journal_open(path, STORE_OPEN_PRIVATE | STORE_OPEN_SYNC_FULL, &journal_up, &db),
         TALLY_OK);
-    assert_int_equal(access(pooled_wal, F_OK), -1);
-    assert_int_equal(stat(wal, &b), 0);
-    assert_int_equal(b.st_ino, a.st_ino);
-    wal_header(wal, before);
+    wal_moved(&w);
     assert_int_equal(store_journal_append(db, 3, enc_bytes, (void *)(intptr_t)40), TALLY_OK);
-    wal_header(wal, after);
-    assert_memory_equal(before, after, 32);
-    assert_int_equal(stat(wal, &b), 0);
-    assert_true(b.st_size > a.st_size);
+    wal_appended(&w);
     store_db_close(db);
     assert_int_equal(store_journal_open(path, STORE_OPEN_PRIVATE, &journal_up, &db), TALLY_OK);
     assert_int_equal(store_journal_each(db, count_rec, &n), TALLY_OK);
     assert_int_equal(n, 3);
+    assert_int_equal(store_db_exec(db, "PRAGMA integrity_check"), TALLY_OK);
+    store_db_close(db);
+}
+
+/* A pooled child file comes with its WAL started too, opened as tallyd opens one (exclusive
+ * locking, the WAL kept): the first commit, the incarnation, appends to the pooled WAL, and
+ * the file reads back after a reopen. */
+static void
+test_child_files_come_with_their_wal_started(void **state)
+{
+    const unsigned flags =
+        STORE_OPEN_PRIVATE | STORE_OPEN_EXCLUSIVE | STORE_OPEN_PERSIST_WAL | STORE_OPEN_SYNC_FULL;
+    struct pooled_wal w;
+    char path[256];
+    store_db *db = NULL;
+    unsigned made = 0;
+    uint64_t inc = 0;
+
+    (void)state;
+    assert_int_equal(store_child_pool_fill(1, &made), TALLY_OK);
+    assert_int_equal(made, 1);
+    snprintf(path, sizeof(path), "%s/search.db", dir);
+    wal_filled(&w, "child-0.db", path);
+    assert_int_equal(store_child_open(path, flags, &child_up, &db), TALLY_OK);
+    wal_moved(&w);
+    assert_int_equal(store_child_incarnation_next(db, &inc, NULL, NULL), TALLY_OK);
+    assert_int_equal(inc, 1);
+    wal_appended(&w);
+    store_db_close(db);
+    assert_int_equal(store_child_open(path, flags, &child_up, &db), TALLY_OK);
+    assert_int_equal(store_child_incarnation_next(db, &inc, NULL, NULL), TALLY_OK);
+    assert_int_equal(inc, 2);
     assert_int_equal(store_db_exec(db, "PRAGMA integrity_check"), TALLY_OK);
     store_db_close(db);
 }
@@ -348,6 +413,8 @@ main(void)
         cmocka_unit_test_setup_teardown(test_new_files_come_from_the_pool, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ledgers_come_from_the_pool, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ledgers_come_with_their_wal_started, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_child_files_come_with_their_wal_started, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_clean_removes_what_a_fill_left, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pool_elsewhere_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(test_takers_never_share_a_file, setup, teardown),

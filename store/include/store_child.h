@@ -38,7 +38,7 @@ typedef int (*store_child_visit_fn)(void *ctx, uint64_t id, const uint8_t *rec, 
 TALLY_MUST_CHECK int store_child_open(const char *path, unsigned flags,
                                       const struct store_upgrade *up, store_db **out /* OUT */);
 /** Puts up to `want` new child files in this process's pool (store_pool_use), each written
- *  and synced; *made counts them. */
+ *  and synced with its WAL started; *made counts them. */
 int store_child_pool_fill(unsigned want, unsigned *made);
 /** Adds one to the stored incarnation (0 when none) and returns it in *out, durably under
  *  STORE_OPEN_SYNC_FULL (otherwise call store_db_sync()). With `limits` non-NULL, also swaps

@@ -33,7 +33,7 @@ typedef int (*store_record_visit_fn)(void *ctx, const uint8_t *rec, size_t len);
  *  it first, so each of them writes its new file without running a migration. */
 int store_journal_warm(void);
 /** Puts up to `want` new ledgers in this process's pool (store_pool_use), each written and
- *  synced; *made counts them. */
+ *  synced with its WAL started; *made counts them. */
 int store_journal_pool_fill(unsigned want, unsigned *made);
 
 /** Opens (creating, 0600) the journal at `path`, upgrading a format-1 file with `up` (borrowed

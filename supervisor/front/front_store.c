@@ -135,65 +135,6 @@ open_done(uv_work_t *w, int status)
     front_child_opened(fc, status != 0 && s->rc == TALLY_OK ? TALLY_EIO : s->rc);
 }
 
-/* ---- child files made ahead (DATA/pool) ---- */
-
-/* Enough for a burst of new tenants between two fills (each fill is a write and an fdatasync
- * per file, off the requests' path). */
-#define POOL_CHILDREN 4
-
-static void
-pool_fill(uv_work_t *w)
-{
-    unsigned made;
-
-    (void)w;
-    (void)store_child_pool_fill(POOL_CHILDREN, &made); /* failed: creations write their own */
-}
-
-static void
-pool_filled(uv_work_t *w, int status)
-{
-    sup_front *f = w->data;
-
-    (void)status;
-    f->pool_busy = false;
-    if (f->closing) {
-        front_pending_done(f);
-        return;
-    }
-    if (f->pool_again) {
-        f->pool_again = false;
-        front_pool_refill(f);
-    }
-}
-
-void
-front_pool_refill(sup_front *f)
-{
-    if (f->closing || !f->pool_on)
-        return;
-    if (f->pool_busy) {
-        f->pool_again = true;
-        return;
-    }
-    f->pool_work.data = f;
-    if (uv_queue_work(f->loop, &f->pool_work, pool_fill, pool_filled) == 0)
-        f->pool_busy = true;
-}
-
-void
-front_pool_open(sup_front *f)
-{
-    char path[STORE_PATH_MAX];
-
-    /* No pool (a read-only data dir, say): every new file is written where it goes. */
-    if (store_path_pool(f->data, path, sizeof(path)) != TALLY_OK ||
-        store_pool_clean(path) != TALLY_OK)
-        return;
-    store_pool_use(path);
-    f->pool_on = true;
-}
-
 void
 front_store_open_start(struct front_child *fc)
 {

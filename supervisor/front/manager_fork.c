@@ -100,6 +100,13 @@ on_server_exit(uv_process_t *proc, int64_t status, int term_signal)
     forker_down(f);
 }
 
+/* p's process exited with wait status st. */
+static void
+exited_with(struct sup_proc *p, int st)
+{
+    sup__proc_exited(p, WIFEXITED(st) ? WEXITSTATUS(st) : 0, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
 /* Reaps p's process if it has exited. */
 static void
 reap(struct sup_proc *p)
@@ -111,8 +118,7 @@ reap(struct sup_proc *p)
         r = waitpid((pid_t)p->pid, &st, WNOHANG);
     } while (r < 0 && errno == EINTR);
     if (r == (pid_t)p->pid)
-        sup__proc_exited(p, WIFEXITED(st) ? WEXITSTATUS(st) : 0,
-                         WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+        exited_with(p, st);
     else if (r < 0 && errno == ECHILD)
         sup__proc_exited(p, 127, 0); /* not ours to wait for: cannot happen with CLONE_PARENT */
 }
@@ -134,7 +140,7 @@ static int
 spare_slot(const struct sup_forker *f, int pid)
 {
     for (int i = 0; pid >= 0 && i < SUP_FORK_SPARES_KNOWN; i++) {
-        if (f->spares[i] == pid)
+        if (f->spares[i].pid == pid)
             return i;
     }
     return -1;
@@ -145,7 +151,7 @@ static int
 spare_slot_live(const struct sup_forker *f, int pid)
 {
     for (int i = 0; pid > 0 && i < SUP_FORK_SPARES_KNOWN; i++) {
-        if (f->spares[i] == pid && !f->spare_dead[i])
+        if (f->spares[i].pid == pid && !f->spares[i].dead)
             return i;
     }
     return -1;
@@ -158,9 +164,8 @@ spares_settle(struct sup_forker *f)
     if (f->n_queue > 0)
         return;
     for (int i = 0; i < SUP_FORK_SPARES_KNOWN; i++) {
-        if (f->spare_dead[i]) {
-            f->spare_dead[i] = false;
-            f->spares[i] = 0;
+        if (f->spares[i].dead) {
+            f->spares[i] = (struct sup_spare){0};
             f->m->stats.spare_exits++;
         }
     }
@@ -177,12 +182,12 @@ spare_reap(sup_manager *m, int slot)
     pid_t r;
 
     do {
-        r = waitpid((pid_t)f->spares[slot], &st, WNOHANG);
+        r = waitpid((pid_t)f->spares[slot].pid, &st, WNOHANG);
     } while (r < 0 && errno == EINTR);
     if (r == 0)
         return false;
-    f->spare_dead[slot] = true;
-    f->spare_status[slot] = st;
+    f->spares[slot].dead = true;
+    f->spares[slot].status = st;
     spares_settle(f);
     return true;
 }
@@ -194,16 +199,12 @@ spare_remember(struct sup_forker *f, int pid)
     int slot = spare_slot(f, 0);
 
     if (slot < 0) { /* all taken (spares lost track of): the oldest entry goes */
-        if (f->spare_dead[0])
+        if (f->spares[0].dead)
             f->m->stats.spare_exits++;
         memmove(f->spares, f->spares + 1, sizeof(f->spares) - sizeof(f->spares[0]));
-        memmove(f->spare_dead, f->spare_dead + 1, sizeof(f->spare_dead) - sizeof(f->spare_dead[0]));
-        memmove(f->spare_status, f->spare_status + 1,
-                sizeof(f->spare_status) - sizeof(f->spare_status[0]));
         slot = SUP_FORK_SPARES_KNOWN - 1;
     }
-    f->spares[slot] = pid;
-    f->spare_dead[slot] = false;
+    f->spares[slot] = (struct sup_spare){.pid = pid};
     (void)spare_reap(f->m, slot);
 }
 
@@ -258,8 +259,8 @@ on_readable(uv_poll_t *h, int status, int events)
     for (;;) {
         struct sup_proc *p;
         int32_t pid;
-        int slot, st = 0;
-        bool dead;
+        struct sup_spare was = {0};
+        int slot;
 
         n = recv(f->ctl, b, sizeof(b), MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
@@ -276,13 +277,10 @@ on_readable(uv_poll_t *h, int status, int events)
             forker_down(f); /* EOF, an error or nonsense: the exit callback follows */
             return;
         }
-        dead = false;
         if (pid > 0 && (slot = spare_slot(f, pid)) >= 0) {
             /* a spare given a tenant: a supervisor now, perhaps one reaped already */
-            dead = f->spare_dead[slot];
-            st = f->spare_status[slot];
-            f->spare_dead[slot] = false;
-            f->spares[slot] = 0;
+            was = f->spares[slot];
+            f->spares[slot] = (struct sup_spare){0};
         }
         p = f->queue[f->head];
         f->head = (f->head + 1) % SUP_FORK_QUEUE;
@@ -296,9 +294,8 @@ on_readable(uv_poll_t *h, int status, int events)
             continue;
         }
         p->pid = pid;
-        if (dead)
-            sup__proc_exited(p, WIFEXITED(st) ? WEXITSTATUS(st) : 0,
-                             WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+        if (was.dead)
+            exited_with(p, was.status);
         else
             reap(p); /* it may have exited before its pid came back */
     }

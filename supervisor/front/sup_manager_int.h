@@ -82,13 +82,16 @@ struct sup_forker {
     uint64_t not_before_ms;                 /* no new fork server before this loop time */
     struct sup_proc *queue[SUP_FORK_QUEUE]; /* waiting for their pid, in request order */
     uint32_t head, n_queue;
-    /* The fork server's spares (forked ahead of a tenant), by pid: reaped here if they die
-     * before they have one; a pid leaves when an answer names it (it became a supervisor). */
-    int spares[SUP_FORK_SPARES_KNOWN];
-    /* A spare reaped while starts were queued: it may have taken one of them (an answer will
-     * name it), so its wait status waits here until the answer or the queue's end says. */
-    bool spare_dead[SUP_FORK_SPARES_KNOWN];
-    int spare_status[SUP_FORK_SPARES_KNOWN];
+    /* The fork server's spares (forked ahead of a tenant), by pid (0: a free slot): reaped
+     * here if they die before they have one; a pid leaves when an answer names it (it became
+     * a supervisor). A spare reaped while starts were queued may have taken one of them (an
+     * answer will name it), so its wait status stays here until the answer or the queue's
+     * end says. */
+    struct sup_spare {
+        int pid;
+        bool dead;  /* reaped, while starts were queued */
+        int status; /* its wait status, when dead */
+    } spares[SUP_FORK_SPARES_KNOWN];
 };
 
 struct sup_manager {

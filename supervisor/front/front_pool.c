@@ -1,0 +1,69 @@
+/*
+ * Child files made ahead (DATA/pool, store/pool.c): tallyd cleans the pool at start and keeps
+ * POOL_CHILDREN new child files in it, each written and synced with its WAL started, one fill
+ * at a time on the thread pool. A tenant's first request on an endpoint renames one into place
+ * (front_store.c), and the fill that follows makes it again: the write and the fdatasyncs of a
+ * new file stay off that request's path.
+ */
+#include "sup_front_int.h"
+
+#include "store.h"
+#include "store_child.h"
+#include "store_paths.h"
+
+/* Enough for a burst of new tenants between two fills (each fill is a write and an fdatasync
+ * per file, off the requests' path). */
+#define POOL_CHILDREN 4
+
+static void
+pool_fill(uv_work_t *w)
+{
+    unsigned made;
+
+    (void)w;
+    (void)store_child_pool_fill(POOL_CHILDREN, &made); /* failed: creations write their own */
+}
+
+static void
+pool_filled(uv_work_t *w, int status)
+{
+    sup_front *f = w->data;
+
+    (void)status;
+    f->pool_busy = false;
+    if (f->closing) {
+        front_pending_done(f);
+        return;
+    }
+    if (f->pool_again) {
+        f->pool_again = false;
+        front_pool_refill(f);
+    }
+}
+
+void
+front_pool_refill(sup_front *f)
+{
+    if (f->closing || !f->pool_on)
+        return;
+    if (f->pool_busy) {
+        f->pool_again = true;
+        return;
+    }
+    f->pool_work.data = f;
+    if (uv_queue_work(f->loop, &f->pool_work, pool_fill, pool_filled) == 0)
+        f->pool_busy = true;
+}
+
+void
+front_pool_open(sup_front *f)
+{
+    char path[STORE_PATH_MAX];
+
+    /* No pool (a read-only data dir, say): every new file is written where it goes. */
+    if (store_path_pool(f->data, path, sizeof(path)) != TALLY_OK ||
+        store_pool_clean(path) != TALLY_OK)
+        return;
+    store_pool_use(path);
+    f->pool_on = true;
+}
