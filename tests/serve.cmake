@@ -3,8 +3,14 @@
 # real tallyd, tally and supervisors (serve_util.c drives them).
 tally_add_test(test_serve_log test_serve_log.c LABELS unit)
 
-foreach(t test_serve_shadow test_serve_metrics test_serve_admin test_serve_stats)
+foreach(t test_serve_shadow test_serve_admin test_serve_stats)
     tally_add_test(${t} ${t}.c serve_util.c LABELS e2e)
+    target_link_libraries(${t} PRIVATE tally_proto)
+    add_dependencies(${t} tallyd tally_cli)
+endforeach()
+# /metrics and the event log, on one served tallyd set up alike (serve_obs_env.c).
+foreach(t test_serve_metrics test_serve_events)
+    tally_add_test(${t} ${t}.c serve_util.c serve_obs_env.c LABELS e2e)
     target_link_libraries(${t} PRIVATE tally_proto)
     add_dependencies(${t} tallyd tally_cli)
 endforeach()
