@@ -36,7 +36,7 @@ target_link_libraries(test_sup_sim PRIVATE tally_ledger_internal tally_child_int
 # The same simulation with libraft's in-memory cluster (raft_fixture, 3 and 5 voters) as the
 # supervisor's journal, as in cluster mode; partitions, kills, deposed leaders, disk faults.
 tally_add_test(test_sup_sim_raft test_sup_sim_raft.c sup_sim_raft.c sup_sim_raft_members.c
-               sup_sim_raft_faults.c sup_sim.c sup_sim_config.c
+               sup_sim_raft_faults.c sup_sim_raft_end.c sup_sim.c sup_sim_config.c
                sup_sim_child.c sup_sim_check.c sup_sim_end.c sup_sim_strand.c LABELS slow)
 target_link_libraries(test_sup_sim_raft PRIVATE tally_ledger_internal tally_child_internal
                       PkgConfig::RAFT)

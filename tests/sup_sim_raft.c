@@ -91,9 +91,8 @@ on_applied(struct raft_apply *req, int status, void *result)
     free(a);
 }
 
-/* The newest batch of the running supervisor not yet known committed (0: none). */
-static uint64_t
-in_flight(struct sim_raft *s)
+uint64_t
+sr_in_flight(struct sim_raft *s)
 {
     return s->run_last != 0 && sr_batch_of(s, s->run_last)->state == B_FLIGHT ? s->run_last : 0;
 }
@@ -264,7 +263,7 @@ defer_cell_check(struct sim_raft *s)
 {
     struct sim_world *w = s->w;
 
-    if (in_flight(s) != 0) {
+    if (sr_in_flight(s) != 0) {
         s->check_owed = s->check_owed || w->nj != w->checked_nj;
         w->checked_nj = w->nj;
     } else if (s->check_owed) {
@@ -282,7 +281,7 @@ log_turn(struct sim_world *w)
 
     s->w = w;
     release(s);
-    wait = in_flight(s);
+    wait = sr_in_flight(s);
     if (w->nb > 0) {
         wait = batch_new(s);
         if (!submit(s, wait, OP_APPEND, w->batch, w->nb)) {
@@ -424,74 +423,6 @@ log_step(struct sim_world *w)
     supervise(s);
 }
 
-/* ---- the end ---- */
-
-static bool
-log_caught_up(struct sim_world *w)
-{
-    struct sim_raft *s = w->log->ctx;
-
-    return w->sup != NULL && in_flight(s) == 0;
-}
-
-static bool
-log_settled(struct sim_world *w)
-{
-    struct sim_raft *s = w->log->ctx;
-
-    if (w->sup == NULL || in_flight(s) != 0 || s->nheld > s->hhead)
-        return false;
-    for (unsigned i = 0; i < s->n; i++) {
-        if (sr_live(s, i) && s->m[i].copy.n != s->ncl)
-            return false;
-    }
-    return true;
-}
-
-static void
-mark_batch(struct sim_raft *s, const uint8_t *body, bool *in)
-{
-    uint64_t id = get_u64(body);
-
-    if (id == 0 || id > s->nbatch)
-        sim_fail(s->w, "the final log holds an unknown batch %llu", (unsigned long long)id);
-    in[id - 1] = true;
-}
-
-static void
-log_end(struct sim_world *w)
-{
-    struct sim_raft *s = w->log->ctx;
-    const struct copy *c = &s->m[s->host].copy;
-    bool *in = calloc(s->nbatch + 1, sizeof(*in));
-
-    assert_non_null(in);
-    /* Every live member's copy is the same records in the same order; the others' a prefix. */
-    for (unsigned i = 0; i < s->n; i++) {
-        const struct copy *o = &s->m[i].copy;
-
-        if (sr_live(s, i) && (o->n != c->n || o->digest != c->digest || o->len != c->len ||
-                              memcmp(o->b, c->b, c->len) != 0))
-            sim_fail(w,
-                     "member %u's copy (%llu batches, digest %016llx) differs from member "
-                     "%d's (%llu, %016llx)",
-                     i, (unsigned long long)o->n, (unsigned long long)o->digest, s->host,
-                     (unsigned long long)c->n, (unsigned long long)c->digest);
-        if (o->n > s->ncl || o->digest != sr_committed_digest(s, o->n))
-            sim_fail(w, "member %u's copy is not a prefix of the committed log", i);
-    }
-    /* No reply left for a batch the final log does not hold. */
-    for (size_t at = 0; at < c->len; at += COPY_HEAD + get_u32(c->b + at))
-        mark_batch(s, c->b + at + COPY_HEAD, in);
-    for (uint64_t id = 1; id <= s->nbatch; id++) {
-        if (sr_batch_of(s, id)->released && !in[id - 1])
-            sim_fail(w, "replies of batch %llu left; the final log does not hold it",
-                     (unsigned long long)id);
-    }
-    free(in);
-    sr_journal_from_copy(s, c); /* sim_check_end replays the final log against the live ledger */
-}
-
 /* ---- a schedule ---- */
 
 /* The clock (advance): a server that ticks every millisecond, a standby in a configuration of its
@@ -614,8 +545,8 @@ sim_raft_run(const struct sim_params *p, const struct sim_raft_params *rp, struc
     setup_world.rng = p->seed ^ 0x7a3f7ULL;
     s->w = &setup_world;
     cluster_open(s);
-    s->log =
-        (struct sim_log){s, log_step, log_turn, log_crashed, log_caught_up, log_settled, log_end};
+    s->log = (struct sim_log){
+        s, log_step, log_turn, log_crashed, sr_log_caught_up, sr_log_settled, sr_log_end};
     sim_run_log(p, &s->log, r);
     cluster_close(s);
 }

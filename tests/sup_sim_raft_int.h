@@ -226,6 +226,15 @@ void sr_journal_from_copy(struct sim_raft *s, const struct copy *c);
 void sr_fsm_setup(struct raft_fsm *fsm, void *data);
 void sr_disk_wrap(struct sim_raft *s, unsigned i);
 
+/* sup_sim_raft.c: the newest batch of the running supervisor not yet known committed (0:
+ * none). */
+uint64_t sr_in_flight(struct sim_raft *s);
+
+/* sup_sim_raft_end.c: a struct sim_log's caught_up, settled and end. */
+bool sr_log_caught_up(struct sim_world *w);
+bool sr_log_settled(struct sim_world *w);
+void sr_log_end(struct sim_world *w);
+
 /* sup_sim_raft_faults.c */
 void sr_disk_fault_arm(struct sim_raft *s, int member);
 void sr_faults(struct sim_raft *s);
