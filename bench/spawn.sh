@@ -3,7 +3,8 @@
 #   - first decision of fresh tenants, one after another: 100 ms apart (an idle machine: the
 #     fork server has spares waiting), timed by one tally-bench process per request and by one
 #     client for all (--gap-ms: no process starts beside the request), then back to back
-#     (spawn + ledger creation + first grant);
+#     (spawn + ledger creation + first grant); and, as the floor under the idle figures,
+#     decisions 100 ms apart of tenants already warm (no supervisor on the path);
 #   - first decision of 50 fresh tenants at once (the starts overlap), and the wall time;
 #   - PSS of each idle live supervisor (/proc/PID/smaps_rollup), of tallyd and of its fork server;
 #   - how often the idle supervisors wake up (context switches over 5 s).
@@ -59,6 +60,15 @@ echo "== first decision of $SEQ fresh tenants, one after another, 100 ms apart (
 for t in $(seq 1 "$SEQ"); do first "$t"; sleep 0.1; done | pct "idle first decision"
 first_gap $((ONE + 1)) $((ONE + SEQ)) 100 |
     sed -E "s/.*p50_us=([0-9]+).*p99_us=([0-9]+).*p999_us=([0-9]+).*/idle first decision, one client: p50=\1 us p99=\2 us p999=\3 us (n=$SEQ)/"
+# The floor under those figures: the same client and gaps, tenants whose supervisors run and
+# whose links hold leases (the last 10 above, 10 rounds), so no process but tallyd is on the path.
+: >"$W/tokens"
+for _ in $(seq 1 10); do
+    for t in $(seq $((ONE + SEQ - 9)) $((ONE + SEQ))); do cat "$d.t$t" >>"$W/tokens"; done
+done
+"$B/bench/tally-bench" --socket "$d/tally.sock" --tokens "$W/tokens" --requests 100 \
+    --gap-ms 100 | tail -1 |
+    sed -E "s/.*p50_us=([0-9]+).*p99_us=([0-9]+).*p999_us=([0-9]+).*/idle warm decision, one client (the floor): p50=\1 us p99=\2 us p999=\3 us (n=100)/"
 
 echo "== first decision of $SEQ fresh tenants, one after another"
 for t in $(seq $((SEQ + 1)) $((2 * SEQ))); do first "$t"; done | pct "sequential first decision"
