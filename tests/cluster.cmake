@@ -65,6 +65,7 @@ target_include_directories(test_cluster_ledger_snap PRIVATE ${CMAKE_SOURCE_DIR}/
 pkg_check_modules(NFQ IMPORTED_TARGET libnetfilter_queue)
 find_package(Threads REQUIRED)
 tally_add_test(test_netns_cluster_delay test_netns_cluster_delay.c netns_util.c netns_delay.c
+               netns_delay_client.c
                grant_figures.c cluster_digest.c
                LABELS e2e slow)
 target_link_libraries(test_netns_cluster_delay PRIVATE tally_proto PkgConfig::SQLITE3

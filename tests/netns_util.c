@@ -8,6 +8,8 @@
 
 #include <cmocka.h>
 
+#include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,4 +345,81 @@ netns_keep_logs(const struct netns_net *net)
         free(log);
     }
     fclose(f);
+}
+
+/* Pids of the live processes of h's host: every command line that holds `--data DATA ` (its
+ * tallyd, the fork server it started and the supervisors forked from it, spare ones too),
+ * zombies left out. */
+int
+netns_host_pids(const struct netns_host *h, pid_t *pids, int max)
+{
+    char want[300], line[4096], path[64], stat[256];
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+
+    snprintf(want, sizeof(want), "--data %s ", h->data);
+    /* One stream, read by this thread only. */
+    /* cppcheck-suppress readdirCalled */
+    while (d != NULL && (e = readdir(d)) != NULL && n < max) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        size_t len;
+        FILE *f;
+
+        if (pid <= 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+        if ((f = fopen(path, "rb")) == NULL)
+            continue;
+        len = fread(line, 1, sizeof(line) - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < len; i++)
+            line[i] = line[i] == '\0' ? ' ' : line[i];
+        line[len] = '\0';
+        if (strstr(line, want) == NULL)
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        if ((f = fopen(path, "r")) == NULL)
+            continue;
+        if (fgets(stat, sizeof(stat), f) != NULL) {
+            const char *rp = strrchr(stat, ')');
+            if (rp == NULL || rp[1] == '\0' || rp[2] != 'Z')
+                pids[n++] = pid;
+        }
+        fclose(f);
+    }
+    if (d != NULL)
+        closedir(d);
+    return n;
+}
+
+int
+netns_kill9_hosts(struct netns_host *const *hs, int n)
+{
+    pid_t pids[NETNS_HOSTS][32];
+    int counts[NETNS_HOSTS], killed = 0, left;
+
+    assert_true(n <= NETNS_HOSTS);
+    for (int k = 0; k < n; k++)
+        counts[k] = netns_host_pids(hs[k], pids[k], 32);
+    for (int k = 0; k < n; k++)
+        (void)kill(hs[k]->d.pid, SIGKILL);
+    for (int k = 0; k < n; k++)
+        for (int i = 0; i < counts[k]; i++)
+            (void)kill(pids[k][i], SIGKILL);
+    for (int k = 0; k < n; k++) {
+        test_daemon_kill9(&hs[k]->d); /* reaps it */
+        killed += counts[k];
+    }
+    for (int waited = 0;; waited += 20) {
+        left = 0;
+        for (int k = 0; k < n; k++)
+            left += netns_host_pids(hs[k], pids[k], 32);
+        if (left == 0)
+            break;
+        if (waited > 2000)
+            fail_msg("%d processes of %d hosts still live 2 s after kill -9", left, n);
+        netns_sleep_ms(20);
+    }
+    return killed;
 }

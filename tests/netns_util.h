@@ -75,6 +75,15 @@ void netns_nft_clear(struct netns_host *h);
 /** TALLY_KEEP_LOG=FILE (a test's own switch): every host's tallyd log appended to FILE. */
 void netns_keep_logs(const struct netns_net *net);
 
+/** Pids of the live processes of h's host: every command line that holds `--data DATA ` (its
+ *  tallyd, the fork server it started and the supervisors forked from it, spare ones too),
+ *  zombies left out; at most max. */
+int netns_host_pids(const struct netns_host *h, pid_t *pids, int max);
+/** kill -9 of every process of the n hosts hs at once: their tallyds, then what those ran (the
+ *  fork servers, the supervisors, spare ones too); fails the test if any is left 2 s later.
+ *  Returns the number of processes killed. */
+int netns_kill9_hosts(struct netns_host *const *hs, int n);
+
 #define NETNS_SKIP_UNLESS_UP(net)                                                                  \
     do {                                                                                           \
         if (!(net).up) {                                                                           \

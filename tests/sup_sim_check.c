@@ -32,8 +32,6 @@
 
 #include "sup_sim_int.h"
 
-enum { K_PLAN = 0, K_LINK = 1, K_EP = 2, K_EPLINK = 3, K_SLOT = 100, K_SENT = 101 };
-
 void
 sim_fail(const struct sim_world *w, const char *fmt, ...)
 {
@@ -89,8 +87,8 @@ sim_path_limits(const struct sim_world *w, int kind, int ep)
     }
 }
 
-static void
-cell_key(int64_t k[5], int kind, int ep, int link, int64_t period, int64_t window)
+void
+sim_cell_key(int64_t k[5], int kind, int ep, int link, int64_t period, int64_t window)
 {
     k[0] = kind;
     k[1] = kind == K_EP || kind == K_EPLINK ? ep : -1;
@@ -193,7 +191,7 @@ sim_on_admit(struct sim_world *w, int i, int link, int64_t cost, const struct su
             const struct tenant_limits *ls = sim_path_limits(w, kind, i);
 
             for (uint32_t b = 0; ls != NULL && b < ls->count; b++) {
-                cell_key(k, kind, i, link, ls->v[b].period_ms, w->wall_hw / ls->v[b].period_ms);
+                sim_cell_key(k, kind, i, link, ls->v[b].period_ms, w->wall_hw / ls->v[b].period_ms);
                 sim_map_get(w->counts, k, true)->v[1] += cost;
             }
         }
@@ -232,7 +230,7 @@ sim_on_admit(struct sim_world *w, int i, int link, int64_t cost, const struct su
         for (uint32_t b = 0; ls != NULL && b < ls->count; b++) {
             struct sim_map_entry *e;
 
-            cell_key(k, kind, l->ep, link, ls->v[b].period_ms, l->eval_ms / ls->v[b].period_ms);
+            sim_cell_key(k, kind, l->ep, link, ls->v[b].period_ms, l->eval_ms / ls->v[b].period_ms);
             e = sim_map_get(w->counts, k, true);
             e->v[0] += cost;
             if (e->v[0] > sim_window_bound(w, kind, k[3], k[4], ls->v[b].n, false))
@@ -283,7 +281,7 @@ sim_on_refund(struct sim_world *w, int i, int link, uint64_t lease, int64_t cost
         const struct tenant_limits *ls = sim_path_limits(w, kind, l->ep);
 
         for (uint32_t b = 0; ls != NULL && b < ls->count; b++) {
-            cell_key(k, kind, l->ep, link, ls->v[b].period_ms, l->eval_ms / ls->v[b].period_ms);
+            sim_cell_key(k, kind, l->ep, link, ls->v[b].period_ms, l->eval_ms / ls->v[b].period_ms);
             sim_map_get(w->counts, k, true)->v[0] -= cost;
         }
     }
@@ -406,8 +404,8 @@ cell_i1(void *ctx, const struct sup_cell_info *c)
                  (long long)c->granted);
     if (c->granted == 0 && c->credited == 0 && c->debt == 0)
         return 0; /* a fresh cell (or a new one after its link was evicted) holds nothing */
-    cell_key(k, (int)c->scope - 1, sim_ep_index(w, c->endpoint), sim_link_index(w, c->link),
-             c->period_ms, 0);
+    sim_cell_key(k, (int)c->scope - 1, sim_ep_index(w, c->endpoint), sim_link_index(w, c->link),
+                 c->period_ms, 0);
     e = sim_map_get(w->cells, k, true);
     /* I8: windows never go back. */
     if (c->window_id < e->v[0])
@@ -434,66 +432,6 @@ sim_window_bound(const struct sim_world *w, int kind, int64_t period, int64_t wi
             return before;
     }
     return n;
-}
-
-static int
-cell_plan_gc(void *ctx, const struct sup_cell_info *c)
-{
-    struct sim_world *w = ctx;
-
-    for (int i = 0; i < 2; i++) {
-        if (c->scope == TENANT_SCOPE_PLAN && c->period_ms == w->lower_period &&
-            c->window_id == w->lower_win[i])
-            w->lower_granted[i] = c->granted - c->credited;
-    }
-    return 0;
-}
-
-void
-sim_lower_limit(struct sim_world *w)
-{
-    struct tenant_limit *lim = &w->plan.limits.v[0];
-    int64_t slack = 0;
-
-    w->lowered = true;
-    w->lower_period = lim->period_ms;
-    w->lower_win[0] = w->wall_hw / lim->period_ms;
-    w->lower_win[1] = w->lower_win[0] - 1;
-    /* Rows a crashed child may still resume (at used := mark) were granted under the old limit:
-     * they may admit n - mark more after the change. */
-    for (int i = 0; i < w->p.children; i++) {
-        for (int r = 0; r < w->ch[i].nrows; r++)
-            slack += w->ch[i].rows[r].n - w->ch[i].rows[r].mark;
-    }
-    for (int i = 0; i < 2; i++) {
-        int64_t k[5];
-        const struct sim_map_entry *e;
-
-        cell_key(k, K_PLAN, 0, 0, lim->period_ms, w->lower_win[i]);
-        e = sim_map_get(w->counts, k, false);
-        w->lower_admit[i] = (e != NULL ? e->v[0] : 0) + slack;
-        w->lower_granted[i] = 0;
-    }
-    if (w->sup != NULL) {
-        (void)sup_ledger_each_cell(w->sup, cell_plan_gc, w);
-    } else {
-        sup_ledger *durable = NULL; /* down: what its journal holds is what it will start with */
-
-        sim_replay(w, &durable);
-        (void)sup_ledger_each_cell(durable, cell_plan_gc, w);
-        sup_ledger_close(durable);
-    }
-    w->lower_old_n = lim->n;
-    lim->n = lim->n * w->lower_pct / 100 > 0 ? lim->n * w->lower_pct / 100 : 1;
-    w->lcfg.plan = w->plan;
-    if (w->sup != NULL &&
-        sup_ledger_configure(w->sup, &w->plan, w->eps, (size_t)w->p.children) != TALLY_OK)
-        sim_fail(w, "reconfigure failed");
-    for (int i = 0; i < w->p.children; i++) {
-        if (w->ch[i].c != NULL)
-            sup_child_recall(w->ch[i].c, sim_child_time(w, i));
-    }
-    w->r->limit_changes++;
 }
 
 void

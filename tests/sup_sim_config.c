@@ -1,7 +1,8 @@
 /*
  * A simulated world's configuration (sup_sim.h), drawn from its seed: the host's wall clock, the
  * plan and endpoints (random small limits that run out, or a roomy plan for the steady run), when
- * a reload lowers the plan's limit, the links, and the ledger's settings.
+ * a reload lowers the plan's limit (and the lowering itself: what was admitted and granted
+ * before it, which the checks then allow), the links, and the ledger's settings.
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
@@ -186,4 +187,66 @@ sim_configure(struct sim_world *w)
     w->lcfg.pass_ttl_ms = 100;
     w->lcfg.slot_ttl_ms = 1500;
     w->lcfg.heartbeat_ms = 100;
+}
+
+/* ---- a lowered limit ---- */
+
+static int
+cell_plan_gc(void *ctx, const struct sup_cell_info *c)
+{
+    struct sim_world *w = ctx;
+
+    for (int i = 0; i < 2; i++) {
+        if (c->scope == TENANT_SCOPE_PLAN && c->period_ms == w->lower_period &&
+            c->window_id == w->lower_win[i])
+            w->lower_granted[i] = c->granted - c->credited;
+    }
+    return 0;
+}
+
+void
+sim_lower_limit(struct sim_world *w)
+{
+    struct tenant_limit *lim = &w->plan.limits.v[0];
+    int64_t slack = 0;
+
+    w->lowered = true;
+    w->lower_period = lim->period_ms;
+    w->lower_win[0] = w->wall_hw / lim->period_ms;
+    w->lower_win[1] = w->lower_win[0] - 1;
+    /* Rows a crashed child may still resume (at used := mark) were granted under the old limit:
+     * they may admit n - mark more after the change. */
+    for (int i = 0; i < w->p.children; i++) {
+        for (int r = 0; r < w->ch[i].nrows; r++)
+            slack += w->ch[i].rows[r].n - w->ch[i].rows[r].mark;
+    }
+    for (int i = 0; i < 2; i++) {
+        int64_t k[5];
+        const struct sim_map_entry *e;
+
+        sim_cell_key(k, K_PLAN, 0, 0, lim->period_ms, w->lower_win[i]);
+        e = sim_map_get(w->counts, k, false);
+        w->lower_admit[i] = (e != NULL ? e->v[0] : 0) + slack;
+        w->lower_granted[i] = 0;
+    }
+    if (w->sup != NULL) {
+        (void)sup_ledger_each_cell(w->sup, cell_plan_gc, w);
+    } else {
+        sup_ledger *durable = NULL; /* down: what its journal holds is what it will start with */
+
+        sim_replay(w, &durable);
+        (void)sup_ledger_each_cell(durable, cell_plan_gc, w);
+        sup_ledger_close(durable);
+    }
+    w->lower_old_n = lim->n;
+    lim->n = lim->n * w->lower_pct / 100 > 0 ? lim->n * w->lower_pct / 100 : 1;
+    w->lcfg.plan = w->plan;
+    if (w->sup != NULL &&
+        sup_ledger_configure(w->sup, &w->plan, w->eps, (size_t)w->p.children) != TALLY_OK)
+        sim_fail(w, "reconfigure failed");
+    for (int i = 0; i < w->p.children; i++) {
+        if (w->ch[i].c != NULL)
+            sup_child_recall(w->ch[i].c, sim_child_time(w, i));
+    }
+    w->r->limit_changes++;
 }

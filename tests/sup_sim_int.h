@@ -213,6 +213,12 @@ int sim_ep_index(const struct sim_world *w, const char *name);
 
 /* sup_sim_check.c */
 struct sim_map_entry *sim_map_get(struct sim_map_entry *m, const int64_t k[5], bool create);
+/** The kinds of the count map's keys: a budget's window (plan, link, endpoint, endpoint of a
+ *  link), a slot, a send. */
+enum { K_PLAN = 0, K_LINK = 1, K_EP = 2, K_EPLINK = 3, K_SLOT = 100, K_SENT = 101 };
+/** The count map's key of budget `kind`'s window `window` of `period` (ep, link where the kind
+ *  has them). */
+void sim_cell_key(int64_t k[5], int kind, int ep, int link, int64_t period, int64_t window);
 void sim_fail(const struct sim_world *w, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /** A durable grant (or anything) in the journal: ground truth about leases and slots. */
@@ -245,7 +251,7 @@ const struct tenant_limits *sim_path_limits(const struct sim_world *w, int kind,
  *  max(n, G - C before), for I1). */
 int64_t sim_window_bound(const struct sim_world *w, int kind, int64_t period, int64_t window,
                          int64_t n, bool granted);
-/** Lowers the plan's first limit now (see lower_at). */
+/** Lowers the plan's first limit now (see lower_at; sup_sim_config.c). */
 void sim_lower_limit(struct sim_world *w);
 /** Outstanding leases the ledger shows. */
 int sim_ledger_leases(struct sim_world *w);

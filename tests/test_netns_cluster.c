@@ -38,7 +38,6 @@
 
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,85 +345,19 @@ test_netns_loss_keeps_a_leader(void **state)
 #define SOLO_SLACK 15 /* what the cap may end short by: leases that ended unused count as spent */
 #define SOLO_RUNS  20 /* rounds of the last phase's load at most */
 
-/* Pids of the live processes of h's host: every command line that holds `--data DATA ` (its
- * tallyd, the fork server it started and the supervisors forked from it, spare ones too),
- * zombies left out. */
-static int
-host_pids(const struct netns_host *h, pid_t *pids, int max)
-{
-    char want[300], line[4096], path[64], stat[256];
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    int n = 0;
-
-    snprintf(want, sizeof(want), "--data %s ", h->data);
-    /* One stream, read by this thread only. */
-    /* cppcheck-suppress readdirCalled */
-    while (d != NULL && (e = readdir(d)) != NULL && n < max) {
-        pid_t pid = (pid_t)atoi(e->d_name);
-        size_t len;
-        FILE *f;
-
-        if (pid <= 0)
-            continue;
-        snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
-        if ((f = fopen(path, "rb")) == NULL)
-            continue;
-        len = fread(line, 1, sizeof(line) - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < len; i++)
-            line[i] = line[i] == '\0' ? ' ' : line[i];
-        line[len] = '\0';
-        if (strstr(line, want) == NULL)
-            continue;
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-        if ((f = fopen(path, "r")) == NULL)
-            continue;
-        if (fgets(stat, sizeof(stat), f) != NULL) {
-            const char *rp = strrchr(stat, ')');
-            if (rp == NULL || rp[1] == '\0' || rp[2] != 'Z')
-                pids[n++] = pid;
-        }
-        fclose(f);
-    }
-    if (d != NULL)
-        closedir(d);
-    return n;
-}
-
-/* kill -9 of every process of hosts x and y at once: their tallyds, then what those ran (the
- * fork servers, the supervisors, spare ones too); none is left 2 s later. Returns the number of
+/* kill -9 of every process of hosts x and y at once (netns_kill9_hosts). Returns the number of
  * processes killed, the supervisors among them into *sups. */
 static int
 kill_two_hosts(int x, int y, int *sups)
 {
     struct netns_host *hs[2] = {&net.h[x], &net.h[y]};
-    pid_t pids[2][32], s[16];
-    int n[2], left;
+    pid_t s[16];
 
     *sups = 0;
-    for (int k = 0; k < 2; k++) {
-        n[k] = host_pids(hs[k], pids[k], 32);
+    for (int k = 0; k < 2; k++)
         *sups += test_supervisor_pids(hs[k]->data, "solo", s, 16) +
                  test_supervisor_pids(hs[k]->data, "acme", s, 16);
-    }
-    for (int k = 0; k < 2; k++)
-        (void)kill(hs[k]->d.pid, SIGKILL);
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < n[k]; i++)
-            (void)kill(pids[k][i], SIGKILL);
-    for (int k = 0; k < 2; k++)
-        test_daemon_kill9(&hs[k]->d); /* reaps it */
-    for (int waited = 0;; waited += 20) {
-        left = host_pids(hs[0], pids[0], 32) + host_pids(hs[1], pids[1], 32);
-        if (left == 0)
-            break;
-        if (waited > 2000)
-            fail_msg("%d processes of hosts %d and %d still live 2 s after kill -9", left, x + 1,
-                     y + 1);
-        netns_sleep_ms(20);
-    }
-    return n[0] + n[1];
+    return netns_kill9_hosts(hs, 2);
 }
 
 /* One check of tok on `pay` (fail-closed) on h's socket: 200 admitted, 503 unavailable, 429

@@ -56,6 +56,7 @@
 #include "cluster_digest.h"
 #include "grant_figures.h"
 #include "netns_delay.h"
+#include "netns_delay_client.h"
 #include "netns_util.h"
 #include "tally.h"
 
@@ -66,10 +67,7 @@
 #define QUEUE_BASE   100 /* host i's queue: QUEUE_BASE + i (queues are per namespace anyway) */
 #define RUN_MS       180000
 #define CAP          1000
-#define PERIOD_MS    60000
-#define SEND_EVERY   120 /* ms between two checks of one client: 1,500 a minute in all */
 #define GRANT_P99_MS 200 /* past it the test fails */
-#define WINDOWS      6   /* a 3-minute run touches 4 windows; room for a slow start */
 #define HIST_BUCKETS GRANT_HIST_BUCKETS
 #define LEDGER_AFTER 5000 /* ms after a boundary the window before it is read off the ledger */
 
@@ -79,144 +77,6 @@ static char http_addr[HOSTS][32];
 
 /* The impairment, global so that the teardown removes whatever a failed test left. */
 static struct netns_delay imp;
-
-static int64_t
-wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* ---- the clients --------------------------------------------------------------------------- */
-
-struct client {
-    struct netns_host *h;
-    const char *token;
-    int64_t w0;       /* the first window id of the run */
-    int64_t end_mono; /* ms */
-    int admitted[WINDOWS];
-    int admitted_all, refused, unavailable, degraded, other, errors, misplaced;
-    int64_t *lat_us;
-    size_t n, cap;
-};
-
-static int64_t
-mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t
-mono_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static void
-note_latency(struct client *c, int64_t us)
-{
-    if (c->n == c->cap) {
-        size_t cap = c->cap == 0 ? 4096 : c->cap * 2;
-        int64_t *p = realloc(c->lat_us, cap * sizeof(*p));
-
-        if (p == NULL) {
-            c->errors++;
-            return;
-        }
-        c->lat_us = p;
-        c->cap = cap;
-    }
-    c->lat_us[c->n++] = us;
-}
-
-/* The window an admission was decided in. The reply's reset_ms is the decision's wall clock
- * to the end of its window, and the decision came before the answer arrived (`now`), so
- * now + reset_ms lies in [end, end + the answer's latency): the end, hence the window, is
- * exact whatever the latency below a period. */
-static void
-count_admitted(struct client *c, const struct tally_result *r, int64_t now)
-{
-    int64_t w;
-
-    c->admitted_all++;
-    if (r->degraded)
-        c->degraded++;
-    if (r->period_ms != PERIOD_MS || r->reset_ms <= 0 || r->reset_ms > PERIOD_MS) {
-        c->misplaced++;
-        return;
-    }
-    w = (now + r->reset_ms) / PERIOD_MS - 1;
-    if (w < c->w0 || w >= c->w0 + WINDOWS) {
-        c->misplaced++;
-        return;
-    }
-    c->admitted[w - c->w0]++;
-}
-
-static void
-count(struct client *c, const struct tally_result *r, int64_t now)
-{
-    switch (r->status) {
-    case TALLY_ADMITTED:
-        count_admitted(c, r, now);
-        break;
-    case TALLY_REFUSED:
-        c->refused++;
-        break;
-    case TALLY_UNAVAILABLE:
-        c->unavailable++;
-        break;
-    default:
-        c->other++;
-        break;
-    }
-}
-
-/* One check every SEND_EVERY ms on one connection to the host's socket (reached from the
- * root namespace) until end_mono; a broken connection is opened again. No cmocka call here:
- * the main thread checks the counts. */
-static void *
-client_run(void *arg)
-{
-    struct client *c = arg;
-    tally_client *tc = NULL;
-    int64_t next = mono_ms();
-
-    while (mono_ms() < c->end_mono) {
-        struct tally_result r;
-        int64_t t0, now = mono_ms();
-        int rc;
-
-        if (now < next)
-            netns_sleep_ms(next - now);
-        next = (now > next ? now : next) + SEND_EVERY;
-        if (tc == NULL && tally_client_open(c->h->d.socket, 5000, &tc) != TALLY_OK) {
-            c->errors++;
-            tc = NULL;
-            continue;
-        }
-        t0 = mono_us();
-        rc = tally_check(tc, c->token, "api", 0, &r);
-        if (rc != TALLY_OK) {
-            c->errors++;
-            tally_client_close(tc);
-            tc = NULL;
-            continue;
-        }
-        note_latency(c, mono_us() - t0);
-        count(c, &r, wall_ms());
-    }
-    tally_client_close(tc);
-    return NULL;
-}
 
 /* ---- tallyd's figures ---------------------------------------------------------------------- */
 

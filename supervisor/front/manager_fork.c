@@ -135,23 +135,13 @@ forked_by_pid(const sup_manager *m, pid_t pid)
     return NULL;
 }
 
-/* The slot of a spare's pid in f->spares (of a free one for 0), -1 when there is none. */
+/* The slot of a spare's pid in f->spares (of a free one for 0), -1 when there is none. With
+ * `live`, only a spare not reaped yet: the pid of one reaped may name a new process. */
 static int
-spare_slot(const struct sup_forker *f, int pid)
+spare_slot(const struct sup_forker *f, int pid, bool live)
 {
     for (int i = 0; pid >= 0 && i < SUP_FORK_SPARES_KNOWN; i++) {
-        if (f->spares[i].pid == pid)
-            return i;
-    }
-    return -1;
-}
-
-/* The same for a spare not reaped yet: the pid of one reaped may name a new process. */
-static int
-spare_slot_live(const struct sup_forker *f, int pid)
-{
-    for (int i = 0; pid > 0 && i < SUP_FORK_SPARES_KNOWN; i++) {
-        if (f->spares[i].pid == pid && !f->spares[i].dead)
+        if (f->spares[i].pid == pid && !(live && f->spares[i].dead))
             return i;
     }
     return -1;
@@ -196,7 +186,7 @@ spare_reap(sup_manager *m, int slot)
 static void
 spare_remember(struct sup_forker *f, int pid)
 {
-    int slot = spare_slot(f, 0);
+    int slot = spare_slot(f, 0, false);
 
     if (slot < 0) { /* all taken (spares lost track of): the oldest entry goes */
         if (f->spares[0].dead)
@@ -228,7 +218,7 @@ on_sigchld(uv_signal_t *s, int signum)
             break;
         p = forked_by_pid(m, si.si_pid);
         if (p == NULL) {
-            int slot = spare_slot_live(&m->forker, si.si_pid);
+            int slot = spare_slot(&m->forker, si.si_pid, true);
 
             if (slot >= 0 && spare_reap(m, slot))
                 continue;
@@ -277,7 +267,7 @@ on_readable(uv_poll_t *h, int status, int events)
             forker_down(f); /* EOF, an error or nonsense: the exit callback follows */
             return;
         }
-        if (pid > 0 && (slot = spare_slot(f, pid)) >= 0) {
+        if (pid > 0 && (slot = spare_slot(f, pid, false)) >= 0) {
             /* a spare given a tenant: a supervisor now, perhaps one reaped already */
             was = f->spares[slot];
             f->spares[slot] = (struct sup_spare){0};
