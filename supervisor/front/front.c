@@ -264,7 +264,6 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
     f->reload_timer.data = f;
     uv_timer_start(&f->reload_timer, on_reload_timer, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
     front_children_init(f);
-    front_prestart_init(f);
     front_pumpq_init(f);
     front_pool_refill(f);
     *out = f;
@@ -502,7 +501,7 @@ on_manager_closed(void *data)
     front_pending_done(data);
 }
 
-/* The reload timer's, the idle sweep's, the prestart handle's and the clock handles'. */
+/* The reload timer's, the idle sweep's, the pump queue's and the clock handles'. */
 static void
 on_reload_timer_closed(uv_handle_t *h)
 {
@@ -522,8 +521,6 @@ on_callers_closed(sup_front *f)
 static void
 on_children_closed(sup_front *f)
 {
-    /* No child file is being opened any more: nothing posts a start. */
-    front_prestart_close(f, on_reload_timer_closed);
     front_pumpq_close(f, on_reload_timer_closed); /* every child is closed: nothing to pump */
     /* RETURNs are queued on the channels: closing them lets each supervisor read
      * them, commit and exit. */
@@ -538,8 +535,8 @@ sup_front_close(sup_front *f, void (*cb)(void *data), void *data)
     f->closing = true;
     f->close_cb = cb;
     f->close_data = data;
-    f->pending = 8; /* the manager, two timers, the prestart handle, the caller authorities,
-                     * two clock handles, the pump queue's idle handle */
+    f->pending = 7; /* the manager, two timers, the caller authorities, two clock handles,
+                     * the pump queue's idle handle */
     if (f->pool_busy)
         f->pending++; /* and the pool's fill on the thread pool */
     front_fast_close(&f->fast, on_reload_timer_closed);

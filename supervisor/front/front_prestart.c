@@ -1,53 +1,63 @@
 /*
- * Supervisor starts ahead of a first request. The thread-pool job that opens a child's file
- * finds out whether the file exists; when it does not (a tenant's first request on that
- * endpoint), the lease the request needs will need the tenant's supervisor too. The job posts
- * the tenant here (a uv_async and a short queue under a mutex), and the loop starts the
- * supervisor at once when there is room, so its start overlaps the file's creation instead of
- * following it. Best effort: a full queue, no room or a backoff leave it to the first frame.
+ * Supervisor starts ahead of a first request. A child counter not in memory opens its file on
+ * the thread pool (front_store.c). When its tenant's supervisor is not running, a short job
+ * first looks whether that file exists. When it does not (the tenant's first request on that
+ * endpoint), the lease the request needs will need the supervisor too: the loop starts it as
+ * the look comes back, and only then queues the open, so the start overlaps the file's
+ * creation instead of following it.
+ * The look is a job of its own rather than the open's first step posting to the loop: where
+ * the CPUs share no cache (the kernel then never moves a woken thread to an idle CPU), the
+ * loop woken by a post lands on the posting job's CPU and waits behind the open, up to a
+ * whole time slice, while the other CPU idles.
  */
 #include "sup_front_int.h"
 
-#include <stdio.h>
-#include <string.h>
+#include <errno.h>
+#include <sys/stat.h>
 
-void
-front_prestart_post(sup_front *f, const char *tenant)
+#include "store_paths.h"
+
+/* Thread pool: is there a file yet? Reads only what does not change while the front runs. */
+static void
+look_work(uv_work_t *w)
 {
-    pthread_mutex_lock(&f->prestart_mu);
-    if (f->n_prestart < FRONT_PRESTART_MAX)
-        snprintf(f->prestart_q[f->n_prestart++], sizeof(f->prestart_q[0]), "%s", tenant);
-    pthread_mutex_unlock(&f->prestart_mu);
-    (void)uv_async_send(&f->prestart);
+    struct front_child *fc = w->data;
+    char path[STORE_PATH_MAX];
+    struct stat sb;
+
+    fc->store.fresh = store_path_endpoint_db(fc->f->data, fc->tenant, fc->endpoint, path,
+                                             sizeof(path)) == TALLY_OK &&
+                      stat(path, &sb) != 0 && errno == ENOENT;
 }
 
 static void
-on_prestart(uv_async_t *h)
+look_done(uv_work_t *w, int status)
 {
-    sup_front *f = h->data;
-    char q[FRONT_PRESTART_MAX][sizeof(f->prestart_q[0])];
-    uint32_t i, n;
+    struct front_child *fc = w->data;
+    sup_front *f = fc->f;
 
-    pthread_mutex_lock(&f->prestart_mu);
-    n = f->n_prestart;
-    memcpy(q, f->prestart_q, n * sizeof(q[0]));
-    f->n_prestart = 0;
-    pthread_mutex_unlock(&f->prestart_mu);
-    for (i = 0; i < n && !f->closing && !front_lease_remote(f); i++)
-        sup_manager_prestart(f->mgr, q[i]); /* in a cluster, only the leader's start here */
+    /* busy stays set: the start below may run the child's frames, which leave the file and
+     * its job alone while it is. */
+    /* In a cluster only the leader's supervisors grant: a follower starts none. */
+    if (status == 0 && fc->store.fresh && !f->closing && !front_lease_remote(f))
+        sup_manager_prestart(f->mgr, fc->tenant); /* best effort: else the first frame */
+    front_store_open_queue(fc);
 }
 
-void
-front_prestart_init(sup_front *f)
+bool
+front_prestart_look(struct front_child *fc)
 {
-    pthread_mutex_init(&f->prestart_mu, NULL);
-    uv_async_init(f->loop, &f->prestart, on_prestart);
-    f->prestart.data = f;
-}
+    sup_front *f = fc->f;
+    int rc;
 
-void
-front_prestart_close(sup_front *f, uv_close_cb cb)
-{
-    uv_close((uv_handle_t *)&f->prestart, cb);
-    pthread_mutex_destroy(&f->prestart_mu);
+    fc->store.fresh = false;
+    if (f->closing || front_lease_remote(f) || sup_manager_is_up(f->mgr, fc->tenant) ||
+        sup_manager_is_starting(f->mgr, fc->tenant))
+        return false;
+    /* uv_queue_work fails only for a missing callback. */
+    rc = uv_queue_work(f->loop, &fc->store.work, look_work, look_done);
+    if (NEVER(rc != 0))
+        return false;
+    fc->store.busy = true;
+    return true;
 }

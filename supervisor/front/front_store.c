@@ -36,12 +36,10 @@ open_file(struct front_child *fc)
     struct stat sb;
     int rc = store_path_endpoint_db(f->data, fc->tenant, fc->endpoint, path, sizeof(path));
 
-    /* A first request: its lease will need the supervisor, which starts while the
-     * directories and the file are created (a few fsyncs) instead of after them. */
-    if (rc == TALLY_OK && stat(path, &sb) != 0 && errno == ENOENT) {
-        front_prestart_post(f, fc->tenant);
+    /* A first request: the file is made (from the pool) with its directories. Its tenant's
+     * supervisor was started by the look before this job (front_prestart.c). */
+    if (rc == TALLY_OK && stat(path, &sb) != 0 && errno == ENOENT)
         fc->store.created = true;
-    }
     if (rc == TALLY_OK)
         rc = store_tenant_dirs(f->data, fc->tenant);
     if (rc == TALLY_OK)
@@ -139,7 +137,6 @@ void
 front_store_open_start(struct front_child *fc)
 {
     struct front_store *s = &fc->store;
-    int rc;
 
     s->work.data = fc;
     s->rc = TALLY_OK;
@@ -149,13 +146,20 @@ front_store_open_start(struct front_child *fc)
     tally_free(s->held);
     s->held = NULL;
     s->n_held = 0;
+    if (!front_prestart_look(fc))
+        front_store_open_queue(fc);
+}
+
+void
+front_store_open_queue(struct front_child *fc)
+{
+    struct front_store *s = &fc->store;
     /* uv_queue_work fails only for a missing callback. */
-    rc = uv_queue_work(fc->f->loop, &s->work, open_work, open_done);
-    if (NEVER(rc != 0)) {
+    int rc = uv_queue_work(fc->f->loop, &s->work, open_work, open_done);
+
+    s->busy = rc == 0;
+    if (NEVER(rc != 0))
         front_child_opened(fc, TALLY_EIO);
-        return;
-    }
-    s->busy = true;
 }
 
 int

@@ -34,9 +34,6 @@
 /* Answers held for a new child until its incarnation is durable (front_pump.c). */
 #define FRONT_HELD_MAX          16
 #define FRONT_STORE_BATCH_FIRST 4 /* rows the batch has room for at first; doubles when full */
-/* Supervisor starts asked for by the thread pool per loop turn; more are left to the
- * first frame. */
-#define FRONT_PRESTART_MAX 32
 /* A supervisor's start warms at most this many of its tenant's links (front_child.c). */
 #define FRONT_WARM_MAX 16
 
@@ -63,6 +60,7 @@ struct front_store {
     int64_t limits_fp_now; /* the open: today's fingerprint, stored by the open */
     bool limits_fp_found, limits_fp_put;
     bool created; /* the open in flight found no file: it made one */
+    bool fresh;   /* the look before the open found no file (front_prestart.c) */
     /* A new file's first incarnation is sent (HELLO, the first ACQUIREs) while it is being
      * stored: from the open until the first batch, which writes it first, is durable
      * (inc_writing: that batch is in flight), the supervisor's answers wait in held (up to
@@ -163,12 +161,6 @@ struct sup_front {
     uint32_t n_files;                          /* child files open or being opened */
     uint32_t n_leaving;                        /* of those, children draining or closing */
     uv_timer_t idle_timer;                     /* closes idle children */
-    /* Tenants whose first child file is being created on the thread pool: their
-     * supervisors start meanwhile (front_prestart.c). */
-    uv_async_t prestart;
-    pthread_mutex_t prestart_mu;
-    uint32_t n_prestart;
-    char prestart_q[FRONT_PRESTART_MAX][TENANT_NAME_MAX + 1];
     /* New child files made ahead in DATA/pool, one fill at a time on the thread pool
      * (front_store.c): a tenant's first request renames one into place. */
     uv_work_t pool_work;
@@ -225,13 +217,12 @@ void front_log_open_failed(sup_front *f, const char *tenant, const char *endpoin
                            const char *detail);
 /** A DRAINING child whose last RETURN or write is done closes its file. */
 void front_child_drain_check(struct front_child *fc);
-/** Thread pool: a child file of `tenant` is being created (its first request): asks the
- *  loop to start the tenant's supervisor now rather than after the file. Best effort. */
-void front_prestart_post(sup_front *f, const char *tenant);
-/** Sets up what front_prestart_post uses (front_prestart.c). */
-void front_prestart_init(sup_front *f);
-/** Closes the handle behind front_prestart_post, once no open can run (after the children). */
-void front_prestart_close(sup_front *f, uv_close_cb cb);
+/** Loop: when fc's tenant has no supervisor running, queues a look for fc's file on the thread
+ *  pool, which starts the supervisor if there is none yet and then queues the open (true);
+ *  false: nothing queued (front_prestart.c). */
+bool front_prestart_look(struct front_child *fc);
+/** Loop: queues the open of fc's file (front_store.c). */
+void front_store_open_queue(struct front_child *fc);
 /** Starts the idle sweep (front_child_life.c); its timer is closed by front_children_close. */
 void front_children_init(sup_front *f);
 /** Runs r (link, cost set) on its child: answers it or parks it. */
