@@ -271,7 +271,7 @@ on_signal(uv_signal_t *h, int signum)
 /* An idle supervisor keeps little memory: each file's page cache is capped at
  * CACHE_KB (a ledger is a few pages, its rows live in the ledger's tables),
  * what the replay and the snapshot load used goes back to SQLite and to the
- * kernel. */
+ * kernel, and the spare's connection to tally.db, read, is closed. */
 void
 sp_shrink(struct sp *s)
 {
@@ -279,6 +279,7 @@ sp_shrink(struct sp *s)
     sqlite3 *db;
 
     s->shrink_due = false;
+    sp_config_release();
     if (s->journal == NULL)
         return;
     db = store_db_handle(s->journal);
@@ -589,6 +590,7 @@ out:
         }
     }
     sup_ledger_close(s->ledger);
+    sp_config_release();
     sp_cluster_free(s);
     store_db_close(s->journal);
     store_snapshot_free(s->snap);

@@ -107,6 +107,9 @@ void sp_reload(struct sp *s);
 void sp_on_reload_tick(uv_timer_t *h);
 /** In a spare: opens tally.db and reads its schema, for the first sp_load_config. */
 void sp_config_warm(const char *data);
+/** Closes the spare's connection to tally.db once the first sp_load_config has read it (with
+ *  the memory, at the first reload tick, and at the exit). */
+void sp_config_release(void);
 
 /** Queues a reply (or a pushed message: request_id 0) for the end of the turn. */
 int sp_queue_reply(struct sp *s, const struct proto_lease_msg *reply, uint32_t request_id);
