@@ -1,14 +1,15 @@
 /*
  * Supervisor starts ahead of a first request. A child counter not in memory opens its file on
- * the thread pool (front_store.c). When its tenant's supervisor is not running, a short job
- * first looks whether that file exists. When it does not (the tenant's first request on that
- * endpoint), the lease the request needs will need the supervisor too: the loop starts it as
- * the look comes back, and only then queues the open, so the start overlaps the file's
- * creation instead of following it.
- * The look is a job of its own rather than the open's first step posting to the loop: where
- * the CPUs share no cache (the kernel then never moves a woken thread to an idle CPU), the
- * loop woken by a post lands on the posting job's CPU and waits behind the open, up to a
- * whole time slice, while the other CPU idles.
+ * the thread pool (front_store.c). When its tenant's supervisor is not running, the job first
+ * looks whether that file exists. It does (a quiet tenant's child opened again): the same job
+ * opens it. It does not (the tenant's first request on that endpoint): the lease the request
+ * needs will need the supervisor too, so the job comes back at once, the loop starts the
+ * supervisor and only then queues the open, and the start overlaps the file's creation
+ * instead of following it.
+ * The job comes back rather than posting to the loop and going on: where the CPUs share no
+ * cache (the kernel then never moves a woken thread to an idle CPU), the loop woken by a post
+ * lands on the posting job's CPU and waits behind the open, up to a whole time slice, while
+ * the other CPU idles.
  */
 #include "sup_front_int.h"
 
@@ -17,7 +18,8 @@
 
 #include "store_paths.h"
 
-/* Thread pool: is there a file yet? Reads only what does not change while the front runs. */
+/* Thread pool: is there a file yet? If so, the open at once. Reads only what does not change
+ * while the front runs. */
 static void
 look_work(uv_work_t *w)
 {
@@ -28,6 +30,8 @@ look_work(uv_work_t *w)
     fc->store.fresh = store_path_endpoint_db(fc->f->data, fc->tenant, fc->endpoint, path,
                                              sizeof(path)) == TALLY_OK &&
                       stat(path, &sb) != 0 && errno == ENOENT;
+    if (!fc->store.fresh)
+        front_store_open_work(w);
 }
 
 static void
@@ -36,10 +40,14 @@ look_done(uv_work_t *w, int status)
     struct front_child *fc = w->data;
     sup_front *f = fc->f;
 
-    /* busy stays set: the start below may run the child's frames, which leave the file and
-     * its job alone while it is. */
-    /* In a cluster only the leader's supervisors grant: a follower starts none. */
-    if (status == 0 && fc->store.fresh && !f->closing && !front_lease_remote(f))
+    if (!fc->store.fresh) { /* opened by the look (or failed: the open's end says how) */
+        front_store_open_done(w, status);
+        return;
+    }
+    /* No file. busy stays set: the start below may run the child's frames, which leave the
+     * file and its job alone while it is. In a cluster only the leader's supervisors grant: a
+     * follower starts none. */
+    if (!f->closing && !front_lease_remote(f))
         sup_manager_prestart(f->mgr, fc->tenant); /* best effort: else the first frame */
     front_store_open_queue(fc);
 }

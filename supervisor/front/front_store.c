@@ -76,8 +76,8 @@ read_one(void *ctx, uint64_t id, const uint8_t *p, size_t len)
 
 /* Thread pool: the whole start of a child's file. The loop leaves fc->store alone
  * while busy is set. */
-static void
-open_work(uv_work_t *w)
+void
+front_store_open_work(uv_work_t *w)
 {
     struct front_child *fc = w->data;
     struct front_store *s = &fc->store;
@@ -120,8 +120,8 @@ open_work(uv_work_t *w)
     s->rc = rc;
 }
 
-static void
-open_done(uv_work_t *w, int status)
+void
+front_store_open_done(uv_work_t *w, int status)
 {
     struct front_child *fc = w->data;
     struct front_store *s = &fc->store;
@@ -155,7 +155,7 @@ front_store_open_queue(struct front_child *fc)
 {
     struct front_store *s = &fc->store;
     /* uv_queue_work fails only for a missing callback. */
-    int rc = uv_queue_work(fc->f->loop, &s->work, open_work, open_done);
+    int rc = uv_queue_work(fc->f->loop, &s->work, front_store_open_work, front_store_open_done);
 
     s->busy = rc == 0;
     if (NEVER(rc != 0))

@@ -218,11 +218,14 @@ void front_log_open_failed(sup_front *f, const char *tenant, const char *endpoin
 /** A DRAINING child whose last RETURN or write is done closes its file. */
 void front_child_drain_check(struct front_child *fc);
 /** Loop: when fc's tenant has no supervisor running, queues a look for fc's file on the thread
- *  pool, which starts the supervisor if there is none yet and then queues the open (true);
- *  false: nothing queued (front_prestart.c). */
+ *  pool, which opens it when it exists, and else starts the supervisor and then queues the
+ *  open (true); false: nothing queued (front_prestart.c). */
 bool front_prestart_look(struct front_child *fc);
 /** Loop: queues the open of fc's file (front_store.c). */
 void front_store_open_queue(struct front_child *fc);
+/** The open's job (thread pool) and its end (loop), for a look that opens at once. */
+void front_store_open_work(uv_work_t *w);
+void front_store_open_done(uv_work_t *w, int status);
 /** Starts the idle sweep (front_child_life.c); its timer is closed by front_children_close. */
 void front_children_init(sup_front *f);
 /** Runs r (link, cost set) on its child: answers it or parks it. */
