@@ -265,7 +265,7 @@ sup_front_open(uv_loop_t *loop, const struct sup_front_config *cfg, sup_front **
     uv_timer_start(&f->reload_timer, on_reload_timer, RELOAD_CHECK_MS, RELOAD_CHECK_MS);
     front_children_init(f);
     front_pumpq_init(f);
-    front_pool_refill(f);
+    front_pool_start(f);
     *out = f;
     f = NULL; /* ownership moved to the caller */
 out:
@@ -501,7 +501,7 @@ on_manager_closed(void *data)
     front_pending_done(data);
 }
 
-/* The reload timer's, the idle sweep's, the pump queue's and the clock handles'. */
+/* The reload timer's, the idle sweep's, the pool's, the pump queue's and the clock handles'. */
 static void
 on_reload_timer_closed(uv_handle_t *h)
 {
@@ -535,7 +535,7 @@ sup_front_close(sup_front *f, void (*cb)(void *data), void *data)
     f->closing = true;
     f->close_cb = cb;
     f->close_data = data;
-    f->pending = 7; /* the manager, two timers, the caller authorities, two clock handles,
+    f->pending = 8; /* the manager, three timers, the caller authorities, two clock handles,
                      * the pump queue's idle handle */
     if (f->pool_busy)
         f->pending++; /* and the pool's fill on the thread pool */
@@ -543,5 +543,6 @@ sup_front_close(sup_front *f, void (*cb)(void *data), void *data)
     front_callers_close(f->callers, on_callers_closed);
     uv_close((uv_handle_t *)&f->reload_timer, on_reload_timer_closed);
     uv_close((uv_handle_t *)&f->idle_timer, on_reload_timer_closed);
+    front_pool_close(f, on_reload_timer_closed);
     front_children_close(f, on_children_closed);
 }

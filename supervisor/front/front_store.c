@@ -128,7 +128,7 @@ front_store_open_done(uv_work_t *w, int status)
 
     s->busy = false;
     if (s->created) /* from the pool, most likely: make the next one */
-        front_pool_refill(fc->f);
+        front_pool_taken(fc->f);
     s->created = false;
     front_child_opened(fc, status != 0 && s->rc == TALLY_OK ? TALLY_EIO : s->rc);
 }

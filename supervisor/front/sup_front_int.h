@@ -165,6 +165,7 @@ struct sup_front {
      * (front_store.c): a tenant's first request renames one into place. */
     uv_work_t pool_work;
     bool pool_on, pool_busy, pool_again;
+    uv_timer_t pool_timer; /* a fill after a take (front_pool.c) */
     uv_timer_t reload_timer;
     struct sup_front_stats stats;
     struct front_obs obs;
@@ -284,6 +285,13 @@ void front_child_deliver_held(struct front_child *fc);
 void front_pool_open(sup_front *f);
 /** Fills DATA/pool again on the thread pool (one fill at a time; a file was taken). */
 void front_pool_refill(sup_front *f);
+/** Sets up the fill after a take and fills the pool a first time. */
+void front_pool_start(sup_front *f);
+/** A file was taken from the pool: a fill follows shortly, off the path of the request that
+ *  took it. */
+void front_pool_taken(sup_front *f);
+/** Closes the handle behind front_pool_taken (cb gets it). */
+void front_pool_close(sup_front *f, uv_close_cb cb);
 /** One of the things sup_front_close waits for is done: the last frees the front. */
 void front_pending_done(sup_front *f);
 /** Resumes the rows read at open into fc->child (before its first message), then frees
