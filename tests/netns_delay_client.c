@@ -7,24 +7,7 @@
 #include <time.h>
 
 #include "tally.h"
-
-int64_t
-wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t
-mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "test_support.h"
 
 static int64_t
 mono_us(void)
@@ -103,11 +86,11 @@ client_run(void *arg)
 {
     struct client *c = arg;
     tally_client *tc = NULL;
-    int64_t next = mono_ms();
+    int64_t next = test_now_ms();
 
-    while (mono_ms() < c->end_mono) {
+    while (test_now_ms() < c->end_mono) {
         struct tally_result r;
-        int64_t t0, now = mono_ms();
+        int64_t t0, now = test_now_ms();
         int rc;
 
         if (now < next)
@@ -127,7 +110,7 @@ client_run(void *arg)
             continue;
         }
         note_latency(c, mono_us() - t0);
-        count(c, &r, wall_ms());
+        count(c, &r, test_wall_ms());
     }
     tally_client_close(tc);
     return NULL;

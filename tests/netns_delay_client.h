@@ -27,9 +27,6 @@ struct client {
     size_t n, cap;
 };
 
-/* The clocks, in ms (wall, monotonic). */
-int64_t wall_ms(void);
-int64_t mono_ms(void);
 /* A pthread body: c's checks until c->end_mono, a broken connection opened again. No cmocka
  * call: the main thread checks the counts. */
 void *client_run(void *arg);

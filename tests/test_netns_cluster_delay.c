@@ -59,6 +59,7 @@
 #include "netns_delay_client.h"
 #include "netns_util.h"
 #include "tally.h"
+#include "test_support.h"
 
 #define HOSTS        NETNS_HOSTS
 #define CURL         "/usr/bin/curl"
@@ -141,7 +142,7 @@ static long long
 ledger_window(struct netns_host *h, int64_t w)
 {
     struct test_out *o = malloc(sizeof(*o));
-    int64_t now_w = wall_ms() / PERIOD_MS;
+    int64_t now_w = test_wall_ms() / PERIOD_MS;
     char want[48], *at;
     time_t start = (time_t)(w * (PERIOD_MS / 1000));
     struct tm tm;
@@ -249,7 +250,7 @@ watch(struct run *run, int64_t end_mono)
     int64_t next_w = run->w0; /* the next window to read off the ledger */
     unsigned long long last = run->term0;
 
-    while (mono_ms() < end_mono) {
+    while (test_now_ms() < end_mono) {
         unsigned long long l, t;
 
         netns_leader_term(&net.h[0], &l, &t);
@@ -257,7 +258,8 @@ watch(struct run *run, int64_t end_mono)
             run->term_changes += (int)(t - last);
             last = t;
         }
-        if (wall_ms() >= (next_w + 1) * PERIOD_MS + LEDGER_AFTER && next_w < run->w0 + WINDOWS) {
+        if (test_wall_ms() >= (next_w + 1) * PERIOD_MS + LEDGER_AFTER &&
+            next_w < run->w0 + WINDOWS) {
             unsigned long long at = l >= 1 && l <= HOSTS ? l : 1;
             run->ledger[next_w - run->w0] = ledger_window(&net.h[at - 1], next_w);
             next_w++;
@@ -270,9 +272,9 @@ static void
 run_clients(struct run *run)
 {
     pthread_t th[HOSTS];
-    int64_t start = mono_ms(), end_mono = start + RUN_MS;
+    int64_t start = test_now_ms(), end_mono = start + RUN_MS;
 
-    run->w0 = wall_ms() / PERIOD_MS;
+    run->w0 = test_wall_ms() / PERIOD_MS;
     for (int i = 0; i < HOSTS; i++) {
         run->c[i] =
             (struct client){.h = &net.h[i], .token = token[i], .w0 = run->w0, .end_mono = end_mono};
@@ -281,8 +283,8 @@ run_clients(struct run *run)
     watch(run, end_mono);
     for (int i = 0; i < HOSTS; i++)
         assert_int_equal(pthread_join(th[i], NULL), 0);
-    run->ms = mono_ms() - start;
-    run->w_last = wall_ms() / PERIOD_MS;
+    run->ms = test_now_ms() - start;
+    run->w_last = test_wall_ms() / PERIOD_MS;
 }
 
 /* Each window: what the clients were admitted (by the decision's window) and what the ledger

@@ -47,40 +47,6 @@ sp_wall_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* One JSON line (tally_log.h) naming the tenant and this process. */
-bool
-sp_log_begin(const struct sp *s, struct tally_log *l, enum tally_log_level level, const char *event)
-{
-    if (!tally_log_begin(l, level, event))
-        return false;
-    tally_log_str(l, "tenant", s->o->tenant);
-    tally_log_int(l, "pid", (int64_t)getpid());
-    return true;
-}
-
-void
-sp_log_event(const struct sp *s, enum tally_log_level level, const char *event)
-{
-    struct tally_log l;
-
-    if (sp_log_begin(s, &l, level, event))
-        tally_log_end(&l);
-}
-
-void
-sp_log_error(const struct sp *s, enum tally_log_level level, const char *event, int rc,
-             const char *detail)
-{
-    struct tally_log l;
-
-    if (!sp_log_begin(s, &l, level, event))
-        return;
-    tally_log_str(&l, "error", tally_strerror(rc));
-    if (detail != NULL)
-        tally_log_str(&l, "detail", detail);
-    tally_log_end(&l);
-}
-
 void
 sp_stop(struct sp *s, int code)
 {
@@ -353,34 +319,6 @@ close_walk(uv_handle_t *h, void *arg)
         uv_close(h, NULL);
 }
 
-/* A libuv failure of the process itself (not of storage): the call and libuv's words. */
-static void
-log_uv_error(const struct sp *s, const char *event, const char *call, int uv_rc)
-{
-    struct tally_log l;
-
-    if (!sp_log_begin(s, &l, TALLY_LOG_ERROR, event))
-        return;
-    tally_log_str(&l, "call", call);
-    tally_log_str(&l, "error", uv_strerror(uv_rc));
-    tally_log_end(&l);
-}
-
-static int
-exit_code_for(int rc)
-{
-    switch (rc) {
-    case TALLY_ELOCKED:
-        return 75;
-    case TALLY_ENODATA:
-    case TALLY_ENOTFOUND:
-    case TALLY_ENAME:
-        return 78;
-    default:
-        return 74;
-    }
-}
-
 void
 sup_process_prepare(void)
 {
@@ -449,7 +387,7 @@ cluster_ready(struct sp *s)
 
     if (rc != TALLY_OK) {
         sp_log_error(s, TALLY_LOG_ERROR, "supervisor_open_failed", rc, store_open_errmsg());
-        sp_stop(s, exit_code_for(rc));
+        sp_stop(s, sp_exit_code_for(rc));
         return;
     }
     log_ready(s);
@@ -516,13 +454,13 @@ sup_process_run(const struct sup_process_opts *o)
     if (rc != TALLY_OK) {
         sp_log_error(s, rc == TALLY_ELOCKED ? TALLY_LOG_WARN : TALLY_LOG_ERROR,
                      "supervisor_refused", rc, NULL);
-        return exit_code_for(rc);
+        return sp_exit_code_for(rc);
     }
     if (sp_loop_warm)
         uv_update_time(&s->loop); /* its timers count from now, not from the spare's start */
     rc = sp_loop_warm ? 0 : uv_loop_init(&s->loop);
     if (rc != 0) {
-        log_uv_error(s, "supervisor_loop_failed", "uv_loop_init", rc);
+        sp_log_uv_error(s, "supervisor_loop_failed", "uv_loop_init", rc);
         s->exit_code = 74;
         goto out;
     }
@@ -534,7 +472,7 @@ sup_process_run(const struct sup_process_opts *o)
     if (rc != TALLY_OK) {
         sp_log_error(s, TALLY_LOG_ERROR, "supervisor_open_failed", rc,
                      s->journal != NULL ? store_db_errmsg(s->journal) : store_open_errmsg());
-        s->exit_code = exit_code_for(rc);
+        s->exit_code = sp_exit_code_for(rc);
         goto out;
     }
     if (proto_conn_open_fd(&s->loop, o->channel_fd, &cbs, s, &s->conn) != TALLY_OK) {
@@ -584,7 +522,7 @@ out:
          * left behind, a bug worth a line and a non-zero status. */
         rc = uv_loop_close(&s->loop);
         if (rc != 0) {
-            log_uv_error(s, "supervisor_loop_close_failed", "uv_loop_close", rc);
+            sp_log_uv_error(s, "supervisor_loop_close_failed", "uv_loop_close", rc);
             if (s->exit_code == 0)
                 s->exit_code = 74;
         }

@@ -93,6 +93,11 @@ void sp_log_event(const struct sp *s, enum tally_log_level level, const char *ev
 void sp_log_error(const struct sp *s, enum tally_log_level level, const char *event, int rc,
                   const char *detail);
 void sp_stop(struct sp *s, int code);
+/** A libuv failure of the process itself (not of storage): the call and libuv's words. */
+void sp_log_uv_error(const struct sp *s, const char *event, const char *call, int uv_rc);
+/** The exit status for a failed start or open: 75 locked (another supervisor runs), 78 no such
+ *  tenant or a bad name, else 74. */
+int sp_exit_code_for(int rc);
 
 /* process_config.c */
 /** Reads the tenant's configuration into s->snap and resolves its endpoints (s->eps);

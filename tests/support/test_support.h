@@ -45,6 +45,8 @@ int64_t test_rand_range(uint64_t *state, int64_t lo, int64_t hi);
 int test_free_port(void);
 /** Monotonic milliseconds. */
 int64_t test_now_ms(void);
+/** Wall-clock (CLOCK_REALTIME) milliseconds since the epoch: what tallyd's windows count by. */
+int64_t test_wall_ms(void);
 /** The leader's id as `tally cluster status` on DATA names it (0: none known, or no answer). */
 unsigned long long test_cluster_leader(const char *data);
 /** Waits until DATA's tallyd names `want` as the leader: false when timeout_ms went by first. */
