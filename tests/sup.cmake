@@ -40,3 +40,6 @@ tally_add_test(test_sup_sim_raft test_sup_sim_raft.c sup_sim_raft.c sup_sim_raft
                sup_sim_child.c sup_sim_check.c sup_sim_end.c sup_sim_strand.c LABELS slow)
 target_link_libraries(test_sup_sim_raft PRIVATE tally_ledger_internal tally_child_internal
                       PkgConfig::RAFT)
+# A first turn on a real ledger file: what the supervisor replays, never under another's lock.
+tally_add_test(test_sup_first_turn test_sup_first_turn.c sup_sim_fx.c LABELS unit)
+target_link_libraries(test_sup_first_turn PRIVATE tally_ledger_internal tally_child_internal)

@@ -338,6 +338,7 @@ static void
 sup_end_of_turn(struct sim_world *w)
 {
     struct sup_records out;
+    size_t nj;
 
     if (w->sup == NULL)
         return;
@@ -359,6 +360,7 @@ sup_end_of_turn(struct sim_world *w)
         w->log->turn(w); /* the log's output gate: replies leave once it has committed */
         return;
     }
+    nj = w->nj;
     persist_batch(w); /* the output gate: records durable, then the replies leave */
     if (w->p.faults && !w->draining && chance(w, w->p.compact_per_100k))
         compact(w);
@@ -366,6 +368,17 @@ sup_end_of_turn(struct sim_world *w)
         sim_net_push(w, false, w->replies[i].child, w->replies[i].b, w->replies[i].len);
     w->nrep = 0;
     push_recalls(w);
+    /* The writer ends cleanly after a turn that wrote (tallyd's first turn for a new tenant,
+     * or a supervisor's idle exit); the next replays the journal a few ms later. The turn's
+     * unsent RECALLs and volatile replies go with it. */
+    if (w->nj > nj && !w->draining &&
+        ((w->p.first_turn && !w->handed_over) || chance(w, w->p.handover_per_100k))) {
+        w->handed_over = true;
+        sup_ledger_close(w->sup);
+        w->sup = NULL;
+        w->sup_down_until = w->t + sim_range(w, 0, 5);
+        w->r->handovers++;
+    }
 }
 
 /* ---- children ---- */

@@ -42,10 +42,15 @@ struct sim_params {
     int sup_crash_per_100k, child_crash_per_100k, partition_per_100k, clock_step_per_100k;
     int compact_per_100k;    /* replace the journal by a snapshot of the ledger */
     int idle_close_per_100k; /* a child with nothing waiting parks its kept leases and closes */
-    int load_pct;            /* steady: chance per ms per stream of a request */
-    int demand_pct;          /* random: demand in busy phases, in % of the plan's first limit */
-    bool steady;             /* constant load, no idle phases, roomy limits */
-    bool realistic;          /* the library's default timers (5 s leases...) and 1 min windows */
+    /* The writer ends cleanly after a turn (its records durable, its replies out) and the next
+     * replays the journal: the first turn that decides anything, as tallyd's first turn for a
+     * new tenant hands over to its supervisor; and at any later turn, this often. */
+    bool first_turn;
+    int handover_per_100k;
+    int load_pct;        /* steady: chance per ms per stream of a request */
+    int demand_pct;      /* random: demand in busy phases, in % of the plan's first limit */
+    bool steady;         /* constant load, no idle phases, roomy limits */
+    bool realistic;      /* the library's default timers (5 s leases...) and 1 min windows */
     int quiet_p100k;     /* steady: chance per ms per stream in 1/100000 instead (quiet links) */
     int64_t keep_ttl_ms; /* the ledger's keep_ttl_ms (0 = its default; drawn when not realistic) */
     int64_t drift_ppm;   /* without faults: every child's clock this much slower than true time */
@@ -70,6 +75,7 @@ struct sim_result {
     uint64_t plan_refusals, sup_crashes, child_crashes, partitions, clock_steps, duplicates;
     uint64_t idle_closes, leases_parked; /* closes of idle children, kept leases they parked */
     uint64_t slot_grants, slot_denies, replays, compactions;
+    uint64_t handovers;         /* clean ends of the writer after a turn, replayed by the next */
     int64_t stranded_max;       /* leased but unused elsewhere at a plan refusal */
     int64_t stranded_bound_max; /* (P-1) * l_max at that moment */
     double stranded_ratio_max;  /* stranded / ((P-1) * l_max) */

@@ -73,6 +73,10 @@ sim_draw_params(uint64_t s, const struct sim_draw *d, struct sim_params *p)
     p->idle_close_per_100k = r % 3 == 0 ? 0 : (int)(r % 400);
     r = sim_mix(r);
     p->demand_pct = 30 + (int)(r % 300);
+    r = sim_mix(r);
+    p->first_turn = r % 2 == 0;
+    r = sim_mix(r);
+    p->handover_per_100k = r % 3 == 0 ? 0 : (int)(r % 150);
 }
 
 static void

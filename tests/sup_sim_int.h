@@ -128,6 +128,7 @@ struct sim_world {
     int64_t wall_hw;      /* its high-water mark */
     int64_t eps_long_ppm; /* the children's drift bound past a lease's first T_lease */
     bool draining;        /* faults over, letting reports flow */
+    bool handed_over;     /* the first turn's writer has ended (sim_params.first_turn) */
     int64_t p10k;         /* chance per ms per stream of a request, in 1/10000 */
     struct tenant_plan plan;
     struct tenant_endpoint eps[SIM_MAX_CHILDREN];

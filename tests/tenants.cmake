@@ -23,3 +23,8 @@ set_tests_properties(test_e2e_park PROPERTIES TIMEOUT 300)
 tally_add_test(test_e2e_quiet test_e2e_quiet.c serve_util.c LABELS e2e)
 add_dependencies(test_e2e_quiet tallyd tally_cli)
 set_tests_properties(test_e2e_quiet PROPERTIES TIMEOUT 120)
+# First turns: a new tenant's first leases from tallyd, replayed by its supervisor; exact
+# under a burst and across kill -9; never while another process holds the tenant's lock.
+tally_add_test(test_e2e_first test_e2e_first.c tenants_util.c serve_util.c LABELS e2e)
+add_dependencies(test_e2e_first tallyd tally_cli)
+set_tests_properties(test_e2e_first PROPERTIES TIMEOUT 300)

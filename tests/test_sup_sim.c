@@ -1,7 +1,8 @@
 /*
  * The deterministic simulation (sup_sim.h) as a test: thousands of seeded schedules with 2-6
  * children, 1-4 links, strict and batched children, loss, duplication, reordering and delay,
- * supervisor and child crashes, unreachable periods, clock drift and backward steps, checking
+ * supervisor and child crashes, clean handovers to a new writer (a first turn's), unreachable
+ * periods, clock drift and backward steps, checking
  * I1-I8 after every step; then a clean steady run that measures lease round trips per 1,000
  * admissions. TALLY_SEED replays a run (each schedule's seed is derived from it and printed on
  * failure, and TALLY_SIM_SCHEDULE=that seed runs that schedule alone); TALLY_SIM_SCHEDULES raises
@@ -96,6 +97,7 @@ test_sim_random_schedules(void **state)
         total.duplicates += r.duplicates;
         total.slot_grants += r.slot_grants;
         total.compactions += r.compactions;
+        total.handovers += r.handovers;
         total.debt_reported += r.debt_reported;
         total.debt_charged += r.debt_charged;
         if (r.stranded_max > total.stranded_max)
@@ -145,6 +147,9 @@ test_sim_random_schedules(void **state)
            (long long)total.crash_lost_life_max);
     printf("sim: %llu leases asked ahead for a link while another waited for its grant\n",
            (unsigned long long)total.warms);
+    printf("sim: %llu clean handovers after a turn (a first turn's, an idle exit), replayed by "
+           "the next writer\n",
+           (unsigned long long)total.handovers);
     printf("sim: %llu idle closes parked %llu kept leases, resumed at the next open\n",
            (unsigned long long)total.idle_closes, (unsigned long long)total.leases_parked);
     printf("sim: I5: degraded %llu admitted, %llu charged as debt; worst window over N by %lld\n",
@@ -160,6 +165,7 @@ test_sim_random_schedules(void **state)
         assert_true(total.recalls > 0);       /* and their recall */
         assert_true(total.limit_changes > 0); /* lowered limits */
         assert_true(total.leases_parked > 0); /* idle closes that parked leases */
+        assert_true(total.handovers > 0);     /* first turns handed over */
     }
 }
 

@@ -538,7 +538,8 @@ sup_front_close(sup_front *f, void (*cb)(void *data), void *data)
     f->pending = 8; /* the manager, three timers, the caller authorities, two clock handles,
                      * the pump queue's idle handle */
     if (f->pool_busy)
-        f->pending++; /* and the pool's fill on the thread pool */
+        f->pending++;     /* and the pool's fill on the thread pool */
+    front_first_close(f); /* and each first turn on it */
     front_fast_close(&f->fast, on_reload_timer_closed);
     front_callers_close(f->callers, on_callers_closed);
     uv_close((uv_handle_t *)&f->reload_timer, on_reload_timer_closed);

@@ -519,6 +519,7 @@ on_idle_timer(uv_timer_t *t)
     }
     enforce_cap(f);
     store_use_sweep(f->use, now.mono_ms); /* kept counters nobody resumed, past their lease */
+    front_first_sweep(f, now.mono_ms);
 }
 
 void

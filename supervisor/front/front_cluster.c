@@ -114,12 +114,15 @@ int
 front_lease_send(sup_front *f, const char *tenant, struct proto_lease_msg *m)
 {
     size_t len = 0;
+    int rc;
 
     if (f->cl_on) {
         char e[TENANT_NAME_MAX + 1];
         snprintf(e, sizeof(e), "%s", m->origin.child);
         alias_make(m->origin.child, e, f->cl.self);
     }
+    if (f->n_firsts > 0 && front_first_take(f, tenant, m, &rc))
+        return rc;
     if (proto_lease_encode(m, 0, f->frame, sizeof(f->frame), &len) != TALLY_OK)
         return TALLY_EINVAL;
     if (!front_lease_remote(f))

@@ -30,8 +30,13 @@ look_work(uv_work_t *w)
     fc->store.fresh = store_path_endpoint_db(fc->f->data, fc->tenant, fc->endpoint, path,
                                              sizeof(path)) == TALLY_OK &&
                       stat(path, &sb) != 0 && errno == ENOENT;
-    if (!fc->store.fresh)
+    if (!fc->store.fresh) {
         front_store_open_work(w);
+        return;
+    }
+    fc->store.no_ledger =
+        store_path_tenant(fc->f->data, fc->tenant, "ledger.db", path, sizeof(path)) == TALLY_OK &&
+        stat(path, &sb) != 0 && errno == ENOENT;
 }
 
 static void
@@ -47,7 +52,8 @@ look_done(uv_work_t *w, int status)
     /* No file. busy stays set: the start below may run the child's frames, which leave the
      * file and its job alone while it is. In a cluster only the leader's supervisors grant: a
      * follower starts none. */
-    if (!f->closing && !front_lease_remote(f))
+    if (!f->closing && !front_lease_remote(f) &&
+        !(fc->store.no_ledger && front_first_begin(f, fc->tenant)))
         sup_manager_prestart(f->mgr, fc->tenant); /* best effort: else the first frame */
     front_store_open_queue(fc);
 }
@@ -59,6 +65,7 @@ front_prestart_look(struct front_child *fc)
     int rc;
 
     fc->store.fresh = false;
+    fc->store.no_ledger = false;
     if (f->closing || front_lease_remote(f) || sup_manager_is_up(f->mgr, fc->tenant) ||
         sup_manager_is_starting(f->mgr, fc->tenant))
         return false;

@@ -141,6 +141,8 @@ front_child_pump(struct front_child *fc)
             front_obs_lease_sent(f, fc, m.origin.incarnation, m.origin.seq);
         }
         sup_manager_uncork(cork);
+        if (took && f->n_firsts > 0)
+            front_first_kick(f, fc->tenant);
         more = front_store_flush(fc) || took;
     }
     if (!fc->timer_live)
@@ -282,23 +284,30 @@ void
 front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame *fr)
 {
     struct proto_lease_msg m;
-    struct sup_child_event ev;
-    struct front_child *fc;
 
     if (proto_lease_decode(fr, &m) != TALLY_OK || front_lease_route_in(f, tenant, &m))
         return;
-    log_lease("lease_received", tenant, &m, TALLY_OK);
-    fc = front_child_find(f, tenant, m.origin.child);
+    front_child_on_lease(f, tenant, &m);
+}
+
+void
+front_child_on_lease(sup_front *f, const char *tenant, const struct proto_lease_msg *m)
+{
+    struct sup_child_event ev;
+    struct front_child *fc;
+
+    log_lease("lease_received", tenant, m, TALLY_OK);
+    fc = front_child_find(f, tenant, m->origin.child);
     if (fc == NULL || fc->child == NULL)
         return; /* an earlier incarnation's answer: its leases expire as spent */
-    if (m.type != PROTO_LEASE_RECALL) /* its seq names a lease, not a request */
-        front_obs_lease_answered(f, fc, m.origin.incarnation, m.origin.seq);
+    if (m->type != PROTO_LEASE_RECALL) /* its seq names a lease, not a request */
+        front_obs_lease_answered(f, fc, m->origin.incarnation, m->origin.seq);
     if (fc->store.inc_pending) {
-        hold(fc, &m);
+        hold(fc, m);
         return;
     }
     memset(&ev, 0, sizeof(ev));
-    if (sup_child_on_message(fc->child, front_now(), &m, &ev) == TALLY_OK)
+    if (sup_child_on_message(fc->child, front_now(), m, &ev) == TALLY_OK)
         front_child_on_event(fc, &ev);
     front_child_pump_soon(fc); /* the replies of one supervisor write: one pump */
 }

@@ -205,6 +205,13 @@ leases(struct proto_http_response *resp, const struct sup_front_stats *fs)
     counter(resp, "tally_leases_warmed_total",
             "Leases asked ahead for a tenant's other links while its supervisor started for one.",
             fs->leases_warmed);
+    counter(resp, "tally_first_turns_total",
+            "New tenants whose first leases tallyd granted before their supervisor started.",
+            fs->first_turns);
+    counter(resp, "tally_first_turns_not_made_total",
+            "New tenants' first turns left to their supervisor (its lock held, a ledger found, "
+            "a storage error).",
+            fs->first_turns_not_made);
 }
 
 static void

@@ -34,6 +34,9 @@
 /* Answers held for a new child until its incarnation is durable (front_pump.c). */
 #define FRONT_HELD_MAX          16
 #define FRONT_STORE_BATCH_FIRST 4 /* rows the batch has room for at first; doubles when full */
+/* Tenants whose first turn tallyd makes at once (front_first.c); past it, a new tenant's
+ * supervisor is started for its first lease. */
+#define FRONT_FIRST_MAX 16
 /* A supervisor's start warms at most this many of its tenant's links (front_child.c). */
 #define FRONT_WARM_MAX 16
 
@@ -59,8 +62,9 @@ struct front_store {
     int64_t limits_fp;
     int64_t limits_fp_now; /* the open: today's fingerprint, stored by the open */
     bool limits_fp_found, limits_fp_put;
-    bool created; /* the open in flight found no file: it made one */
-    bool fresh;   /* the look before the open found no file (front_prestart.c) */
+    bool created;   /* the open in flight found no file: it made one */
+    bool fresh;     /* the look before the open found no file (front_prestart.c) */
+    bool no_ledger; /* ... and no ledger for the tenant either */
     /* A new file's first incarnation is sent (HELLO, the first ACQUIREs) while it is being
      * stored: from the open until the first batch, which writes it first, is durable
      * (inc_writing: that batch is in flight), the supervisor's answers wait in held (up to
@@ -182,6 +186,9 @@ struct sup_front {
     bool cl_leading; /* this host's supervisors decide */
     bool cl_link;    /* a follower's link to the leader is up */
     uint8_t cl_frame[PROTO_LEASE_FRAME_MAX];
+    /* Tenants whose first turn tallyd makes (front_first.c). */
+    struct front_first *firsts[FRONT_FIRST_MAX];
+    uint32_t n_firsts;
     /* The last child_open_failed line: one a minute per (tenant, endpoint). */
     char open_failed[2 * TENANT_NAME_MAX + 2];
     int64_t open_failed_mono_ms;
@@ -247,6 +254,24 @@ void front_pumpq_init(sup_front *f);
 void front_pumpq_close(sup_front *f, uv_close_cb cb);
 /** Routes a reply from the tenant's supervisor to the child it is for. */
 void front_child_on_frame(sup_front *f, const char *tenant, const struct proto_frame *fr);
+/** A message from the tenant's supervisor (or a first turn), decoded: to its child. */
+void front_child_on_lease(sup_front *f, const char *tenant, const struct proto_lease_msg *m);
+/* First turns (front_first.c). Loop: a record for `tenant`, which has neither a ledger nor a
+ * supervisor, so its next lease messages make its first turn (true), or false: its
+ * supervisor is to be started as before. */
+bool front_first_begin(sup_front *f, const char *tenant);
+/* A message of `tenant` taken by its record (true, *rc as sup_manager_send), or false: it is
+ * the supervisor's. */
+bool front_first_take(sup_front *f, const char *tenant, const struct proto_lease_msg *m, int *rc);
+/* After a pump of `tenant`'s child: the messages taken make the turn (thread pool). */
+void front_first_kick(sup_front *f, const char *tenant);
+/* A record that will make no turn lets its lock go (thread pool), then sends what it holds
+ * to the supervisor. */
+void front_first_release(sup_front *f, struct front_first *ff);
+/* The idle sweep: records that no message came to let their lock go. */
+void front_first_sweep(sup_front *f, int64_t now_mono_ms);
+/* sup_front_close: drops the records, counting those on the thread pool among f->pending. */
+void front_first_close(sup_front *f);
 /** The tenant's supervisor went away. */
 void front_child_on_down(sup_front *f, const char *tenant);
 /* Cluster routing (front_cluster.c). Sends a child's message of `tenant`: to this host's

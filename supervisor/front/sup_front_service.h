@@ -145,6 +145,8 @@ struct sup_front_stats {
     uint64_t recalls;       /* child counters that dropped their leases for a changed limit */
     uint64_t leases_parked; /* kept leases left in their file by an idle close */
     uint64_t leases_warmed; /* leases asked for a tenant's other links at its supervisor's start */
+    uint64_t first_turns;   /* new tenants' first leases granted by tallyd (front_first.c) */
+    uint64_t first_turns_not_made; /* ... left to the supervisor (lock held, ledger found) */
     uint64_t reload_failures;
     uint32_t reload_fail_streak;
     uint64_t shadow_refused;     /* refusals admitted because the endpoint is in shadow mode */

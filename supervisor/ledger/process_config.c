@@ -28,29 +28,37 @@ sp_link_allows(void *ctx, const char *link_id, const char *endpoint, int64_t now
            store_snap_link_allows(l, endpoint, now_ms);
 }
 
-/* The tenant's policies: per endpoint name, the plan's own or else the default, with its months
- * on the tenant's billing day. */
+int
+sup_tenant_policies(const store_snapshot *snap, const struct store_snap_tenant *t,
+                    struct tenant_endpoint **out, size_t *n)
+{
+    const struct tenant_plan *plan = t->plan;
+    size_t all_n = 0;
+    const struct tenant_endpoint *all = store_snapshot_endpoints(snap, &all_n);
+    struct tenant_endpoint *eps = tally_calloc(all_n + 1, sizeof(*eps));
+
+    *out = NULL;
+    *n = 0;
+    if (eps == NULL)
+        return TALLY_ENOMEM;
+    for (size_t i = 0; i < all_n; i++) {
+        const struct tenant_endpoint *e = store_snapshot_endpoint(snap, plan->name, all[i].name);
+        if (e == &all[i]) {
+            eps[*n] = *e;
+            store_endpoint_bind_month(&eps[(*n)++], t->billing_day);
+        }
+    }
+    *out = eps;
+    return TALLY_OK;
+}
+
 static int
 resolve_endpoints(struct sp *s, const struct store_snap_tenant *t)
 {
-    const struct tenant_plan *plan = t->plan;
-    size_t n = 0;
-    size_t i;
-    const struct tenant_endpoint *all = store_snapshot_endpoints(s->snap, &n);
-
     tally_free(s->eps);
-    s->eps = tally_calloc(n + 1, sizeof(*s->eps));
+    s->eps = NULL;
     s->n_eps = 0;
-    if (s->eps == NULL)
-        return TALLY_ENOMEM;
-    for (i = 0; i < n; i++) {
-        const struct tenant_endpoint *e = store_snapshot_endpoint(s->snap, plan->name, all[i].name);
-        if (e == &all[i]) {
-            s->eps[s->n_eps] = *e;
-            store_endpoint_bind_month(&s->eps[s->n_eps++], t->billing_day);
-        }
-    }
-    return TALLY_OK;
+    return sup_tenant_policies(s->snap, t, &s->eps, &s->n_eps);
 }
 
 /* A spare's connection to tally.db, opened before its tenant was known (sup_process_warm),

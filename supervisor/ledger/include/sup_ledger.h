@@ -17,6 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto_lease.h"
+#include "store_snapshot.h"
+#include "tenant.h"
+
 struct sup_process_opts {
     const char *data;
     const char *tenant;
@@ -63,5 +67,52 @@ void sup_process_warm(const struct sup_process_opts *o);
  *  Returns 0 at EOF of ctl; a child never returns (it exits with
  *  sup_process_run's status). Single-threaded process only. */
 int sup_forkserver_run(const struct sup_process_opts *tmpl, int ctl, char *title, size_t title_len);
+
+/* A never-seen tenant's first turn, made without its supervisor (first_turn.c): the requests
+ * of its first child counters (a HELLO and the ACQUIREs behind it), at most this many. */
+#define SUP_FIRST_TURN_MAX 32
+
+/* The tenant's configuration, as its supervisor would read it. */
+struct sup_first_turn {
+    const char *tenant;
+    const struct tenant_plan *plan;          /* borrowed for sup_first_turn_open, copied */
+    const struct tenant_endpoint *endpoints; /* sup_tenant_policies', likewise */
+    size_t endpoint_count;
+    int64_t keep_lease_ms; /* as sup_process_opts */
+    /* Whether a link may call an endpoint now: asked for each ACQUIRE and SLOT_ACQUIRE of the
+     * run, on its thread. */
+    bool (*link_allows)(void *ctx, const char *link_id, const char *endpoint, int64_t now_ms);
+    void *link_ctx;
+};
+
+typedef struct sup_first_ledger sup_first_ledger;
+
+/** Any thread: takes the tenant's supervisor.lock and, when the tenant has no ledger yet, makes
+ *  it, opens its ledger and commits its first epoch (synchronous=FULL whatever the durability:
+ *  a first turn's answers leave once its commit returns). *out is owned by the caller, release
+ *  with sup_first_turn_close. TALLY_OK; TALLY_ELOCKED (a supervisor holds the tenant),
+ *  TALLY_EEXIST (the tenant has a ledger: its supervisor's to replay), TALLY_ECONFIG, a storage
+ *  error, TALLY_ENOMEM: nothing held. */
+TALLY_MUST_CHECK int sup_first_turn_open(const char *data, const struct sup_first_turn *t,
+                                         sup_first_ledger **out /* OUT */);
+/** Any thread, once per fl: the turn over in[0..n_in) (1..SUP_FIRST_TURN_MAX requests, borrowed),
+ *  their records committed in one transaction, and only then the replies: out[i] answers in[i],
+ *  then the RECALLs that fit in `cap` (>= n_in), *n in all, as a supervisor would have sent
+ *  them. TALLY_OK, or a storage error or TALLY_ENOMEM: nothing answered (*n 0), the requests
+ *  are the supervisor's to answer. */
+TALLY_MUST_CHECK int sup_first_turn_run(sup_first_ledger *fl, const struct proto_lease_msg *in,
+                                        size_t n_in, struct proto_lease_msg *out, size_t cap,
+                                        size_t *n /* OUT */);
+/** Any thread: the ledger closed as written (its WAL kept for the supervisor's replay) and the
+ *  lock released. NULL is a no-op. */
+void sup_first_turn_close(sup_first_ledger *fl);
+
+/** The endpoint policies of tenant `t` (borrowed from `snap`): per endpoint name, the plan's
+ *  own or else the default, with its months on the tenant's billing day. *out is owned by the
+ *  caller (tally_free), *n entries. TALLY_OK or TALLY_ENOMEM. */
+TALLY_MUST_CHECK int sup_tenant_policies(const store_snapshot *snap,
+                                         const struct store_snap_tenant *t,
+                                         struct tenant_endpoint **out /* OUT */,
+                                         size_t *n /* OUT */);
 
 #endif /* SUP_PROCESS_H */
