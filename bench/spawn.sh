@@ -3,7 +3,8 @@
 #   - first decision of fresh tenants, one after another: 100 ms apart (an idle machine: the
 #     fork server has spares waiting), timed by one tally-bench process per request and by one
 #     client for all (--gap-ms: no process starts beside the request), then back to back
-#     (spawn + ledger creation + first grant); and, as the floor under the idle figures,
+#     (a first turn in tallyd: the ledger and the child file made, the first grant committed;
+#     the supervisor starts after the answer); and, as the floor under the idle figures,
 #     decisions 100 ms apart of tenants already warm (no supervisor on the path);
 #   - first decision of 50 fresh tenants at once (the starts overlap), and the wall time;
 #   - PSS of each idle live supervisor (/proc/PID/smaps_rollup), of tallyd and of its fork server;
@@ -29,8 +30,9 @@ setup() { # DIR TENANTS
     done
 }
 
-pct() { # LABEL: p50/p99/max of the numbers on stdin (us)
+pct() { # LABEL: p50/p99/max of the numbers on stdin (us); nothing when there are none
     sort -n | awk -v l="$1" '{v[NR]=$1} END {
+        if (NR == 0) exit
         i99 = int(NR * 0.99 + 0.999); if (i99 < 1) i99 = 1
         printf "%s: p50=%.0f us p99=%.0f us max=%.0f us (n=%d)\n", l, v[int((NR + 1) / 2)], v[i99], v[NR], NR}'
 }
@@ -122,6 +124,12 @@ for p in $(pgrep -P "$TPID"); do
     printf '%s: %s kB\n' "$what" "$(awk '/^Pss:/ {print $2}' /proc/"$p"/smaps_rollup)"
 done
 grep -c supervisor_start "$W/log" | sed 's/^/supervisor starts logged: /'
+# First turns: new tenants whose first leases tallyd granted before their supervisor started
+# (the "supervisor start to first answer" rows above then count only the others).
+port=$(sed -nE 's/.*"event":"start".*"http":"127\.0\.0\.1:([0-9]+)".*/\1/p' "$W/log" | head -1)
+curl -s "http://127.0.0.1:$port/metrics" | awk '/^tally_first_turns_total / {m = $2}
+    /^tally_first_turns_not_made_total / {n = $2}
+    END {printf "first turns made by tallyd: %d, left to the supervisor: %d\n", m, n}'
 
 echo "== wake-ups of the idle supervisors over 5 s (context switches: each a wake-up)"
 sw() { # each live supervisor's pid and context switches so far

@@ -196,6 +196,12 @@ front_first_begin(sup_front *f, const char *tenant)
 }
 
 bool
+front_first_pending(sup_front *f, const char *tenant)
+{
+    return f->n_firsts > 0 && find(f, tenant) != NULL;
+}
+
+bool
 front_first_take(sup_front *f, const char *tenant, const struct proto_lease_msg *m, int *rc)
 {
     struct front_first *ff = find(f, tenant);

@@ -52,7 +52,9 @@ look_done(uv_work_t *w, int status)
     /* No file. busy stays set: the start below may run the child's frames, which leave the
      * file and its job alone while it is. In a cluster only the leader's supervisors grant: a
      * follower starts none. */
-    if (!f->closing && !front_lease_remote(f) &&
+    /* A first turn of the tenant under way (begun by another endpoint's child, its ledger
+     * perhaps made already) has the lock: this child's messages join it. */
+    if (!f->closing && !front_lease_remote(f) && !front_first_pending(f, fc->tenant) &&
         !(fc->store.no_ledger && front_first_begin(f, fc->tenant)))
         sup_manager_prestart(f->mgr, fc->tenant); /* best effort: else the first frame */
     front_store_open_queue(fc);

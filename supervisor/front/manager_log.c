@@ -44,12 +44,16 @@ sup__manager_log_exit(const struct sup_proc *p, int pid, int64_t status, int ter
 {
     struct tally_log l;
     bool idle = status == SUP_EXIT_IDLE && term_signal == 0;
+    /* A start asked for just before tallyd began to stop, never forked: nothing failed. */
+    bool abandoned = p->m->closing && pid == 0;
     const char *reason = idle                                        ? "idle"
+                         : abandoned                                 ? "stopping"
                          : status == SUP_EXIT_LOCKED && !term_signal ? "locked"
                          : term_signal != 0                          ? "signal"
                                                                      : "error";
 
-    if (!tally_log_begin(&l, idle ? TALLY_LOG_INFO : TALLY_LOG_WARN, "supervisor_exit"))
+    if (!tally_log_begin(&l, idle || abandoned ? TALLY_LOG_INFO : TALLY_LOG_WARN,
+                         "supervisor_exit"))
         return;
     tally_log_str(&l, "tenant", p->tenant);
     tally_log_int(&l, "pid", pid);

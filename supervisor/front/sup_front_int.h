@@ -260,6 +260,8 @@ void front_child_on_lease(sup_front *f, const char *tenant, const struct proto_l
  * supervisor, so its next lease messages make its first turn (true), or false: its
  * supervisor is to be started as before. */
 bool front_first_begin(sup_front *f, const char *tenant);
+/* Is a first turn of `tenant` under way (its messages go to it)? */
+bool front_first_pending(sup_front *f, const char *tenant);
 /* A message of `tenant` taken by its record (true, *rc as sup_manager_send), or false: it is
  * the supervisor's. */
 bool front_first_take(sup_front *f, const char *tenant, const struct proto_lease_msg *m, int *rc);
