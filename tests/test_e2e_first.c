@@ -13,12 +13,14 @@
 #include <cmocka.h>
 /* clang-format on */
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -149,6 +151,62 @@ test_first_turn_yields_to_the_lock(void **state)
     serve_stop(&e->s);
 }
 
+/* A bind mount of the tenant's endpoints folder, read-only, when not empty. */
+static char ro_dir[300];
+
+static void
+unbind(void)
+{
+    if (ro_dir[0] == '\0')
+        return;
+    (void)mount(NULL, ro_dir, NULL, MS_REMOUNT | MS_BIND, NULL);
+    if (umount2(ro_dir, 0) != 0 && errno == EBUSY)
+        (void)umount2(ro_dir, MNT_DETACH);
+    ro_dir[0] = '\0';
+}
+
+static int
+teardown_unbind(void **state)
+{
+    unbind();
+    return teardown(state);
+}
+
+/* The child's file cannot be made (its folder read-only: `mount --bind` over itself, remounted
+ * read-only) while the first turn can: the child, started before its file, answers 503 and
+ * goes, and what the turn granted it is never used twice: once the folder is writable, the
+ * tenant-wide 5 is admitted and no more. */
+static void
+test_first_turn_child_file_fails(void **state)
+{
+    struct env *e = *state;
+    char token[TOKEN_BUF];
+    int st, admitted = 0;
+
+    serve_tally_ok(&e->s, NULL, 0, "plan", "set", "tiny", "--limit", "5/365d", NULL);
+    serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "rofs", "--plan", "tiny", NULL);
+    serve_tally_ok(&e->s, token, sizeof(token), "link", "create", "rofs", NULL);
+    assert_int_equal(store_tenant_dirs(e->s.data, "rofs"), TALLY_OK);
+    snprintf(ro_dir, sizeof(ro_dir), "%s/tenants/rofs/endpoints", e->s.data);
+    if (mount(ro_dir, ro_dir, NULL, MS_BIND, NULL) != 0 ||
+        mount(NULL, ro_dir, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) != 0)
+        fail_msg("cannot bind-mount %s read-only: %s (this suite needs root)", ro_dir,
+                 strerror(errno));
+    serve_start(&e->s, "--wait-ms=300", NULL);
+    st = check(e->s.http_port, token, "api");
+    print_message("the child's folder read-only: %d\n", st);
+    assert_int_equal(st, 503);
+    assert_true(serve_log_count(&e->s, "\"event\":\"child_open_failed\"") >= 1);
+    unbind();
+    for (int i = 0; i < 12; i++)
+        admitted += check(e->s.http_port, token, "api") == 200;
+    print_message("writable again: %d admitted of 12, %.0f first turns\n", admitted,
+                  metric(e, "tally_first_turns_total"));
+    assert_true(admitted >= 1);
+    assert_true(admitted <= 5);
+    serve_stop(&e->s);
+}
+
 int
 main(void)
 {
@@ -156,6 +214,7 @@ main(void)
         cmocka_unit_test_setup_teardown(test_first_turn_then_supervisor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_first_turn_burst_is_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_first_turn_yields_to_the_lock, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_first_turn_child_file_fails, setup, teardown_unbind),
     };
 
     if (sodium_init() < 0)

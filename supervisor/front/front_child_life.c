@@ -377,11 +377,12 @@ start_child(struct front_child *fc)
     return rc;
 }
 
+static void child_ready(struct front_child *fc);
+
 void
 front_child_opened(struct front_child *fc, int rc)
 {
     sup_front *f = fc->f;
-    struct sup_front_req *batch;
 
     if (fc->closed) { /* shut down meanwhile: nothing waits any more */
         if (fc->store.db == NULL)
@@ -399,6 +400,16 @@ front_child_opened(struct front_child *fc, int rc)
         retire(fc);
         return;
     }
+    child_ready(fc);
+}
+
+/* OPENING -> OPEN: the state machine is there; the requests that waited run. */
+static void
+child_ready(struct front_child *fc)
+{
+    sup_front *f = fc->f;
+    struct sup_front_req *batch;
+
     fc->state = FRONT_CHILD_OPEN;
     lru_push_front(f, fc);
     files_push_front(f, fc);
@@ -415,6 +426,59 @@ front_child_opened(struct front_child *fc, int rc)
         front_child_run(fc, r, 0);
     }
     front_child_pump(fc);
+}
+
+bool
+front_child_start_early(struct front_child *fc)
+{
+    struct front_store *s = &fc->store;
+
+    /* A new file's first incarnation, as its open would find it (front_store_open_work). */
+    s->incarnation = 1;
+    s->limits_fp = s->limits_fp_now;
+    s->limits_fp_found = false;
+    s->inc_pending = true;
+    if (start_child(fc) != TALLY_OK) {
+        s->inc_pending = false;
+        return false;
+    }
+    if (!front_store_early_queue(fc)) { /* the job owns the store from here */
+        sup_child_close(fc->child);
+        fc->child = NULL;
+        s->inc_pending = false;
+        return false;
+    }
+    child_ready(fc);
+    return true;
+}
+
+void
+front_child_early_done(struct front_child *fc, int rc)
+{
+    sup_front *f = fc->f;
+
+    if (fc->closed) { /* shut down meanwhile: its last rows, then freed */
+        if (rc == TALLY_OK)
+            fc->store.inc_pending = false;
+        if (rc != TALLY_OK || !front_store_flush(fc))
+            front_child_release(fc);
+        return;
+    }
+    if (rc == TALLY_OK) {
+        fc->store.inc_pending = false;
+        front_child_deliver_held(fc);
+        front_child_pump(fc);
+        return;
+    }
+    /* No file: nothing it was answered was used (answers wait for the incarnation), and the
+     * next request opens the file as any first one. */
+    f->n_files--;
+    f->stats.child_open_failures++;
+    front_log_open_failed(f, fc->tenant, fc->endpoint, rc, fc->store.errmsg);
+    answer_parked(fc, 1000, tally_strerror(rc));
+    lru_unlink(f, fc);
+    files_unlink(f, fc);
+    retire(fc);
 }
 
 void

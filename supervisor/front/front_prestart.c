@@ -57,6 +57,10 @@ look_done(uv_work_t *w, int status)
     if (!f->closing && !front_lease_remote(f) && !front_first_pending(f, fc->tenant) &&
         !(fc->store.no_ledger && front_first_begin(f, fc->tenant)))
         sup_manager_prestart(f->mgr, fc->tenant); /* best effort: else the first frame */
+    /* The tenant's first turn waits for this child's first messages: they go out now, and
+     * the file is made beside the turn's ledger instead of before them. */
+    if (!f->closing && front_first_pending(f, fc->tenant) && front_child_start_early(fc))
+        return;
     front_store_open_queue(fc);
 }
 

@@ -120,6 +120,60 @@ front_store_open_work(uv_work_t *w)
     s->rc = rc;
 }
 
+/* Thread pool: the new file of a child whose state machine started before it (a tenant's
+ * first turn under way: front_child_start_early), made and its first incarnation stored. The
+ * loop uses the child meanwhile but leaves the file, the connection and these fields alone. */
+static void
+early_work(uv_work_t *w)
+{
+    struct front_child *fc = w->data;
+    struct front_store *s = &fc->store;
+    int rc = open_file(fc);
+
+    /* A file made meanwhile by someone else holds another history: not this incarnation's. */
+    if (rc == TALLY_OK && !s->created)
+        rc = TALLY_EEXIST;
+    if (rc == TALLY_OK)
+        rc = store_child_incarnation_set(s->db, s->incarnation, s->limits_fp_now);
+    if (rc == TALLY_OK && !fc->f->cfg.strict)
+        rc = store_db_sync(s->db);
+    if (rc != TALLY_OK) {
+        snprintf(s->errmsg, sizeof(s->errmsg), "%s",
+                 s->db != NULL ? store_db_errmsg(s->db) : store_open_errmsg());
+        store_db_close(s->db);
+        s->db = NULL;
+    }
+    s->rc = rc;
+}
+
+static void
+early_done(uv_work_t *w, int status)
+{
+    struct front_child *fc = w->data;
+    struct front_store *s = &fc->store;
+
+    s->busy = false;
+    if (s->created)
+        front_pool_taken(fc->f);
+    s->created = false;
+    front_child_early_done(fc, status != 0 && s->rc == TALLY_OK ? TALLY_EIO : s->rc);
+}
+
+bool
+front_store_early_queue(struct front_child *fc)
+{
+    struct front_store *s = &fc->store;
+    int rc;
+
+    s->work.data = fc;
+    s->rc = TALLY_OK;
+    s->errmsg[0] = '\0';
+    /* uv_queue_work fails only for a missing callback. */
+    rc = uv_queue_work(fc->f->loop, &s->work, early_work, early_done);
+    s->busy = rc == 0;
+    return !NEVER(rc != 0);
+}
+
 void
 front_store_open_done(uv_work_t *w, int status)
 {

@@ -229,6 +229,16 @@ void front_child_drain_check(struct front_child *fc);
  *  pool, which opens it when it exists, and else starts the supervisor and then queues the
  *  open (true); false: nothing queued (front_prestart.c). */
 bool front_prestart_look(struct front_child *fc);
+/** Loop: fc's file is new (the look found none) and its tenant's first turn is under way:
+ *  the state machine starts now, with a new file's first incarnation, and its requests run
+ *  (their messages make the turn) while the file is made and that incarnation stored on the
+ *  thread pool; answers wait for it as for any new file. False: nothing started (the open
+ *  is the caller's to queue). */
+bool front_child_start_early(struct front_child *fc);
+/** The job of front_child_start_early is done (rc; details in fc->store). */
+void front_child_early_done(struct front_child *fc, int rc);
+/** Loop: queues that job (front_store.c); false if it could not be. */
+bool front_store_early_queue(struct front_child *fc);
 /** Loop: queues the open of fc's file (front_store.c). */
 void front_store_open_queue(struct front_child *fc);
 /** The open's job (thread pool) and its end (loop), for a look that opens at once. */
