@@ -124,7 +124,7 @@ for p in $(pgrep -P "$TPID"); do
     printf '%s: %s kB\n' "$what" "$(awk '/^Pss:/ {print $2}' /proc/"$p"/smaps_rollup)"
 done
 grep -c supervisor_start "$W/log" | sed 's/^/supervisor starts logged: /'
-# First turns: new tenants whose first leases tallyd granted before their supervisor started
+# First turns: new tenants whose first leases tallyd granted itself (no supervisor started)
 # (the "supervisor start to first answer" rows above then count only the others).
 port=$(sed -nE 's/.*"event":"start".*"http":"127\.0\.0\.1:([0-9]+)".*/\1/p' "$W/log" | head -1)
 curl -s "http://127.0.0.1:$port/metrics" | awk '/^tally_first_turns_total / {m = $2}

@@ -29,6 +29,7 @@ setup(void **state)
                    "--on-unavailable", "closed", NULL);
     serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "acme", "--plan", "pro", NULL);
     serve_tally_ok(&e->s, e->token, sizeof(e->token), "link", "create", "acme", NULL);
+    serve_ledger_make(&e->s, "acme"); /* served before: these suites watch its supervisor */
     *state = e;
     return 0;
 }

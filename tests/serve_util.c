@@ -14,6 +14,8 @@
 /* clang-format on */
 
 #include "serve_util.h"
+#include "store_journal.h"
+#include "store_paths.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -293,4 +295,16 @@ serve_log_count(const struct serve_env *e, const char *needle)
     }
     free(log);
     return n;
+}
+
+void
+serve_ledger_make(const struct serve_env *e, const char *tenant)
+{
+    char path[STORE_PATH_MAX];
+    store_db *db = NULL;
+
+    assert_int_equal(store_tenant_dirs(e->data, tenant), TALLY_OK);
+    assert_int_equal(store_path_tenant(e->data, tenant, "ledger.db", path, sizeof(path)), TALLY_OK);
+    assert_int_equal(store_journal_open(path, STORE_OPEN_CREATE, NULL, &db), TALLY_OK);
+    store_db_close(db);
 }

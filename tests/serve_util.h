@@ -65,6 +65,9 @@ char *serve_log(const struct serve_env *e);
 /** Lines written by tallyd itself (tally_log lines, {"ts":"...) containing `needle`;
  *  the supervisor processes share the file with lines of their own. */
 int serve_log_count(const struct serve_env *e, const char *needle);
+/** Gives `tenant` an empty ledger, as a tenant served before has: its first request after a
+ *  start goes to its supervisor (a new tenant's is a first turn, made by tallyd without one). */
+void serve_ledger_make(const struct serve_env *e, const char *tenant);
 /** Monotonic milliseconds. */
 int64_t serve_now_ms(void);
 /** Wall-clock milliseconds (windows are aligned on them). */

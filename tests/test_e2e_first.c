@@ -38,24 +38,22 @@ first_turns_are(const struct env *e, double made, double not_made)
     assert_true(metric(e, "tally_first_turns_not_made_total") == not_made);
 }
 
-/* Each new tenant's first request is a first turn; its supervisor starts after and knows the
- * lease: the link's endpoint limit (10) holds across the handover and across a kill -9. */
+/* Each new tenant's first request is a first turn and starts no process; the supervisor started
+ * when more is needed knows the first lease: the link's endpoint limit (10) holds across the
+ * handover and across a kill -9. */
 static void
 test_first_turn_then_supervisor(void **state)
 {
     struct env *e = *state;
     char tokens[TENANTS][TOKEN_BUF];
-    char name[32];
 
     add_tenants(e->s.data, "n", TENANTS, tokens);
     serve_start(&e->s, NULL, NULL);
     for (int i = 0; i < TENANTS; i++)
         assert_int_equal(check(e->s.http_port, tokens[i], "api"), 200);
     first_turns_are(e, TENANTS, 0);
-    for (int i = 0; i < TENANTS; i++) {
-        snprintf(name, sizeof(name), "n%03d", i);
-        assert_true(test_wait_supervisors(e->s.data, name, 1, 10000));
-    }
+    /* No process started for them: a supervisor starts when a message needs it. */
+    assert_true(metric(e, "tally_supervisor_events_total{event=\"start\"}") == 0);
     for (int i = 0; i < TENANTS; i++) {
         int admitted = 1;
 

@@ -92,6 +92,7 @@ setup(void **state)
     serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "acme", "--plan", "pro", NULL);
     for (int k = 0; k < LINKS; k++)
         serve_tally_ok(&e->s, e->tok[k], sizeof(e->tok[k]), "link", "create", "acme", NULL);
+    serve_ledger_make(&e->s, "acme"); /* served before: its supervisor is what gets killed */
     atomic_init(&e->timed_from, INT64_MAX);
     return 0;
 }

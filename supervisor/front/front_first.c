@@ -1,22 +1,23 @@
 /*
- * First turns (docs/DESIGN.md §4). A tenant with no ledger and no supervisor running has
- * never been granted anything: the lease its first request waits for is made by tallyd on
- * the thread pool (sup_first_turn_run), under the tenant's supervisor.lock, instead of by a
- * supervisor started for it. The supervisor starts once the turn is committed, replays it
- * and answers everything after.
+ * First turns (docs/DESIGN.md §4). A tenant with no ledger and no supervisor running has never
+ * been granted anything: the leases its first requests wait for are made by tallyd on the
+ * thread pool (sup_first_turn_run), under the tenant's supervisor.lock, instead of by a
+ * supervisor started for them. Its supervisor starts later, when a message needs it (more
+ * tokens, a return, a window's end), and replays the turn; a tenant whose first leases last
+ * starts no process until then.
  *
  * The look that finds a new child's file missing (front_prestart.c) also looks for the
  * tenant's ledger; when both are missing it opens a record for the tenant here instead of
  * starting the supervisor, and a first job takes the lock and makes the ledger while the
- * child's file is made beside it. The tenant's lease messages then come here
- * (front_lease_send): those sent until the turn starts (the new child's HELLO and ACQUIREs)
- * make it, in a second job once both the ledger and a message are there; those sent while it
- * runs wait for the supervisor. At its end the replies reach their children as a
- * supervisor's would (held until a new child's incarnation is durable), the ledger is closed
- * and the lock released, the supervisor is started and the waiting messages go to it. A turn
- * that could not be made (the lock held, a ledger found, a storage error) answers nothing:
- * its messages go to the supervisor, which answers them. A record that no message comes to
- * within FIRST_WAIT_MS lets its lock go.
+ * child's file is made beside it (the child, started before its file, sends its messages at
+ * once). The tenant's lease messages then come here (front_lease_send): those sent until the
+ * turn starts (the new child's HELLO and ACQUIREs) make it, in a second job once both the
+ * ledger and a message are there; those sent while it runs wait for the supervisor. At its
+ * end the replies reach their children as a supervisor's would (held until a new child's
+ * incarnation is durable); a third job closes the ledger and lets the lock go, and the waiting
+ * messages then go to the supervisor (starting it). A turn that could not be made (the lock
+ * held, a ledger found, a storage error) answers nothing: its messages go to the supervisor,
+ * which answers them. A record that no message comes to within FIRST_WAIT_MS lets its lock go.
  */
 #include "sup_front_int.h"
 
@@ -360,7 +361,8 @@ release_done(uv_work_t *w, int status)
         not_made(f, ff);
         return;
     }
-    sup_manager_prestart(f->mgr, ff->tenant); /* it replays the turn */
+    /* The supervisor starts when a message needs it (one sent meanwhile, below, or a later
+     * one), and replays the turn: a tenant whose first leases last starts none until then. */
     send_supervisor(f, ff->tenant, ff->later, ff->n_later);
     drop(f, ff);
 }

@@ -5,8 +5,8 @@
  * ledger yet, the open makes one (from DATA/pool when it holds some), opens the same
  * sup_ledger a supervisor opens and commits its first epoch; the run handles the requests
  * given, commits their records in one transaction and only then hands the replies back. The
- * lock goes with the close; the supervisor started after it replays that journal and starts
- * the next epoch, as after any restart.
+ * lock goes with the close; the supervisor, started when a message needs it, replays that
+ * journal and starts the next epoch, as after any restart.
  */
 #include "sup_ledger.h"
 
