@@ -24,6 +24,7 @@ setup() { # DIR TENANTS
     "$B/cli/tally" --data "$d" init >/dev/null 2>&1
     "$B/cli/tally" --data "$d" plan set pro --limit 1000000000/1d >/dev/null
     "$B/cli/tally" --data "$d" endpoint set search --limit 100000000/1h >/dev/null
+    "$B/cli/tally" --data "$d" endpoint set other --limit 100000000/1h >/dev/null
     for t in $(seq 1 "$2"); do
         "$B/cli/tally" --data "$d" tenant add "t$t" --plan pro >/dev/null
         "$B/cli/tally" --data "$d" link create "t$t" >"$d.t$t"
@@ -75,7 +76,7 @@ done
 echo "== first decision of $SEQ fresh tenants, one after another"
 for t in $(seq $((SEQ + 1)) $((2 * SEQ))); do first "$t"; done | pct "sequential first decision"
 ready_ts() { # FROM TO: tallyd's supervisor_start to the supervisor's supervisor_ready (us), any build
-    grep -E '"event":"supervisor_(start|ready)"' "$W/log" |
+    { grep -E '"event":"supervisor_(start|ready)"' "$W/log" || true; } |
         sed -nE 's/.*"ts":"[^T]*T([0-9]+):([0-9]+):([0-9.]+)Z".*"event":"supervisor_(start|ready)".*"tenant":"t([0-9]+)".*/\4 \5 \1 \2 \3/p' |
         awk -v a="$1" -v b="$2" '$2 >= a && $2 <= b {
             t = ($3 * 3600 + $4 * 60 + $5) * 1000000
@@ -109,12 +110,21 @@ ready $((2 * SEQ + 1)) $((2 * SEQ + CONC)) | pct "concurrent supervisor start to
 ready_ts $((2 * SEQ + 1)) $((2 * SEQ + CONC)) | pct "concurrent supervisor start to ready (log times, 1 ms steps)"
 echo "all $CONC answered in $(((t1 - t0) / 1000)) us (wall, including $CONC tally-bench starts)"
 
+# A tenant whose first turn tallyd made has no supervisor until a message needs one: a first
+# request on a second endpoint (its ledger exists) starts it, and it replays the turn.
+echo "== first decision on a second endpoint of the first $SEQ tenants (their supervisors start)"
+: >"$W/tokens"
+for t in $(seq 1 "$SEQ"); do cat "$d.t$t" >>"$W/tokens"; done
+"$B/bench/tally-bench" --socket "$d/tally.sock" --tokens "$W/tokens" --endpoint other \
+    --requests "$SEQ" --gap-ms 100 | tail -1 |
+    sed -E "s/.*p50_us=([0-9]+).*p99_us=([0-9]+).*p999_us=([0-9]+).*/second endpoint, supervisor started and replaying, one client: p50=\1 us p99=\2 us p999=\3 us (n=$SEQ)/"
+
 echo "== PSS of idle live supervisors (kB)"
 sleep 0.5
 for p in $(pgrep -P "$TPID"); do
     grep -qa -- "--supervise" /proc/"$p"/cmdline 2>/dev/null || continue
     awk '/^Pss:/ {print $2}' /proc/"$p"/smaps_rollup
-done | sort -n | awk '{v[NR]=$1; s+=$1} END {
+done | sort -n | awk '{v[NR]=$1; s+=$1} END { if (NR == 0) exit
     printf "supervisors: n=%d mean=%.0f kB p50=%d kB max=%d kB\n", NR, s/NR, v[int((NR+1)/2)], v[NR]}'
 printf 'tallyd: %s kB\n' "$(awk '/^Pss:/ {print $2}' /proc/$TPID/smaps_rollup)"
 for p in $(pgrep -P "$TPID"); do
