@@ -38,9 +38,25 @@ first_turns_are(const struct env *e, double made, double not_made)
     assert_true(metric(e, "tally_first_turns_not_made_total") == not_made);
 }
 
-/* Each new tenant's first request is a first turn and starts no process; the supervisor started
- * when more is needed knows the first lease: the link's endpoint limit (10) holds across the
- * handover and across a kill -9. */
+/* A new tenant's first request is a first turn and starts no process: on a plentiful endpoint
+ * its leases are kept, and nothing needs a supervisor. */
+static void
+test_first_turn_starts_no_process(void **state)
+{
+    struct env *e = *state;
+    char tokens[TENANTS][TOKEN_BUF];
+
+    add_tenants(e->s.data, "q", TENANTS, tokens);
+    serve_start(&e->s, NULL, NULL);
+    for (int i = 0; i < TENANTS; i++)
+        assert_int_equal(check(e->s.http_port, tokens[i], "hot"), 200);
+    first_turns_are(e, TENANTS, 0);
+    assert_true(metric(e, "tally_supervisor_events_total{event=\"start\"}") == 0);
+    serve_stop(&e->s);
+}
+
+/* The supervisor started when more is needed knows what the first turn granted: the link's
+ * endpoint limit (10) holds across the handover and across a kill -9. */
 static void
 test_first_turn_then_supervisor(void **state)
 {
@@ -52,8 +68,6 @@ test_first_turn_then_supervisor(void **state)
     for (int i = 0; i < TENANTS; i++)
         assert_int_equal(check(e->s.http_port, tokens[i], "api"), 200);
     first_turns_are(e, TENANTS, 0);
-    /* No process started for them: a supervisor starts when a message needs it. */
-    assert_true(metric(e, "tally_supervisor_events_total{event=\"start\"}") == 0);
     for (int i = 0; i < TENANTS; i++) {
         int admitted = 1;
 
@@ -209,6 +223,7 @@ int
 main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_first_turn_starts_no_process, setup, teardown),
         cmocka_unit_test_setup_teardown(test_first_turn_then_supervisor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_first_turn_burst_is_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_first_turn_yields_to_the_lock, setup, teardown),

@@ -57,6 +57,7 @@ setup(void **state)
     serve_tally_ok(&e->s, NULL, 0, "endpoint", "set", "quiet", "--limit", "200/365d", NULL);
     serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "acme", "--plan", "pro", NULL);
     serve_tally_ok(&e->s, e->token, sizeof(e->token), "link", "create", "acme", NULL);
+    serve_ledger_make(&e->s, "acme"); /* served before: its supervisor starts, then hibernates */
     *state = e;
     return 0;
 }

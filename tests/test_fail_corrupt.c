@@ -74,12 +74,16 @@ teardown(void **state)
     return 0;
 }
 
-/* Both tenants' files exist (one admitted check each), then tallyd stops cleanly. */
+/* Both tenants' files exist (one admitted check each), then tallyd stops cleanly. They were
+ * served before (a ledger each): their supervisors answer, and take back the leases at the
+ * stop, so nothing is left in the children's files to admit from afterwards. */
 static void
 create_files(struct env *e)
 {
     struct serve_http r;
 
+    serve_ledger_make(&e->s, "bad");
+    serve_ledger_make(&e->s, "good");
     serve_start(&e->s, NULL, NULL);
     serve_check(&e->s, e->token_bad, "closed", &r);
     assert_int_equal(r.status, 200);

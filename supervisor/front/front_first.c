@@ -124,17 +124,22 @@ not_made(sup_front *f, struct front_first *ff)
     drop(f, ff);
 }
 
-/* A job's end while tallyd closes: the record goes, its ledger closed here if it holds one
- * (the loop is closing: nothing else waits on it). */
-static bool
-closing(sup_front *f, struct front_first *ff)
+/* A job's end on the loop: a failed job is a failed step; NULL while tallyd closes (the
+ * record is gone, its ledger closed here if it holds one: nothing else waits on the loop). */
+static struct front_first *
+job_end(uv_work_t *w, int status)
 {
+    struct front_first *ff = w->data;
+    sup_front *f = ff->f;
+
+    if (status != 0 && ff->rc == TALLY_OK)
+        ff->rc = TALLY_EIO;
     if (!f->closing)
-        return false;
+        return ff;
     sup_first_turn_close(ff->ledger);
     drop(f, ff);
     front_pending_done(f);
-    return true;
+    return NULL;
 }
 
 static void open_work(uv_work_t *w);
@@ -231,12 +236,10 @@ open_work(uv_work_t *w)
 static void
 open_done(uv_work_t *w, int status)
 {
-    struct front_first *ff = w->data;
-    sup_front *f = ff->f;
+    struct front_first *ff = job_end(w, status);
+    sup_front *f = ff != NULL ? ff->f : NULL;
 
-    if (status != 0 && ff->rc == TALLY_OK)
-        ff->rc = TALLY_EIO;
-    if (closing(f, ff))
+    if (ff == NULL)
         return;
     if (ff->rc != TALLY_OK) {
         not_made(f, ff);
@@ -282,12 +285,10 @@ turn_work(uv_work_t *w)
 static void
 turn_done(uv_work_t *w, int status)
 {
-    struct front_first *ff = w->data;
-    sup_front *f = ff->f;
+    struct front_first *ff = job_end(w, status);
+    sup_front *f = ff != NULL ? ff->f : NULL;
 
-    if (status != 0 && ff->rc == TALLY_OK)
-        ff->rc = TALLY_EIO;
-    if (closing(f, ff))
+    if (ff == NULL)
         return;
     if (ff->rc == TALLY_OK) {
         ff->made = true;
@@ -351,11 +352,10 @@ release_work(uv_work_t *w)
 static void
 release_done(uv_work_t *w, int status)
 {
-    struct front_first *ff = w->data;
-    sup_front *f = ff->f;
+    struct front_first *ff = job_end(w, status);
+    sup_front *f = ff != NULL ? ff->f : NULL;
 
-    (void)status;
-    if (closing(f, ff))
+    if (ff == NULL)
         return;
     if (!ff->made) {
         not_made(f, ff);

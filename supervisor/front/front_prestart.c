@@ -3,9 +3,10 @@
  * the thread pool (front_store.c). When its tenant's supervisor is not running, the job first
  * looks whether that file exists. It does (a quiet tenant's child opened again): the same job
  * opens it. It does not (the tenant's first request on that endpoint): the lease the request
- * needs will need the supervisor too, so the job comes back at once, the loop starts the
- * supervisor and only then queues the open, and the start overlaps the file's creation
- * instead of following it.
+ * needs will need the supervisor too, so the job also looks for the tenant's ledger and comes
+ * back at once; the loop starts the supervisor (or, for a tenant with no ledger either, begins
+ * its first turn: front_first.c) and only then queues the open, and the start overlaps the
+ * file's creation instead of following it.
  * The job comes back rather than posting to the loop and going on: where the CPUs share no
  * cache (the kernel then never moves a woken thread to an idle CPU), the loop woken by a post
  * lands on the posting job's CPU and waits behind the open, up to a whole time slice, while
