@@ -349,6 +349,22 @@ release_work(uv_work_t *w)
     ff->ledger = NULL;
 }
 
+/* A message the turn answered, sent again by its child while the turn ran (a child sends again
+ * after 20 ms without an answer): the answer has reached it since. */
+static bool
+answered(const struct front_first *ff, const struct proto_lease_msg *m)
+{
+    for (size_t i = 0; i < ff->n_in; i++) {
+        const struct proto_lease_msg *a = &ff->in[i];
+
+        if (a->type == m->type && a->origin.seq == m->origin.seq &&
+            a->origin.incarnation == m->origin.incarnation &&
+            strcmp(a->origin.child, m->origin.child) == 0)
+            return true;
+    }
+    return false;
+}
+
 static void
 release_done(uv_work_t *w, int status)
 {
@@ -361,9 +377,13 @@ release_done(uv_work_t *w, int status)
         not_made(f, ff);
         return;
     }
-    /* The supervisor starts when a message needs it (one sent meanwhile, below, or a later
-     * one), and replays the turn: a tenant whose first leases last starts none until then. */
-    send_supervisor(f, ff->tenant, ff->later, ff->n_later);
+    /* The supervisor starts when a message needs it (one sent meanwhile and not answered by
+     * the turn, below, or a later one), and replays the turn: a tenant whose first leases last
+     * starts none until then. */
+    for (size_t i = 0; i < ff->n_later; i++) {
+        if (!answered(ff, &ff->later[i]))
+            send_supervisor(f, ff->tenant, &ff->later[i], 1);
+    }
     drop(f, ff);
 }
 
