@@ -314,6 +314,9 @@ test_readonly_tenant_follows_policy_and_heals(void **state)
     char *log;
 
     snprintf(wait, sizeof(wait), "--wait-ms=%d", WAIT_MS);
+    /* Served before (a ledger each): a's supervisor, killed below, runs from the start. */
+    serve_ledger_make(&e->s, "a");
+    serve_ledger_make(&e->s, "b");
     /* Leases that run out within seconds: what follows them is under test. */
     serve_start(&e->s, wait, KEEP_SHORT);
     fail_load_start(&e->a_open, e->s.d.socket, e->token_a, "open", 5);
@@ -418,6 +421,9 @@ test_fs_turned_readonly_follows_policy(void **state)
     loop_name(dir, loop, sizeof(loop));
 
     snprintf(wait, sizeof(wait), "--wait-ms=%d", WAIT_MS);
+    /* Served before (a ledger each): a's supervisor, killed below, runs from the start. */
+    serve_ledger_make(&e->s, "a");
+    serve_ledger_make(&e->s, "b");
     /* Leases that run out within seconds: what follows them is under test. */
     serve_start(&e->s, wait, KEEP_SHORT);
     fail_load_start(&e->a_open, e->s.d.socket, e->token_a, "open", 5);

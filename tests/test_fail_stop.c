@@ -59,6 +59,7 @@ setup(void **state)
                    "--on-unavailable", "closed", NULL);
     serve_tally_ok(&e->s, NULL, 0, "tenant", "add", "acme", "--plan", "pro", NULL);
     serve_tally_ok(&e->s, e->token, sizeof(e->token), "link", "create", "acme", NULL);
+    serve_ledger_make(&e->s, "acme"); /* served before: its supervisor is what gets stopped */
     return 0;
 }
 
