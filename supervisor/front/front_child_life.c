@@ -22,135 +22,6 @@
  * written; then it closes anyway (what is unanswered expires as spent). */
 #define FRONT_CHILD_DRAIN_MS 2000
 
-static const char *
-child_key(const void *ctx, uint32_t item)
-{
-    const sup_front *f = ctx;
-
-    return f->children[item]->key;
-}
-
-/* One lookup per request: an index, not a walk over every tenant's children. */
-struct front_child *
-front_child_find(sup_front *f, const char *tenant, const char *endpoint)
-{
-    char key[2 * TENANT_NAME_MAX + 2];
-    int64_t i;
-
-    if (f->child_index.slot == NULL)
-        return NULL;
-    snprintf(key, sizeof(key), "%s/%s", tenant, endpoint);
-    i = tenant_index_find(&f->child_index, key, child_key, f);
-    return i >= 0 ? f->children[i] : NULL;
-}
-
-/* Sizes the index for `cap` children and files those there are. */
-static int
-index_children(sup_front *f, uint32_t cap)
-{
-    struct tenant_index ix = {NULL, NULL, 0};
-
-    if (tenant_index_init(&ix, cap) != TALLY_OK)
-        return TALLY_ENOMEM;
-    tenant_index_release(&f->child_index);
-    f->child_index = ix;
-    for (uint32_t i = 0; i < f->n_children; i++)
-        tenant_index_set(&ix, f->children[i]->key, i, child_key, f);
-    return TALLY_OK;
-}
-
-/* ---- the table and the LRU list ---- */
-
-static void
-table_add(sup_front *f, struct front_child *fc)
-{
-    f->children[f->n_children] = fc;
-    tenant_index_set(&f->child_index, fc->key, f->n_children, child_key, f);
-    f->n_children++;
-}
-
-/* Takes fc out of the table; the last child moves into its place. */
-static void
-table_remove(sup_front *f, struct front_child *fc)
-{
-    uint32_t pos = tenant_index_pos(&f->child_index, fc->key, child_key, f);
-    uint32_t i = f->child_index.slot[pos];
-    uint32_t last = f->n_children - 1;
-
-    front_fast_forget(&f->fast); /* the memo may name fc */
-    if (NEVER(i == 0 || f->children[i - 1] != fc))
-        return;
-    i--;
-    tenant_index_remove(&f->child_index, pos);
-    if (i != last) {
-        f->children[i] = f->children[last];
-        pos = tenant_index_pos(&f->child_index, f->children[i]->key, child_key, f);
-        f->child_index.slot[pos] = i + 1;
-    }
-    f->n_children = last;
-}
-
-static void
-lru_unlink(sup_front *f, struct front_child *fc)
-{
-    if (fc->lru_prev != NULL)
-        fc->lru_prev->lru_next = fc->lru_next;
-    else if (f->lru_head == fc)
-        f->lru_head = fc->lru_next;
-    if (fc->lru_next != NULL)
-        fc->lru_next->lru_prev = fc->lru_prev;
-    else if (f->lru_tail == fc)
-        f->lru_tail = fc->lru_prev;
-    fc->lru_prev = fc->lru_next = NULL;
-}
-
-static void
-lru_push_front(sup_front *f, struct front_child *fc)
-{
-    fc->lru_prev = NULL;
-    fc->lru_next = f->lru_head;
-    if (f->lru_head != NULL)
-        f->lru_head->lru_prev = fc;
-    f->lru_head = fc;
-    if (f->lru_tail == NULL)
-        f->lru_tail = fc;
-}
-
-/* The OPEN children whose file is open, most recently used first: the cap on open
- * files closes the least recently used of them (the child itself stays). */
-static void
-files_unlink(sup_front *f, struct front_child *fc)
-{
-    if (!fc->in_files)
-        return;
-    if (fc->file_prev != NULL)
-        fc->file_prev->file_next = fc->file_next;
-    else
-        f->file_head = fc->file_next;
-    if (fc->file_next != NULL)
-        fc->file_next->file_prev = fc->file_prev;
-    else
-        f->file_tail = fc->file_prev;
-    fc->file_prev = fc->file_next = NULL;
-    fc->in_files = false;
-}
-
-static void
-files_push_front(sup_front *f, struct front_child *fc)
-{
-    files_unlink(f, fc);
-    fc->file_prev = NULL;
-    fc->file_next = f->file_head;
-    if (f->file_head != NULL)
-        f->file_head->file_prev = fc;
-    f->file_head = fc;
-    if (f->file_tail == NULL)
-        f->file_tail = fc;
-    fc->in_files = true;
-}
-
-/* ---- lifecycle ---- */
-
 static void
 child_free(struct front_child *fc)
 {
@@ -169,7 +40,7 @@ on_retired_timer_closed(uv_handle_t *h)
 static void
 retire(struct front_child *fc)
 {
-    table_remove(fc->f, fc);
+    front_child_table_remove(fc->f, fc);
     fc->timer_live = false;
     front_child_pump_forget(fc);
     uv_close((uv_handle_t *)&fc->timer, on_retired_timer_closed);
@@ -229,8 +100,8 @@ drain(struct front_child *fc)
 {
     struct sup_time now = front_now();
 
-    lru_unlink(fc->f, fc);
-    files_unlink(fc->f, fc);
+    front_lru_unlink(fc->f, fc);
+    front_files_unlink(fc->f, fc);
     /* Counted as leaving while its file is open (or opening again for a write). */
     fc->leaving = fc->store.busy || fc->store.db != NULL; /* db is the pool's while busy */
     fc->f->n_leaving += fc->leaving;
@@ -251,7 +122,7 @@ enforce_cap(sup_front *f)
     while (fc != NULL && f->n_files - f->n_leaving - closing > f->cfg.max_open_children) {
         struct front_child *prev = fc->file_prev;
         if (sleepable(fc)) {
-            files_unlink(f, fc);
+            front_files_unlink(f, fc);
             front_store_sleep_start(fc);
             f->stats.child_sleeps++;
             closing++;
@@ -276,11 +147,11 @@ front_child_touch(sup_front *f, struct front_child *fc)
 {
     fc->used_mono_ms = front_now().mono_ms;
     if (fc->state == FRONT_CHILD_OPEN && f->lru_head != fc) {
-        lru_unlink(f, fc);
-        lru_push_front(f, fc);
+        front_lru_unlink(f, fc);
+        front_lru_push_front(f, fc);
     }
     if (fc->in_files && f->file_head != fc)
-        files_push_front(f, fc);
+        front_files_push_front(f, fc);
 }
 
 int
@@ -305,7 +176,7 @@ front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *
         f->cap_children = cap;
         tenant_index_release(&f->child_index);
     }
-    if (f->child_index.slot == NULL && index_children(f, f->cap_children) != TALLY_OK)
+    if (f->child_index.slot == NULL && front_child_index(f, f->cap_children) != TALLY_OK)
         return TALLY_ENOMEM;
     fc = tally_calloc(1, sizeof(*fc));
     if (fc == NULL)
@@ -321,7 +192,7 @@ front_child_get(sup_front *f, const char *tenant, const struct tenant_endpoint *
     fc->timer.data = fc;
     fc->timer_live = true;
     fc->armed_ms = INT64_MIN;
-    table_add(f, fc);
+    front_child_table_add(f, fc);
     open_start(fc);
     enforce_cap(f);
     *out = fc;
@@ -411,8 +282,8 @@ child_ready(struct front_child *fc)
     struct sup_front_req *batch;
 
     fc->state = FRONT_CHILD_OPEN;
-    lru_push_front(f, fc);
-    files_push_front(f, fc);
+    front_lru_push_front(f, fc);
+    front_files_push_front(f, fc);
     /* The requests that waited for the file run in arrival order; one that
      * parks again (for a lease) goes to the back of the list, after them. */
     batch = fc->parked;
@@ -476,8 +347,8 @@ front_child_early_done(struct front_child *fc, int rc)
     f->stats.child_open_failures++;
     front_log_open_failed(f, fc->tenant, fc->endpoint, rc, fc->store.errmsg);
     answer_parked(fc, 1000, tally_strerror(rc));
-    lru_unlink(f, fc);
-    files_unlink(f, fc);
+    front_lru_unlink(f, fc);
+    front_files_unlink(f, fc);
     retire(fc);
 }
 
@@ -551,7 +422,7 @@ front_child_file_woke(struct front_child *fc)
         return;
     }
     if (fc->state == FRONT_CHILD_OPEN && !fc->closed) {
-        files_push_front(f, fc);
+        front_files_push_front(f, fc);
         enforce_cap(f);
     }
 }

@@ -250,6 +250,18 @@ open_done(uv_work_t *w, int status)
     front_first_kick(f, ff->tenant); /* the messages that came meanwhile */
 }
 
+/* The link an ACQUIRE or SLOT_ACQUIRE asks for, and its endpoint in *ep; NULL for others. */
+static const char *
+asked_link(const struct proto_lease_msg *m, const char **ep)
+{
+    if (m->type == PROTO_LEASE_ACQUIRE) {
+        *ep = m->acquire.endpoint;
+        return m->acquire.link;
+    }
+    *ep = m->slot_acquire.endpoint;
+    return m->type == PROTO_LEASE_SLOT_ACQUIRE ? m->slot_acquire.link : NULL;
+}
+
 /* The turn's link check: what the loop found for each ACQUIRE when it queued the turn. */
 static bool
 link_allows(void *ctx, const char *link_id, const char *endpoint, int64_t now_ms)
@@ -258,12 +270,8 @@ link_allows(void *ctx, const char *link_id, const char *endpoint, int64_t now_ms
 
     (void)now_ms;
     for (size_t i = 0; i < ff->n_in; i++) {
-        const struct proto_lease_msg *m = &ff->in[i];
-        const char *link = m->type == PROTO_LEASE_ACQUIRE        ? m->acquire.link
-                           : m->type == PROTO_LEASE_SLOT_ACQUIRE ? m->slot_acquire.link
-                                                                 : NULL;
-        const char *ep =
-            m->type == PROTO_LEASE_ACQUIRE ? m->acquire.endpoint : m->slot_acquire.endpoint;
+        const char *ep = NULL;
+        const char *link = asked_link(&ff->in[i], &ep);
 
         if (link != NULL && strcmp(link, link_id) == 0 && strcmp(ep, endpoint) == 0)
             return ff->allowed[i];
@@ -307,12 +315,8 @@ links_check(struct front_first *ff)
     int64_t now = front_now().wall_ms;
 
     for (size_t i = 0; i < ff->n_in; i++) {
-        const struct proto_lease_msg *m = &ff->in[i];
-        const char *id = m->type == PROTO_LEASE_ACQUIRE        ? m->acquire.link
-                         : m->type == PROTO_LEASE_SLOT_ACQUIRE ? m->slot_acquire.link
-                                                               : NULL;
-        const char *ep =
-            m->type == PROTO_LEASE_ACQUIRE ? m->acquire.endpoint : m->slot_acquire.endpoint;
+        const char *ep = NULL;
+        const char *id = asked_link(&ff->in[i], &ep);
         const struct store_snap_link *l =
             id != NULL && snap != NULL ? store_snapshot_link_by_id(snap, id) : NULL;
 

@@ -203,6 +203,18 @@ int64_t front_limits_fp(const store_snapshot *snap, const struct front_child *fc
 sup_manager *sup_front_manager(sup_front *f);
 /** Marks fc used now (its place in the LRU and file lists). */
 void front_child_touch(sup_front *f, struct front_child *fc);
+/* The table of children and its lists (front_child_table.c). Sizes the index for `cap`
+ * children and files those there are: TALLY_OK or TALLY_ENOMEM. */
+int front_child_index(sup_front *f, uint32_t cap);
+/* Adds fc to the table (room made by the caller) / takes it out (the last moves in). */
+void front_child_table_add(sup_front *f, struct front_child *fc);
+void front_child_table_remove(sup_front *f, struct front_child *fc);
+/* The OPEN children by last use, most recent first. */
+void front_lru_unlink(sup_front *f, struct front_child *fc);
+void front_lru_push_front(sup_front *f, struct front_child *fc);
+/* The OPEN children whose file is open, by use. */
+void front_files_unlink(sup_front *f, struct front_child *fc);
+void front_files_push_front(sup_front *f, struct front_child *fc);
 /** The child of (tenant, endpoint), NULL when none is known. */
 struct front_child *front_child_find(sup_front *f, const char *tenant, const char *endpoint);
 /** The child of (tenant, endpoint), created on first use (or after an idle close) with

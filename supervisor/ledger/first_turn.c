@@ -14,13 +14,14 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "store_journal.h"
 #include "store_paths.h"
 #include "sup_journal_codec.h"
 #include "sup_lease.h"
+
+#include "sup_process_int.h" /* sp_wall_ms: the supervisor's clock */
 
 /* A store_record_encode_fn over an array of records (ctx). */
 static int
@@ -29,15 +30,6 @@ encode_at(void *ctx, size_t i, uint8_t *buf, size_t cap, size_t *len)
     const struct sup_record *v = ctx;
 
     return sup_record_encode(&v[i], buf, cap, len);
-}
-
-static int64_t
-wall_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 struct sup_first_ledger {
@@ -110,7 +102,7 @@ sup_first_turn_open(const char *data, const struct sup_first_turn *t, sup_first_
      * it (the two stall each other), and a turn never made leaves nothing behind. */
     batch.v = fl != NULL ? fl->recs : NULL;
     if (rc == TALLY_OK)
-        rc = sup_ledger_start(fl->ledger, wall_ms(), &batch);
+        rc = sup_ledger_start(fl->ledger, sp_wall_ms(), &batch);
     if (rc == TALLY_OK)
         fl->n_recs = batch.count;
     if (rc != TALLY_OK) {
@@ -140,7 +132,7 @@ sup_first_turn_run(sup_first_ledger *fl, const struct proto_lease_msg *in, size_
                    struct proto_lease_msg *out, size_t cap, size_t *n)
 {
     struct sup_records batch = {NULL, 0, SUP_FIRST_TURN_MAX + 1};
-    int64_t now = wall_ms();
+    int64_t now = sp_wall_ms();
     int rc = TALLY_OK;
 
     *n = 0;
