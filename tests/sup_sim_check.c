@@ -6,7 +6,8 @@
  *   I1  every durable cell: G - C <= N; the cells of a grant have G - C + D <= N right after;
  *   I2  non-degraded admissions per budget window <= N;
  *   I3  per lease: admitted <= n, and only before grant time + ttl in true time (the child's
- *       deadline comes first whatever its drift), which keeps a lease inside its window;
+ *       deadline comes first whatever its drift), which keeps a lease inside its window; a
+ *       LAST lease extended by a NEXT grant, only before its windows' end on the host's clock;
  *   I4  at each plan refusal: stranded tokens (sup_sim_strand.c);
  *   I5  per window, admitted <= N + the degraded allowance (per incarnation: it lives in the
  *       child's memory); debt charged once per admission;
@@ -132,6 +133,8 @@ sim_on_persisted(struct sim_world *w, const struct sup_record *rec, int64_t t_ha
         l->ttl_ms = rec->deadline_ms - rec->now_ms;
         l->start_ms = l->ttl_ms - rec->ttl_ms;
         l->eval_ms = rec->deadline_ms - rec->ttl_ms;
+        l->deadline_ms = rec->deadline_ms;
+        l->last = (rec->flags & SUP_RECF_LAST) != 0;
         w->r->next_grants += (rec->flags & SUP_RECF_NEXT) != 0;
         l->t_grant = t_handled;
         {
@@ -219,8 +222,12 @@ sim_on_admit(struct sim_world *w, int i, int link, int64_t cost, const struct su
                  (unsigned long long)a->lease_id, (long long)w->t,
                  (long long)(l->t_grant + l->start_ms));
     /* Gray & Cheriton: the child stops before send time + ttl in true time, whatever its drift
-     * (<= its epsilon), hence before the supervisor's grant time + ttl. */
-    if (w->t >= l->t_send + l->ttl_ms)
+     * (<= its epsilon), hence before the supervisor's grant time + ttl. A LAST lease whose end a
+     * NEXT grant moved is held to its windows' end instead, on the supervisor's clock (the
+     * host's high-water wall clock): the NEXT grant measured that end from its later ask, and
+     * after a step back of the host's clock it lies later in true time than send + ttl. The
+     * supervisor neither expires the lease nor starts the next windows before it. */
+    if (w->t >= l->t_send + l->ttl_ms && !(l->last && w->wall_hw < l->deadline_ms))
         sim_fail(w, "I3: lease %llu used at t=%lld, asked for at %lld with ttl %lld",
                  (unsigned long long)a->lease_id, (long long)w->t, (long long)l->t_send,
                  (long long)l->ttl_ms);

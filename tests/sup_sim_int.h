@@ -28,9 +28,11 @@ struct sim_lease {
     uint64_t inc;
     int link, ep;
     int64_t n, ttl_ms, eval_ms, t_grant; /* t_grant: true time the supervisor granted it */
-    int64_t start_ms; /* a NEXT lease: how long after its decision its windows start */
-    int64_t t_send;   /* true time its ACQUIRE was first sent */
-    bool reported;    /* credited n - reported_used */
+    int64_t start_ms;    /* a NEXT lease: how long after its decision its windows start */
+    int64_t t_send;      /* true time its ACQUIRE was first sent */
+    bool last;           /* LAST: every window of its path ends at its deadline */
+    int64_t deadline_ms; /* on the supervisor's clock: for a LAST lease, its windows' end */
+    bool reported;       /* credited n - reported_used */
     int64_t reported_used;
     int64_t admitted;
 };
