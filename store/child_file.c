@@ -46,6 +46,19 @@ store_child_pool_fill(unsigned want, unsigned *made)
     return store__pool_fill(&child_schema, child_upgrade, want, made);
 }
 
+/* A store_open_fn: a pool file is at the newest version, no upgrade runs. */
+static int
+open_pooled(const char *path, unsigned flags, store_db **out)
+{
+    return store_child_open(path, flags, NULL, out);
+}
+
+int
+store_child_pool_open(unsigned flags, unsigned want, unsigned *made)
+{
+    return store__pool_open_fill(&child_schema, flags, open_pooled, want, made);
+}
+
 int
 store_child_open(const char *path, unsigned flags, const struct store_upgrade *up, store_db **out)
 {

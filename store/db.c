@@ -8,6 +8,7 @@
 #include "store_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdarg.h>
@@ -137,6 +138,37 @@ store_db_begin(store_db *db)
     return rc;
 }
 
+/* The directory of a file linked into place (store__db_moved), synced after its first durable
+ * commit: its names (file and WAL) durable with it. */
+static int
+dir_sync(store_db *db)
+{
+    char dir[STORE_PATH_MAX];
+    const char *slash = strrchr(db->path, '/');
+    size_t len = slash == NULL ? 0 : (size_t)(slash - db->path);
+    int fd, rc = TALLY_OK;
+
+    if (slash == NULL)
+        memcpy(dir, ".", 2);
+    else if (len == 0)
+        memcpy(dir, "/", 2);
+    else if (len < sizeof(dir)) {
+        memcpy(dir, db->path, len);
+        dir[len] = '\0';
+    } else
+        return TALLY_ETOOBIG;
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || fsync(fd) != 0) {
+        store__db_errf(db, "%s: cannot sync its directory: %s", db->path, strerror(errno));
+        rc = TALLY_EIO;
+    }
+    if (fd >= 0)
+        close(fd);
+    if (rc == TALLY_OK)
+        db->dir_due = false;
+    return rc;
+}
+
 int
 store_db_commit(store_db *db)
 {
@@ -148,6 +180,8 @@ store_db_commit(store_db *db)
 
     if (rc != TALLY_OK)
         store_db_rollback(db);
+    else if (db->dir_due && db->sync_full)
+        rc = dir_sync(db);
     return rc;
 }
 
@@ -188,7 +222,7 @@ store_db_sync(store_db *db)
         store__db_errf(db, "%s-wal: %s", db->path, sqlite3_errstr(rc));
         return trc;
     }
-    return TALLY_OK;
+    return db->dir_due ? dir_sync(db) : TALLY_OK;
 }
 
 sqlite3_stmt *
@@ -419,6 +453,12 @@ store_db_open_ctx(const char *path, const struct store_schema *schema, unsigned 
             rc = TALLY_ENOTFOUND;
             goto out;
         }
+        /* A connection opened ahead, when one of this schema and these flags is held. */
+        rc = store__pool_take_open(schema, flags, path, out);
+        if (rc == TALLY_OK || rc == TALLY_EEXIST) {
+            tally_free(db);
+            return rc == TALLY_OK ? rc : store_db_open_ctx(path, schema, flags, step, ctx, out);
+        }
         rc = create_fresh(db, path, step, ctx);
         if (rc != TALLY_OK)
             goto out;
@@ -442,6 +482,7 @@ store_db_open_ctx(const char *path, const struct store_schema *schema, unsigned 
     }
     if (rc == TALLY_OK)
         rc = version_check(db, &version);
+    db->sync_full = (flags & STORE_OPEN_SYNC_FULL) != 0;
     if (rc == TALLY_OK)
         rc = configure(db, flags);
     if (rc == TALLY_OK)
@@ -489,11 +530,38 @@ store_db_close(store_db *db)
     }
     sqlite3_finalize(db->begin);
     sqlite3_finalize(db->commit);
+    /* SQLite skips the checkpoint of a close for a file whose name moved since its open: the
+     * same checkpoint here (the WAL emptied, kept with PERSIST_WAL as a close would). */
+    if (db->moved != NULL && db->sql != NULL) {
+        int keep = 0;
+
+        (void)sqlite3_db_config(db->sql, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, -1, &keep);
+        if (!keep)
+            (void)sqlite3_wal_checkpoint_v2(db->sql, "main", SQLITE_CHECKPOINT_TRUNCATE, NULL,
+                                            NULL);
+    }
     if (db->sql != NULL) {
         int rc = sqlite3_close(db->sql);
         assert(rc == SQLITE_OK);
         (void)rc;
     }
     tally_free(db->errmsg);
+    tally_free(db->moved);
     tally_free(db);
+}
+
+int
+store__db_moved(store_db *db, const char *path)
+{
+    size_t len = strlen(path) + 1;
+    char *p = tally_malloc(len);
+
+    if (p == NULL)
+        return TALLY_ENOMEM;
+    memcpy(p, path, len);
+    tally_free(db->moved);
+    db->moved = p;
+    db->path = p;
+    db->dir_due = true;
+    return TALLY_OK;
 }

@@ -105,6 +105,19 @@ store_journal_pool_fill(unsigned want, unsigned *made)
     return store__pool_fill(&journal_schema, journal_upgrade, want, made);
 }
 
+/* A store_open_fn: a pool file is at the newest version, no upgrade runs. */
+static int
+open_pooled(const char *path, unsigned flags, store_db **out)
+{
+    return store_journal_open(path, flags, NULL, out);
+}
+
+int
+store_journal_pool_open(unsigned flags, unsigned want, unsigned *made)
+{
+    return store__pool_open_fill(&journal_schema, flags, open_pooled, want, made);
+}
+
 int
 store_journal_open(const char *path, unsigned flags, const struct store_upgrade *up, store_db **out)
 {

@@ -8,7 +8,8 @@
  * Set once per process, before any file is created.
  *
  * Files are pooled with their WAL started (`NAME-K.db-wal`): one commit that changes nothing,
- * synced and checkpointed, the WAL kept with its header and that frame. A new file's first
+ * synced and checkpointed, the WAL kept with its header and that frame, padded with zeros to
+ * STORE_POOL_WAL_BYTES (wal_pad). A new file's first
  * commit (a new ledger's on its supervisor's first answer, a new child file's incarnation,
  * which that answer waits for in tallyd) then appends to a WAL that exists: one fdatasync and
  * a directory sync, instead of the new WAL's header and its fdatasync before them. Every pool file
@@ -20,6 +21,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +32,8 @@
 #include "store_paths.h"
 
 #define STORE_POOL_FILES 8
+/* A pool file's WAL, padded: a new ledger's or child file's first commits fit in it. */
+#define STORE_POOL_WAL_BYTES ((off_t)64 * 1024)
 static char pool_dir[STORE_PATH_MAX];
 
 void
@@ -121,6 +126,39 @@ wal_start(const char *tmp)
     return rc == SQLITE_OK ? TALLY_OK : TALLY_EIO;
 }
 
+/* Pads the started WAL `wal` with zeros written up to STORE_POOL_WAL_BYTES, synced: the first
+ * commits of its file (restarting the WAL from its start, as every frame of it is
+ * checkpointed) then write within the file's size, and their fdatasyncs flush data with no
+ * metadata to journal. A frame of zeros ends the WAL's recovery (its salts do not match). */
+static int
+wal_pad(const char *wal)
+{
+    static const char zeros[4096];
+    struct stat sb;
+    int fd = open(wal, O_WRONLY | O_CLOEXEC);
+    int rc = TALLY_OK;
+
+    if (fd < 0 || fstat(fd, &sb) != 0)
+        rc = TALLY_EIO;
+    for (off_t at = rc == TALLY_OK ? sb.st_size : STORE_POOL_WAL_BYTES;
+         at < STORE_POOL_WAL_BYTES && rc == TALLY_OK;) {
+        size_t len = STORE_POOL_WAL_BYTES - at < (off_t)sizeof(zeros)
+                         ? (size_t)(STORE_POOL_WAL_BYTES - at)
+                         : sizeof(zeros);
+        ssize_t n = pwrite(fd, zeros, len, at);
+
+        if (n <= 0)
+            rc = TALLY_EIO;
+        else
+            at += n;
+    }
+    if (rc == TALLY_OK && fdatasync(fd) != 0)
+        rc = TALLY_EIO;
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
 int
 store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsigned want,
                  unsigned *made)
@@ -152,6 +190,8 @@ store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsig
             snprintf(dst_wal, sizeof(dst_wal), "%s-wal", dst);
             /* The WAL goes first: a file in the pool never has a WAL that is not its own. */
             rc = wal_start(tmp);
+            if (rc == TALLY_OK)
+                rc = wal_pad(tmp_wal);
             if (rc == TALLY_OK && rename(tmp_wal, dst_wal) != 0)
                 rc = TALLY_EIO;
             if (rc != TALLY_OK) {
@@ -168,4 +208,173 @@ store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsig
             (*made)++;
     }
     return rc;
+}
+
+/* ---- connections opened ahead ----
+ *
+ * A process that makes new files on a latency path (tallyd: a tenant's first ledger and child
+ * files) keeps a few pool files open as well: store_db handles opened, configured and with
+ * their WAL open and synced (its directory sync, which SQLite does once per new WAL handle,
+ * spent on the pool's directory), under temporary names in the pool. A create that matches
+ * one's schema and flags links it into place and moves its WAL beside it: no SQLite open on
+ * the way. The directory is synced right after the first commit is made durable (store/db.c),
+ * as SQLite syncs it after the first sync of a WAL it creates. SQLite reads neither name again
+ * after the open in WAL mode (nor rewrites a rollback journal, which it would refuse for a moved
+ * file); it skips its checkpoint at close for a file whose name moved, so store_db_close makes that
+ * checkpoint itself (store__pool_moved_close). */
+
+#define STORE_POOL_OPEN_MAX 8
+
+struct pool_open {
+    const struct store_schema *schema;
+    unsigned flags; /* without STORE_OPEN_CREATE */
+    store_db *db;
+    char held[STORE_PATH_MAX + 96];
+};
+
+static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct pool_open open_v[STORE_POOL_OPEN_MAX];
+static unsigned open_n, open_seq;
+
+/* Closes a held connection and removes its names. */
+static void
+held_drop(struct pool_open *po)
+{
+    char wal[sizeof(po->held) + 8];
+
+    store_db_close_keep_wal(po->db);
+    snprintf(wal, sizeof(wal), "%s-wal", po->held);
+    (void)unlink(wal);
+    (void)unlink(po->held);
+}
+
+/* Keeps `po` for a later take; dropped when the list is full. */
+static void
+held_put(const struct pool_open *po)
+{
+    bool kept = false;
+
+    pthread_mutex_lock(&open_mu);
+    if (open_n < STORE_POOL_OPEN_MAX) {
+        open_v[open_n++] = *po;
+        kept = true;
+    }
+    pthread_mutex_unlock(&open_mu);
+    if (!kept) {
+        struct pool_open copy = *po;
+        held_drop(&copy);
+    }
+}
+
+int
+store__pool_open_fill(const struct store_schema *schema, unsigned flags, store_open_fn open,
+                      unsigned want, unsigned *made)
+{
+    unsigned have = 0;
+    int rc = TALLY_OK;
+
+    *made = 0;
+    flags &= ~(unsigned)STORE_OPEN_CREATE;
+    if (pool_dir[0] == '\0')
+        return TALLY_OK;
+    pthread_mutex_lock(&open_mu);
+    for (unsigned i = 0; i < open_n; i++)
+        have += open_v[i].schema == schema && open_v[i].flags == flags;
+    pthread_mutex_unlock(&open_mu);
+    while (have + *made < want && rc == TALLY_OK) {
+        struct pool_open po = {schema, flags, NULL, ""};
+        unsigned seq;
+
+        pthread_mutex_lock(&open_mu);
+        seq = open_seq++;
+        pthread_mutex_unlock(&open_mu);
+        /* A temporary name: cleaned at the next start if this process dies holding it. */
+        if ((size_t)snprintf(po.held, sizeof(po.held), "%s/.open-%s-%ld-%u.db", pool_dir,
+                             schema->name, (long)getpid(), seq) >= sizeof(po.held))
+            return TALLY_ETOOBIG;
+        if (!store__pool_take(schema, po.held))
+            break; /* the pool is empty: its next fill makes more */
+        rc = open(po.held, flags, &po.db);
+        /* Its WAL's first sync now, with SQLite's sync of the new WAL's directory (the pool's). */
+        if (rc == TALLY_OK)
+            rc = store_db_sync(po.db);
+        if (rc != TALLY_OK) {
+            if (po.db != NULL)
+                held_drop(&po);
+            else
+                (void)unlink(po.held);
+            break;
+        }
+        held_put(&po);
+        (*made)++;
+    }
+    return rc;
+}
+
+int
+store__pool_take_open(const struct store_schema *schema, unsigned flags, const char *path,
+                      store_db **out)
+{
+    struct pool_open po;
+    char held_wal[sizeof(po.held) + 8], wal[STORE_PATH_MAX + 8];
+    bool found = false;
+    int rc;
+
+    *out = NULL;
+    flags &= ~(unsigned)STORE_OPEN_CREATE;
+    pthread_mutex_lock(&open_mu);
+    for (unsigned i = 0; i < open_n && !found; i++) {
+        if (open_v[i].schema == schema && open_v[i].flags == flags) {
+            po = open_v[i];
+            open_v[i] = open_v[--open_n];
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&open_mu);
+    if (!found)
+        return TALLY_ENOTFOUND;
+    if ((size_t)snprintf(held_wal, sizeof(held_wal), "%s-wal", po.held) >= sizeof(held_wal) ||
+        (size_t)snprintf(wal, sizeof(wal), "%s-wal", path) >= sizeof(wal)) {
+        held_put(&po);
+        return TALLY_ETOOBIG;
+    }
+    /* Never over a file another process made meanwhile; then the WAL the connection writes
+     * follows (a WAL left at the new name is a removed file's: never this one's). */
+    if (link(po.held, path) != 0) {
+        rc = errno == EEXIST ? TALLY_EEXIST : TALLY_EIO;
+        held_put(&po);
+        return rc;
+    }
+    if (rename(held_wal, wal) != 0) {
+        (void)unlink(path);
+        held_put(&po);
+        return TALLY_EIO;
+    }
+    (void)unlink(po.held);
+    /* Both names durable with the first commit made durable (store/db.c), as SQLite does for a
+     * WAL it creates: it synced the pool's directory, not this one. */
+    rc = store__db_moved(po.db, path);
+    if (rc != TALLY_OK) {
+        store_db_close(po.db); /* an empty file at its place: nothing in it counts */
+        return rc;
+    }
+    *out = po.db;
+    return TALLY_OK;
+}
+
+void
+store_pool_open_drop(void)
+{
+    for (;;) {
+        struct pool_open po;
+
+        pthread_mutex_lock(&open_mu);
+        if (open_n == 0) {
+            pthread_mutex_unlock(&open_mu);
+            return;
+        }
+        po = open_v[--open_n];
+        pthread_mutex_unlock(&open_mu);
+        held_drop(&po);
+    }
 }

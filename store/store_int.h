@@ -21,6 +21,9 @@ struct store_db {
     const char *path;              /* the bytes after the struct, or borrowed (store/image.c) */
     char *errmsg;                  /* ERRMSG_CAP bytes, allocated at the first error */
     struct store_capture *capture; /* tally.db in a cluster: changes captured, not committed */
+    char *moved;                   /* opened ahead and linked here (store/pool.c): its path */
+    bool sync_full;                /* opened with STORE_OPEN_SYNC_FULL */
+    bool dir_due;                  /* moved: its directory is synced at the next durable commit */
 };
 
 /* Sets db's error message (dropped when no buffer can be had: the result code still says
@@ -63,5 +66,20 @@ bool store__pool_take(const struct store_schema *schema, const char *tmp);
  * without a pool. */
 int store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsigned want,
                      unsigned *made);
+/* Opens the existing file `path` of one schema with `flags` (store_child_open and the like). */
+typedef int (*store_open_fn)(const char *path, unsigned flags, store_db **out);
+/* Keeps up to `want` pool files of `schema` open with `flags` (`open` opens them), taken from
+ * the pool's files; *made counts the new ones. */
+int store__pool_open_fill(const struct store_schema *schema, unsigned flags, store_open_fn open,
+                          unsigned want, unsigned *made);
+/* A connection opened ahead (store__pool_open_fill) of `schema` and `flags`, its file linked
+ * to `path` (never over one), its WAL moved beside it and the directory synced: TALLY_OK and
+ * *out, TALLY_ENOTFOUND when none is held, TALLY_EEXIST when `path` exists. */
+int store__pool_take_open(const struct store_schema *schema, unsigned flags, const char *path,
+                          store_db **out);
+/* Tells db its file is now at `path` (store/db.c): errors name it, the close checkpoints, and
+ * the directory is synced once a commit is durable (under synchronous FULL at the commit,
+ * otherwise at store_db_sync). */
+int store__db_moved(store_db *db, const char *path);
 
 #endif /* STORE_INT_H */

@@ -4,7 +4,11 @@
  * file shorter) and works as a file written on the spot; an empty pool, or a pool on another
  * filesystem, leaves creation as it was; two threads creating files at once never get the
  * same pool file; a start removes what an interrupted fill left; ledgers and child files alike
- * come with their WAL started.
+ * come with their WAL started. Files kept open ahead (store_child_pool_open,
+ * store_journal_pool_open) are linked into place by a create with the same flags: the
+ * connection writes the file and WAL at their new names (read back after a close and after a
+ * kill -9 of the writer), its close checkpoints as any, a file already there is opened as it
+ * is, and a drop closes and removes them.
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
@@ -15,11 +19,14 @@
 #include <cmocka.h>
 /* clang-format on */
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "store_child.h"
@@ -45,6 +52,7 @@ static int
 teardown(void **state)
 {
     (void)state;
+    store_pool_open_drop();
     store_pool_use(NULL);
     test_rmtree(dir);
     return 0;
@@ -202,6 +210,35 @@ wal_header(const char *path, unsigned char out[32])
     close(fd);
 }
 
+/* True when the WAL at `path` holds a second frame: after the header (32 bytes) and the
+ * fill's frame (24 + a page), bytes that are not the padding's zeros. */
+static bool
+wal_second_frame(const char *path)
+{
+    static const unsigned char zeros[64];
+    unsigned char frame[64];
+    int fd = open(path, O_RDONLY);
+
+    assert_true(fd >= 0);
+    assert_int_equal(pread(fd, frame, sizeof(frame), 32 + 24 + 4096), (ssize_t)sizeof(frame));
+    close(fd);
+    return memcmp(frame, zeros, sizeof(frame)) != 0;
+}
+
+/* The ledger at `path` opened again holds `want` records, and SQLite finds it whole. */
+static void
+ledger_reads_back(const char *path, int want)
+{
+    store_db *db = NULL;
+    int n = 0;
+
+    assert_int_equal(store_journal_open(path, STORE_OPEN_PRIVATE, &journal_up, &db), TALLY_OK);
+    assert_int_equal(store_journal_each(db, count_rec, &n), TALLY_OK);
+    assert_int_equal(n, want);
+    assert_int_equal(store_db_exec(db, "PRAGMA integrity_check"), TALLY_OK);
+    store_db_close(db);
+}
+
 /* A pooled WAL, before and after its file's first commit. */
 struct pooled_wal {
     char pooled[256], wal[264];
@@ -209,14 +246,16 @@ struct pooled_wal {
     unsigned char header[32];
 };
 
-/* After the fill: the pool's WAL of `name` (ledger-0.db, child-0.db), a header and a frame. */
+/* After the fill: the pool's WAL of `name` (ledger-0.db, child-0.db), a header and a frame,
+ * padded with zeros to 64 KiB. */
 static void
 wal_filled(struct pooled_wal *w, const char *name, const char *path)
 {
     snprintf(w->pooled, sizeof(w->pooled), "%s/%s-wal", pool, name);
     snprintf(w->wal, sizeof(w->wal), "%s-wal", path);
     assert_int_equal(stat(w->pooled, &w->at_fill), 0);
-    assert_true(w->at_fill.st_size > 32);
+    assert_int_equal(w->at_fill.st_size, 64 * 1024);
+    assert_true(w->at_fill.st_blocks * 512 >= w->at_fill.st_size); /* written, not sparse */
 }
 
 /* After the open: the WAL moved into place with the file (the same inode). */
@@ -232,7 +271,8 @@ wal_moved(struct pooled_wal *w)
 }
 
 /* After the first commit: appended to (the header as the fill wrote it: no new WAL, no
- * restart). */
+ * restart), within the padding: the WAL's size did not change, and the bytes after the fill's
+ * frame are no longer zeros. */
 static void
 wal_appended(const struct pooled_wal *w)
 {
@@ -242,7 +282,8 @@ wal_appended(const struct pooled_wal *w)
     wal_header(w->wal, after);
     assert_memory_equal(w->header, after, 32);
     assert_int_equal(stat(w->wal, &b), 0);
-    assert_true(b.st_size > w->at_fill.st_size);
+    assert_int_equal(b.st_size, w->at_fill.st_size);
+    assert_true(wal_second_frame(w->wal));
 }
 
 /* A pooled ledger comes with its WAL started: the WAL is moved into place with the file, and
@@ -255,7 +296,6 @@ test_ledgers_come_with_their_wal_started(void **state)
     char path[256];
     store_db *db = NULL;
     unsigned made = 0;
-    int n = 0;
 
     (void)state;
     assert_int_equal(store_journal_pool_fill(1, &made), TALLY_OK);
@@ -269,11 +309,7 @@ test_ledgers_come_with_their_wal_started(void **state)
     assert_int_equal(store_journal_append(db, 3, enc_bytes, (void *)(intptr_t)40), TALLY_OK);
     wal_appended(&w);
     store_db_close(db);
-    assert_int_equal(store_journal_open(path, STORE_OPEN_PRIVATE, &journal_up, &db), TALLY_OK);
-    assert_int_equal(store_journal_each(db, count_rec, &n), TALLY_OK);
-    assert_int_equal(n, 3);
-    assert_int_equal(store_db_exec(db, "PRAGMA integrity_check"), TALLY_OK);
-    store_db_close(db);
+    ledger_reads_back(path, 3);
 }
 
 /* A pooled child file comes with its WAL started too, opened as tallyd opens one (exclusive
@@ -406,6 +442,155 @@ test_takers_never_share_a_file(void **state)
     assert_int_equal(pool_count("child", 8), 0);
 }
 
+/* Names in the pool that start with ".open-": files kept open. */
+static int
+held_count(void)
+{
+    DIR *d = opendir(pool);
+    struct dirent *e;
+    int n = 0;
+
+    assert_non_null(d);
+    /* One thread reads the directory. */
+    /* cppcheck-suppress readdirCalled */
+    while ((e = readdir(d)) != NULL)
+        n += strncmp(e->d_name, ".open-", 6) == 0 && strstr(e->d_name, "-wal") == NULL;
+    closedir(d);
+    return n;
+}
+
+static const unsigned child_flags =
+    STORE_OPEN_PRIVATE | STORE_OPEN_EXCLUSIVE | STORE_OPEN_PERSIST_WAL | STORE_OPEN_SYNC_FULL;
+
+/* Two child files kept open: a create with their flags links one into place (its inode, one
+ * link, its WAL beside it), the connection's commits land in the WAL at the new name, its close
+ * checkpoints (the WAL emptied, the file holding the rows) and the file reads back. A create
+ * with other flags renames a plain pool file instead; a file already at the path is opened as
+ * it is and the open one stays held. */
+static void
+test_open_files_are_linked_into_place(void **state)
+{
+    char path[256], wal[264];
+    store_db *db = NULL;
+    unsigned made = 0;
+    uint64_t inc = 0;
+    struct stat sb, wb;
+
+    (void)state;
+    assert_int_equal(store_child_pool_fill(4, &made), TALLY_OK);
+    assert_int_equal(store_child_pool_open(child_flags | STORE_OPEN_CREATE, 2, &made), TALLY_OK);
+    assert_int_equal(made, 2);
+    assert_int_equal(held_count(), 2);
+    assert_int_equal(pool_count("child", 8), 2); /* two pool files taken to be opened */
+    assert_int_equal(store_child_pool_open(child_flags, 2, &made), TALLY_OK);
+    assert_int_equal(made, 0); /* held already */
+
+    snprintf(path, sizeof(path), "%s/search.db", dir);
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    assert_int_equal(store_child_open(path, child_flags, &child_up, &db), TALLY_OK);
+    assert_int_equal(held_count(), 1);
+    assert_int_equal(pool_count("child", 8), 2); /* no plain pool file used */
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_nlink, 1);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    assert_int_equal(stat(wal, &wb), 0);
+    assert_false(wal_second_frame(wal));
+    assert_int_equal(store_child_incarnation_next(db, &inc, NULL, NULL), TALLY_OK);
+    assert_int_equal(inc, 1);
+    {
+        struct stat after;
+
+        assert_int_equal(stat(wal, &after), 0);
+        assert_int_equal(after.st_ino, wb.st_ino);
+        assert_int_equal(after.st_size, wb.st_size); /* within the padding */
+        assert_true(wal_second_frame(wal));          /* the commit went to the moved WAL */
+    }
+    store_db_close(db);
+    assert_int_equal(stat(wal, &wb), 0);
+    assert_int_equal(wb.st_size, 0); /* checkpointed at the close, kept empty */
+    assert_int_equal(store_child_open(path, child_flags, &child_up, &db), TALLY_OK);
+    assert_int_equal(store_child_incarnation_next(db, &inc, NULL, NULL), TALLY_OK);
+    assert_int_equal(inc, 2);
+    assert_int_equal(store_db_exec(db, "PRAGMA integrity_check"), TALLY_OK);
+    store_db_close(db);
+    assert_int_equal(held_count(), 1); /* an existing file: nothing taken */
+
+    /* Other flags: a plain pool file renamed into place, the open one left. */
+    snprintf(path, sizeof(path), "%s/other.db", dir);
+    assert_int_equal(store_child_open(path, STORE_OPEN_PRIVATE, &child_up, &db), TALLY_OK);
+    store_db_close(db);
+    assert_int_equal(held_count(), 1);
+    assert_int_equal(pool_count("child", 8), 1);
+
+    store_pool_open_drop();
+    assert_int_equal(held_count(), 0);
+    assert_int_equal(pool_count("child", 8), 1);
+}
+
+/* A ledger kept open, as a first turn opens one: records appended at its new name, the WAL
+ * kept at the close (store_db_close_keep_wal), and another connection opening the file by
+ * its name reads them. */
+static void
+test_open_ledgers_are_linked_into_place(void **state)
+{
+    const unsigned flags =
+        STORE_OPEN_PRIVATE | STORE_OPEN_EXCLUSIVE | STORE_OPEN_PERSIST_WAL | STORE_OPEN_SYNC_FULL;
+    char path[256];
+    store_db *db = NULL;
+    unsigned made = 0;
+
+    (void)state;
+    assert_int_equal(store_journal_pool_fill(2, &made), TALLY_OK);
+    assert_int_equal(store_journal_pool_open(flags, 1, &made), TALLY_OK);
+    assert_int_equal(made, 1);
+    assert_int_equal(store_child_pool_open(child_flags, 1, &made), TALLY_OK);
+    assert_int_equal(made, 0); /* no child file in the pool: nothing to open */
+    snprintf(path, sizeof(path), "%s/ledger.db", dir);
+    assert_int_equal(store_journal_open(path, flags, &journal_up, &db), TALLY_OK);
+    assert_int_equal(held_count(), 0);
+    assert_int_equal(store_journal_append(db, 3, enc_bytes, (void *)(intptr_t)40), TALLY_OK);
+    store_db_close_keep_wal(db);
+    ledger_reads_back(path, 3);
+}
+
+/* A writer killed (-9) right after its first commit on a file kept open and linked into
+ * place: the commit is in the file's WAL at its new name, and the next open reads it. */
+static void
+test_open_file_commit_survives_kill9(void **state)
+{
+    char path[256];
+    store_db *db = NULL;
+    unsigned made = 0;
+    uint64_t inc = 0;
+    int status = 0;
+    pid_t pid;
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/search.db", dir);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* The child: no cmocka here; its exit status tells what failed. */
+        if (store_child_pool_fill(2, &made) != TALLY_OK ||
+            store_child_pool_open(child_flags, 1, &made) != TALLY_OK || made != 1)
+            _exit(2);
+        if (store_child_open(path, child_flags, &child_up, &db) != TALLY_OK || held_count() != 0)
+            _exit(3);
+        if (store_child_incarnation_next(db, &inc, NULL, NULL) != TALLY_OK || inc != 1)
+            _exit(4);
+        kill(getpid(), SIGKILL);
+        _exit(5);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGKILL);
+    assert_int_equal(store_child_open(path, child_flags, &child_up, &db), TALLY_OK);
+    assert_int_equal(store_child_incarnation_next(db, &inc, NULL, NULL), TALLY_OK);
+    assert_int_equal(inc, 2);
+    assert_int_equal(store_db_exec(db, "PRAGMA integrity_check"), TALLY_OK);
+    store_db_close(db);
+}
+
 int
 main(void)
 {
@@ -418,6 +603,9 @@ main(void)
         cmocka_unit_test_setup_teardown(test_clean_removes_what_a_fill_left, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pool_elsewhere_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(test_takers_never_share_a_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_files_are_linked_into_place, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_ledgers_are_linked_into_place, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_file_commit_survives_kill9, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

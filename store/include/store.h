@@ -81,6 +81,9 @@ void store_pool_use(const char *dir);
 /** Removes what a fill interrupted by a crash left in the pool (its temporary names), and
  *  creates the directory. Run by tallyd at start, before anything fills it. */
 int store_pool_clean(const char *dir);
+/** Closes the pool's files kept open (store_child_pool_open, store_journal_pool_open) and
+ *  removes them. Call when no other thread creates files. */
+void store_pool_open_drop(void);
 /** The statement numbered `idx` of the schema, reset and unbound, valid until close. */
 sqlite3_stmt *store_db_stmt(store_db *db, int idx);
 /** Maps a SQLite result code to a tally result code, keeping the detail for

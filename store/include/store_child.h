@@ -40,6 +40,10 @@ TALLY_MUST_CHECK int store_child_open(const char *path, unsigned flags,
 /** Puts up to `want` new child files in this process's pool (store_pool_use), each written
  *  and synced with its WAL started; *made counts them. */
 int store_child_pool_fill(unsigned want, unsigned *made);
+/** Keeps up to `want` of the pool's child files open with `flags` (those of store_child_open
+ *  calls that will create files): such a create links one into place instead of opening a
+ *  file (store_pool_open_drop). *made counts the new ones; none when the pool is empty. */
+int store_child_pool_open(unsigned flags, unsigned want, unsigned *made);
 /** Adds one to the stored incarnation (0 when none) and returns it in *out, durably under
  *  STORE_OPEN_SYNC_FULL (otherwise call store_db_sync()). With `limits` non-NULL, also swaps
  *  meta "limits" in the same transaction: *limits (today's fingerprint of the limits over the

@@ -35,6 +35,8 @@ int store_journal_warm(void);
 /** Puts up to `want` new ledgers in this process's pool (store_pool_use), each written and
  *  synced with its WAL started; *made counts them. */
 int store_journal_pool_fill(unsigned want, unsigned *made);
+/** Keeps up to `want` of the pool's ledgers open with `flags` (as store_child_pool_open). */
+int store_journal_pool_open(unsigned flags, unsigned want, unsigned *made);
 
 /** Opens (creating, 0600) the journal at `path`, upgrading a format-1 file with `up` (borrowed
  *  for the call). flags: STORE_OPEN_SYNC_FULL for strict durability, STORE_OPEN_PRIVATE. *out

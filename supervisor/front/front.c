@@ -478,6 +478,8 @@ front_free(sup_front *f)
     front_fast_free(&f->fast);
     front_callers_free(f->callers);
     store_use_close(f->use); /* every child is closed: no counter is bound */
+    if (f->pool_on)
+        store_pool_open_drop(); /* no fill, no first turn runs now */
     store_key_free(f->key);
     store_snapshot_free(f->snap);
     store_db_close(f->config);

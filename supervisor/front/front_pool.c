@@ -1,19 +1,27 @@
 /*
- * Child files made ahead (DATA/pool, store/pool.c): tallyd cleans the pool at start and keeps
- * POOL_CHILDREN new child files in it, each written and synced with its WAL started, one fill
- * at a time on the thread pool. A tenant's first request on an endpoint renames one into place
- * (front_store.c), and a fill POOL_REFILL_AFTER_MS later makes it again: the write and the
- * fdatasyncs of a new file stay off that request's path.
+ * Files made ahead (DATA/pool, store/pool.c): tallyd cleans the pool at start and keeps
+ * POOL_CHILDREN new child files and POOL_LEDGERS new ledgers in it, each written and synced
+ * with its WAL started, and keeps POOL_OPEN of each open as they will be opened (a child
+ * file's connection, a first turn's ledger: store_child_pool_open, sup_first_turn_pool_open),
+ * one fill at a time on the thread pool. A tenant's first request on an endpoint links an
+ * open one into place (front_store.c, first_turn.c), or renames a file when none is open, and
+ * a fill POOL_REFILL_AFTER_MS later makes them again: the write, the fdatasyncs and the SQLite
+ * open of a new file stay off that request's path.
  */
 #include "sup_front_int.h"
 
 #include "store.h"
 #include "store_child.h"
+#include "store_journal.h"
 #include "store_paths.h"
+#include "sup_ledger.h"
 
 /* Enough for a burst of new tenants between two fills (each fill is a write and an fdatasync
  * per file, off the requests' path). */
 #define POOL_CHILDREN 4
+#define POOL_LEDGERS  4
+/* Each open one holds two descriptors (its file, its WAL) and a connection's memory. */
+#define POOL_OPEN 4
 /* A take's fill waits this long. Started at once it ran beside the first answer the file was
  * taken for, which then waits for its supervisor's start and commit: on two CPUs and one disk
  * the fill's CPU and fdatasyncs made that answer 1 to 2 ms slower at the median. Takes
@@ -21,13 +29,21 @@
  * filled. */
 #define POOL_REFILL_AFTER_MS 20
 
+/* Thread pool. A failure leaves the creations to write or open their own files. */
 static void
 pool_fill(uv_work_t *w)
 {
+    sup_front *f = w->data;
     unsigned made;
 
-    (void)w;
-    (void)store_child_pool_fill(POOL_CHILDREN, &made); /* failed: creations write their own */
+    (void)store_child_pool_fill(POOL_CHILDREN, &made);
+    (void)store_child_pool_open(f->pool_flags, POOL_OPEN, &made);
+    (void)store_child_pool_fill(POOL_CHILDREN, &made); /* those taken to be opened */
+    if (!f->pool_ledgers)
+        return; /* no first turns: the spares' fills keep the ledgers */
+    (void)store_journal_pool_fill(POOL_LEDGERS, &made);
+    (void)sup_first_turn_pool_open(POOL_OPEN, &made);
+    (void)store_journal_pool_fill(POOL_LEDGERS, &made);
 }
 
 static void
@@ -57,6 +73,9 @@ front_pool_refill(sup_front *f)
         return;
     }
     f->pool_work.data = f;
+    /* Read by the job: set here, on the loop, before it runs. */
+    f->pool_flags = front_store_flags(f);
+    f->pool_ledgers = !f->cl_on;
     if (uv_queue_work(f->loop, &f->pool_work, pool_fill, pool_filled) == 0)
         f->pool_busy = true;
 }

@@ -42,12 +42,15 @@ open_file(struct front_child *fc)
     if (rc == TALLY_OK)
         rc = store_tenant_dirs(f->data, fc->tenant);
     if (rc == TALLY_OK)
-        rc = store_child_open(path,
-                              STORE_OPEN_CREATE | STORE_OPEN_PRIVATE | STORE_OPEN_EXCLUSIVE |
-                                  STORE_OPEN_PERSIST_WAL |
-                                  (f->cfg.strict ? STORE_OPEN_SYNC_FULL : 0),
-                              &child_upgrade, &fc->store.db);
+        rc = store_child_open(path, front_store_flags(f), &child_upgrade, &fc->store.db);
     return rc;
+}
+
+unsigned
+front_store_flags(const sup_front *f)
+{
+    return STORE_OPEN_CREATE | STORE_OPEN_PRIVATE | STORE_OPEN_EXCLUSIVE | STORE_OPEN_PERSIST_WAL |
+           (f->cfg.strict ? STORE_OPEN_SYNC_FULL : 0);
 }
 
 /* A store_child_visit_fn (thread pool): one stored row decoded and kept for the

@@ -463,8 +463,9 @@ on_signal(uv_signal_t *s, int signum)
 }
 
 /* Descriptors: 3 per open child file counted (the file and its WAL, and room to
- * spare), one per supervisor channel, one per connection (HTTP and binary), and
- * some to spare. The soft limit is raised towards the hard one to fit them all; when
+ * spare), one per supervisor channel, one per connection (HTTP and binary), 16 for the
+ * pool's files kept open (front_pool.c: 4 child files and 4 ledgers, a file and a WAL
+ * each), and some to spare. The soft limit is raised towards the hard one to fit them all; when
  * even the child files and supervisors cannot fit, one line says so at start. */
 static void
 fit_descriptors(const struct sup_server_opts *o)
@@ -472,7 +473,7 @@ fit_descriptors(const struct sup_server_opts *o)
     uint64_t children =
         o->max_open_children > 0 ? o->max_open_children : SUP_FRONT_MAX_OPEN_CHILDREN_DEFAULT;
     uint64_t sups = o->max_supervisors > 0 ? o->max_supervisors : 1024;
-    uint64_t core = 3 * children + sups + 64;
+    uint64_t core = 3 * children + sups + 16 + 64;
     uint64_t want = core + 2 * (uint64_t)o->max_connections;
     struct rlimit rl;
     struct tally_log l;

@@ -169,6 +169,8 @@ struct sup_front {
      * (front_store.c): a tenant's first request renames one into place. */
     uv_work_t pool_work;
     bool pool_on, pool_busy, pool_again;
+    bool pool_ledgers;     /* the fill keeps ledgers open for first turns (not in a cluster) */
+    unsigned pool_flags;   /* the child files' open flags (front_store_flags), for the fill */
     uv_timer_t pool_timer; /* a fill after a take (front_pool.c) */
     uv_timer_t reload_timer;
     struct sup_front_stats stats;
@@ -255,6 +257,8 @@ bool front_store_early_queue(struct front_child *fc);
 void front_store_open_queue(struct front_child *fc);
 /** The open's job (thread pool) and its end (loop), for a look that opens at once. */
 void front_store_open_work(uv_work_t *w);
+/* The open flags of a child's file (store_child_open). */
+unsigned front_store_flags(const sup_front *f);
 void front_store_open_done(uv_work_t *w, int status);
 /** Starts the idle sweep (front_child_life.c); its timer is closed by front_children_close. */
 void front_children_init(sup_front *f);

@@ -47,6 +47,19 @@ commit(sup_first_ledger *fl, const struct sup_records *batch)
     return store_journal_append(fl->journal, batch->count, encode_at, batch->v);
 }
 
+/* Durable at each commit in both modes: the turn's answers leave once it returns. Locked
+ * exclusively while open (its WAL index in memory: no -shm file made on the way; a reader of
+ * the ledger waits the few milliseconds of the turn). */
+#define LEDGER_FLAGS                                                                               \
+    (STORE_OPEN_CREATE | STORE_OPEN_PERSIST_WAL | STORE_OPEN_PRIVATE | STORE_OPEN_EXCLUSIVE |      \
+     STORE_OPEN_SYNC_FULL)
+
+int
+sup_first_turn_pool_open(unsigned want, unsigned *made)
+{
+    return store_journal_pool_open(LEDGER_FLAGS, want, made);
+}
+
 int
 sup_first_turn_open(const char *data, const struct sup_first_turn *t, sup_first_ledger **out)
 {
@@ -78,14 +91,8 @@ sup_first_turn_open(const char *data, const struct sup_first_turn *t, sup_first_
         rc = TALLY_EEXIST;
     else if (rc == TALLY_OK && errno != ENOENT)
         rc = TALLY_EIO;
-    /* Durable at each commit in both modes: the turn's answers leave once it returns. Locked
-     * exclusively while open (its WAL index in memory: no -shm file made on the way; a reader
-     * of the ledger waits the few milliseconds of the turn). */
     if (rc == TALLY_OK)
-        rc = store_journal_open(path,
-                                STORE_OPEN_CREATE | STORE_OPEN_PERSIST_WAL | STORE_OPEN_PRIVATE |
-                                    STORE_OPEN_EXCLUSIVE | STORE_OPEN_SYNC_FULL,
-                                &upgrade, &fl->journal);
+        rc = store_journal_open(path, LEDGER_FLAGS, &upgrade, &fl->journal);
     if (rc == TALLY_OK) {
         memset(&cfg, 0, sizeof(cfg));
         snprintf(cfg.tenant, sizeof(cfg.tenant), "%s", t->tenant);

@@ -283,7 +283,9 @@ pl_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out
     if (rc != SQLITE_OK || p->real->pMethods == NULL)
         return rc; /* base.pMethods stays NULL: SQLite will not call xClose */
     p->hold = (flags & (SQLITE_OPEN_MAIN_DB | SQLITE_OPEN_WAL)) != 0;
-    p->slow = p->hold && slow_sync_ms > 0 && name != NULL && strstr(name, "/endpoints/") != NULL;
+    /* A child file, or one kept open in the pool to become one (store/pool.c). */
+    p->slow = p->hold && slow_sync_ms > 0 && name != NULL &&
+              (strstr(name, "/endpoints/") != NULL || strstr(name, "/pool/.open-child-") != NULL);
     if (p->real->pMethods->xFileSize(p->real, &p->size) != SQLITE_OK)
         p->size = 0;
     p->base.pMethods = &pl_io;

@@ -103,6 +103,9 @@ TALLY_MUST_CHECK int sup_first_turn_open(const char *data, const struct sup_firs
 TALLY_MUST_CHECK int sup_first_turn_run(sup_first_ledger *fl, const struct proto_lease_msg *in,
                                         size_t n_in, struct proto_lease_msg *out, size_t cap,
                                         size_t *n /* OUT */);
+/** Any thread: keeps up to `want` of DATA/pool's ledgers open as a first turn opens a ledger
+ *  (store_journal_pool_open): a turn's open then links one into place. *made counts them. */
+int sup_first_turn_pool_open(unsigned want, unsigned *made);
 /** Any thread: the ledger closed as written (its WAL kept for the supervisor's replay) and the
  *  lock released. NULL is a no-op. */
 void sup_first_turn_close(sup_first_ledger *fl);
