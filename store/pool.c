@@ -9,7 +9,7 @@
  *
  * Files are pooled with their WAL started (`NAME-K.db-wal`): one commit that changes nothing,
  * synced and checkpointed, the WAL kept with its header and that frame, padded with zeros to
- * STORE_POOL_WAL_BYTES (wal_pad). A new file's first
+ * STORE_POOL_WAL_FRAMES frames (wal_pad). A new file's first
  * commit (a new ledger's on its supervisor's first answer, a new child file's incarnation,
  * which that answer waits for in tallyd) then appends to a WAL that exists: one fdatasync and
  * a directory sync, instead of the new WAL's header and its fdatasync before them. Every pool file
@@ -32,8 +32,9 @@
 #include "store_paths.h"
 
 #define STORE_POOL_FILES 8
-/* A pool file's WAL, padded: a new ledger's or child file's first commits fit in it. */
-#define STORE_POOL_WAL_BYTES ((off_t)64 * 1024)
+/* A pool file's WAL is padded to this many frames (its own included): a new ledger's first
+ * turn or a new child file's incarnation commits one or two, which fit in it. */
+#define STORE_POOL_WAL_FRAMES 4
 static char pool_dir[STORE_PATH_MAX];
 
 void
@@ -126,25 +127,29 @@ wal_start(const char *tmp)
     return rc == SQLITE_OK ? TALLY_OK : TALLY_EIO;
 }
 
-/* Pads the started WAL `wal` with zeros written up to STORE_POOL_WAL_BYTES, synced: the first
- * commits of its file (restarting the WAL from its start, as every frame of it is
- * checkpointed) then write within the file's size, and their fdatasyncs flush data with no
- * metadata to journal. A frame of zeros ends the WAL's recovery (its salts do not match). */
+/* Pads the started WAL `wal` with zeros written up to STORE_POOL_WAL_FRAMES frames, synced:
+ * the first commits of its file (appended after the pool's frame) then write within the
+ * file's size, and their fdatasyncs flush data with no metadata to journal. A frame of zeros
+ * ends the WAL's recovery (its salts do not match). */
 static int
 wal_pad(const char *wal)
 {
     static const char zeros[4096];
+    unsigned char hdr[32];
     struct stat sb;
-    int fd = open(wal, O_WRONLY | O_CLOEXEC);
+    off_t end = 0;
+    int fd = open(wal, O_RDWR | O_CLOEXEC);
     int rc = TALLY_OK;
 
-    if (fd < 0 || fstat(fd, &sb) != 0)
+    /* The page size: big-endian at byte 8 of the WAL's header; a frame is 24 bytes and a page. */
+    if (fd < 0 || fstat(fd, &sb) != 0 || pread(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr))
         rc = TALLY_EIO;
-    for (off_t at = rc == TALLY_OK ? sb.st_size : STORE_POOL_WAL_BYTES;
-         at < STORE_POOL_WAL_BYTES && rc == TALLY_OK;) {
-        size_t len = STORE_POOL_WAL_BYTES - at < (off_t)sizeof(zeros)
-                         ? (size_t)(STORE_POOL_WAL_BYTES - at)
-                         : sizeof(zeros);
+    else
+        end = 32 + STORE_POOL_WAL_FRAMES *
+                       (24 + (off_t)((uint32_t)hdr[8] << 24 | (uint32_t)hdr[9] << 16 |
+                                     (uint32_t)hdr[10] << 8 | hdr[11]));
+    for (off_t at = rc == TALLY_OK ? sb.st_size : end; at < end && rc == TALLY_OK;) {
+        size_t len = end - at < (off_t)sizeof(zeros) ? (size_t)(end - at) : sizeof(zeros);
         ssize_t n = pwrite(fd, zeros, len, at);
 
         if (n <= 0)
