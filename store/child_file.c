@@ -56,7 +56,7 @@ open_pooled(const char *path, unsigned flags, store_db **out)
 int
 store_child_pool_open(unsigned flags, unsigned want, unsigned *made)
 {
-    return store__pool_open_fill(&child_schema, flags, open_pooled, want, made);
+    return store__pool_open_fill(&child_schema, child_upgrade, flags, open_pooled, want, made);
 }
 
 int

@@ -115,7 +115,7 @@ open_pooled(const char *path, unsigned flags, store_db **out)
 int
 store_journal_pool_open(unsigned flags, unsigned want, unsigned *made)
 {
-    return store__pool_open_fill(&journal_schema, flags, open_pooled, want, made);
+    return store__pool_open_fill(&journal_schema, journal_upgrade, flags, open_pooled, want, made);
 }
 
 int

@@ -8,8 +8,8 @@
  * Set once per process, before any file is created.
  *
  * Files are pooled with their WAL started (`NAME-K.db-wal`): one commit that changes nothing,
- * synced and checkpointed, the WAL kept with its header and that frame, padded with zeros to
- * STORE_POOL_WAL_FRAMES frames (wal_pad). A new file's first
+ * synced and checkpointed, the WAL kept with its header and that frame, inside zeros written
+ * to STORE_POOL_WAL_FRAMES frames (wal_zeros). A new file's first
  * commit (a new ledger's on its supervisor's first answer, a new child file's incarnation,
  * which that answer waits for in tallyd) then appends to a WAL that exists: one fdatasync and
  * a directory sync, instead of the new WAL's header and its fdatasync before them. Every pool file
@@ -32,7 +32,7 @@
 #include "store_paths.h"
 
 #define STORE_POOL_FILES 8
-/* A pool file's WAL is padded to this many frames (its own included): a new ledger's first
+/* A pool file's WAL is written this many frames long (its own included): a new ledger's first
  * turn or a new child file's incarnation commits one or two, which fit in it. */
 #define STORE_POOL_WAL_FRAMES 4
 static char pool_dir[STORE_PATH_MAX];
@@ -127,28 +127,36 @@ wal_start(const char *tmp)
     return rc == SQLITE_OK ? TALLY_OK : TALLY_EIO;
 }
 
-/* Pads the started WAL `wal` with zeros written up to STORE_POOL_WAL_FRAMES frames, synced:
- * the first commits of its file (appended after the pool's frame) then write within the
- * file's size, and their fdatasyncs flush data with no metadata to journal. A frame of zeros
- * ends the WAL's recovery (its salts do not match). */
+/* Creates the WAL of the new file `path` as STORE_POOL_WAL_FRAMES frames of zeros (the page
+ * size read from the file's header), unsynced: the commit that starts the WAL writes its
+ * header and frame inside it and syncs the whole. The first commits of the file then write
+ * within the WAL's size, and their fdatasyncs flush data with no metadata to journal. Zeros
+ * are no WAL header (SQLite starts one) and no frame (their salts do not match): a WAL of
+ * zeros past its frames recovers as those frames. */
 static int
-wal_pad(const char *wal)
+wal_zeros(const char *path)
 {
     static const char zeros[4096];
-    unsigned char hdr[32];
-    struct stat sb;
-    off_t end = 0;
-    int fd = open(wal, O_RDWR | O_CLOEXEC);
-    int rc = TALLY_OK;
+    char wal[STORE_PATH_MAX + 128];
+    unsigned char hdr[2];
+    off_t end = 0, page;
+    int fd = open(path, O_RDONLY | O_CLOEXEC), rc = TALLY_EIO;
 
-    /* The page size: big-endian at byte 8 of the WAL's header; a frame is 24 bytes and a page. */
-    if (fd < 0 || fstat(fd, &sb) != 0 || pread(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr))
-        rc = TALLY_EIO;
-    else
-        end = 32 + STORE_POOL_WAL_FRAMES *
-                       (24 + (off_t)((uint32_t)hdr[8] << 24 | (uint32_t)hdr[9] << 16 |
-                                     (uint32_t)hdr[10] << 8 | hdr[11]));
-    for (off_t at = rc == TALLY_OK ? sb.st_size : end; at < end && rc == TALLY_OK;) {
+    /* The page size: big-endian at byte 16 of the database header, 1 meaning 65536. */
+    if (fd >= 0 && pread(fd, hdr, sizeof(hdr), 16) == (ssize_t)sizeof(hdr))
+        rc = TALLY_OK;
+    if (fd >= 0)
+        close(fd);
+    if (rc != TALLY_OK)
+        return rc;
+    page = (off_t)hdr[0] << 8 | hdr[1];
+    end = 32 + STORE_POOL_WAL_FRAMES * (24 + (page == 1 ? 65536 : page));
+    if ((size_t)snprintf(wal, sizeof(wal), "%s-wal", path) >= sizeof(wal))
+        return TALLY_ETOOBIG;
+    fd = open(wal, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return TALLY_EIO;
+    for (off_t at = 0; at < end && rc == TALLY_OK;) {
         size_t len = end - at < (off_t)sizeof(zeros) ? (size_t)(end - at) : sizeof(zeros);
         ssize_t n = pwrite(fd, zeros, len, at);
 
@@ -157,10 +165,9 @@ wal_pad(const char *wal)
         else
             at += n;
     }
-    if (rc == TALLY_OK && fdatasync(fd) != 0)
-        rc = TALLY_EIO;
-    if (fd >= 0)
-        close(fd);
+    close(fd);
+    if (rc != TALLY_OK)
+        (void)unlink(wal);
     return rc;
 }
 
@@ -194,9 +201,10 @@ store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsig
             snprintf(tmp_wal, sizeof(tmp_wal), "%s-wal", tmp);
             snprintf(dst_wal, sizeof(dst_wal), "%s-wal", dst);
             /* The WAL goes first: a file in the pool never has a WAL that is not its own. */
-            rc = wal_start(tmp);
+            (void)unlink(tmp_wal);
+            rc = wal_zeros(tmp);
             if (rc == TALLY_OK)
-                rc = wal_pad(tmp_wal);
+                rc = wal_start(tmp);
             if (rc == TALLY_OK && rename(tmp_wal, dst_wal) != 0)
                 rc = TALLY_EIO;
             if (rc != TALLY_OK) {
@@ -218,9 +226,10 @@ store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsig
 /* ---- connections opened ahead ----
  *
  * A process that makes new files on a latency path (tallyd: a tenant's first ledger and child
- * files) keeps a few pool files open as well: store_db handles opened, configured and with
- * their WAL open and synced (its directory sync, which SQLite does once per new WAL handle,
- * spent on the pool's directory), under temporary names in the pool. A create that matches
+ * files) keeps a few new files open as well: each made as a pool file is, under a temporary
+ * name in the pool, and opened as its creator will open it, the store_db handle configured
+ * and its WAL started by that connection (its directory sync, which SQLite does once per
+ * new WAL handle, spent on the pool's directory). A create that matches
  * one's schema and flags links it into place and moves its WAL beside it: no SQLite open on
  * the way. The directory is synced right after the first commit is made durable (store/db.c),
  * as SQLite syncs it after the first sync of a WAL it creates. SQLite reads neither name again
@@ -272,8 +281,8 @@ held_put(const struct pool_open *po)
 }
 
 int
-store__pool_open_fill(const struct store_schema *schema, unsigned flags, store_open_fn open,
-                      unsigned want, unsigned *made)
+store__pool_open_fill(const struct store_schema *schema, store_migrate_fn step, unsigned flags,
+                      store_open_fn open, unsigned want, unsigned *made)
 {
     unsigned have = 0;
     int rc = TALLY_OK;
@@ -288,6 +297,7 @@ store__pool_open_fill(const struct store_schema *schema, unsigned flags, store_o
     pthread_mutex_unlock(&open_mu);
     while (have + *made < want && rc == TALLY_OK) {
         struct pool_open po = {schema, flags, NULL, ""};
+        char sql[48];
         unsigned seq;
 
         pthread_mutex_lock(&open_mu);
@@ -297,17 +307,26 @@ store__pool_open_fill(const struct store_schema *schema, unsigned flags, store_o
         if ((size_t)snprintf(po.held, sizeof(po.held), "%s/.open-%s-%ld-%u.db", pool_dir,
                              schema->name, (long)getpid(), seq) >= sizeof(po.held))
             return TALLY_ETOOBIG;
-        if (!store__pool_take(schema, po.held))
-            break; /* the pool is empty: its next fill makes more */
-        rc = open(po.held, flags, &po.db);
-        /* Its WAL's first sync now, with SQLite's sync of the new WAL's directory (the pool's). */
+        /* Made here as a pool file is (the image, a WAL of zeros), then opened, and its WAL
+         * started by this connection: one commit that changes nothing, synced, which spends
+         * SQLite's sync of the new WAL's directory (the pool's) here, not on a request's path. */
+        rc = store__image_write(schema, step, NULL, NULL, po.held);
         if (rc == TALLY_OK)
+            rc = wal_zeros(po.held);
+        if (rc == TALLY_OK)
+            rc = open(po.held, flags, &po.db);
+        snprintf(sql, sizeof(sql), "PRAGMA user_version=%d", schema->n_migrations);
+        if (rc == TALLY_OK)
+            rc = store_db_exec(po.db, sql);
+        if (rc == TALLY_OK && !(flags & STORE_OPEN_SYNC_FULL))
             rc = store_db_sync(po.db);
         if (rc != TALLY_OK) {
-            if (po.db != NULL)
-                held_drop(&po);
-            else
-                (void)unlink(po.held);
+            char wal[sizeof(po.held) + 8];
+
+            store_db_close_keep_wal(po.db);
+            snprintf(wal, sizeof(wal), "%s-wal", po.held);
+            (void)unlink(wal);
+            (void)unlink(po.held);
             break;
         }
         held_put(&po);

@@ -68,10 +68,10 @@ int store__pool_fill(const struct store_schema *schema, store_migrate_fn step, u
                      unsigned *made);
 /* Opens the existing file `path` of one schema with `flags` (store_child_open and the like). */
 typedef int (*store_open_fn)(const char *path, unsigned flags, store_db **out);
-/* Keeps up to `want` pool files of `schema` open with `flags` (`open` opens them), taken from
- * the pool's files; *made counts the new ones. */
-int store__pool_open_fill(const struct store_schema *schema, unsigned flags, store_open_fn open,
-                          unsigned want, unsigned *made);
+/* Keeps up to `want` new files of `schema` open with `flags` (`open` opens them, made with
+ * `step` as pool files are); *made counts the new ones. */
+int store__pool_open_fill(const struct store_schema *schema, store_migrate_fn step, unsigned flags,
+                          store_open_fn open, unsigned want, unsigned *made);
 /* A connection opened ahead (store__pool_open_fill) of `schema` and `flags`, its file linked
  * to `path` (never over one), its WAL moved beside it and the directory synced: TALLY_OK and
  * *out, TALLY_ENOTFOUND when none is held, TALLY_EEXIST when `path` exists. */

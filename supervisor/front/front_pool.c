@@ -1,10 +1,11 @@
 /*
  * Files made ahead (DATA/pool, store/pool.c): tallyd cleans the pool at start and keeps
  * POOL_CHILDREN new child files and POOL_LEDGERS new ledgers in it, each written and synced
- * with its WAL started, and keeps POOL_OPEN of each open as they will be opened (a child
- * file's connection, a first turn's ledger: store_child_pool_open, sup_first_turn_pool_open),
- * one fill at a time on the thread pool. A tenant's first request on an endpoint links an
- * open one into place (front_store.c, first_turn.c), or renames a file when none is open, and
+ * with its WAL started, and POOL_OPEN more of each made the same way and kept open as they
+ * will be opened (a child file's connection, a first turn's ledger: store_child_pool_open,
+ * sup_first_turn_pool_open), the open ones first, one fill at a time on the thread pool. A
+ * tenant's first request on an endpoint links an open one into place (front_store.c,
+ * first_turn.c), or renames a pooled file when none is open, and
  * a fill POOL_REFILL_AFTER_MS later makes them again: the write, the fdatasyncs and the SQLite
  * open of a new file stay off that request's path.
  */
@@ -36,12 +37,10 @@ pool_fill(uv_work_t *w)
     sup_front *f = w->data;
     unsigned made;
 
-    (void)store_child_pool_fill(POOL_CHILDREN, &made);
     (void)store_child_pool_open(f->pool_flags, POOL_OPEN, &made);
-    (void)store_child_pool_fill(POOL_CHILDREN, &made); /* those taken to be opened */
+    (void)store_child_pool_fill(POOL_CHILDREN, &made);
     if (!f->pool_ledgers)
         return; /* no first turns: the spares' fills keep the ledgers */
-    (void)store_journal_pool_fill(POOL_LEDGERS, &made);
     (void)sup_first_turn_pool_open(POOL_OPEN, &made);
     (void)store_journal_pool_fill(POOL_LEDGERS, &made);
 }
