@@ -247,6 +247,7 @@ open_done(uv_work_t *w, int status)
     }
     ff->state = FIRST_READY;
     ff->ready_mono_ms = front_now().mono_ms;
+    f->pool_turned = true;
     front_pool_taken(f);             /* its ledger came from the pool, open or not */
     front_first_kick(f, ff->tenant); /* the messages that came meanwhile */
 }

@@ -39,8 +39,10 @@ pool_fill(uv_work_t *w)
 
     (void)store_child_pool_open(f->pool_flags, POOL_OPEN, &made);
     (void)store_child_pool_fill(POOL_CHILDREN, &made);
+    /* Ledgers once tallyd has made a first turn (never in a cluster): a tallyd that serves
+     * known tenants only never takes one, and the spares' fills keep plain ones. */
     if (!f->pool_ledgers)
-        return; /* no first turns: the spares' fills keep the ledgers */
+        return;
     (void)sup_first_turn_pool_open(POOL_OPEN, &made);
     (void)store_journal_pool_fill(POOL_LEDGERS, &made);
 }
@@ -74,7 +76,7 @@ front_pool_refill(sup_front *f)
     f->pool_work.data = f;
     /* Read by the job: set here, on the loop, before it runs. */
     f->pool_flags = front_store_flags(f);
-    f->pool_ledgers = !f->cl_on;
+    f->pool_ledgers = !f->cl_on && f->pool_turned;
     if (uv_queue_work(f->loop, &f->pool_work, pool_fill, pool_filled) == 0)
         f->pool_busy = true;
 }

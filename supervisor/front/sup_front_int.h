@@ -170,6 +170,7 @@ struct sup_front {
     uv_work_t pool_work;
     bool pool_on, pool_busy, pool_again;
     bool pool_ledgers;     /* the fill keeps ledgers open for first turns (not in a cluster) */
+    bool pool_turned;      /* a first turn was made: the fills make ledgers from then on */
     unsigned pool_flags;   /* the child files' open flags (front_store_flags), for the fill */
     uv_timer_t pool_timer; /* a fill after a take (front_pool.c) */
     uv_timer_t reload_timer;
