@@ -305,7 +305,7 @@ int
 store_config_install(const char *dir, const uint8_t *bytes, size_t len, uint64_t index)
 {
     char path[STORE_PATH_MAX], tmp[STORE_PATH_MAX + 16], side[STORE_PATH_MAX + 8];
-    int rc, dfd;
+    int rc;
 
     if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, STORE_CONFIG_FILE) >= sizeof(path) ||
         (size_t)snprintf(tmp, sizeof(tmp), "%s-copy", path) >= sizeof(tmp))
@@ -327,12 +327,7 @@ store_config_install(const char *dir, const uint8_t *bytes, size_t len, uint64_t
         unlink_with_wal(tmp);
         return rc;
     }
-    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) != 0)
-        rc = TALLY_EIO;
-    if (dfd >= 0)
-        close(dfd);
-    return rc;
+    return store__dir_fsync(dir);
 }
 
 /* PRAGMA user_version of `schema` on h, or -1. */

@@ -146,7 +146,7 @@ dir_sync(store_db *db)
     char dir[STORE_PATH_MAX];
     const char *slash = strrchr(db->path, '/');
     size_t len = slash == NULL ? 0 : (size_t)(slash - db->path);
-    int fd, rc = TALLY_OK;
+    int rc;
 
     if (slash == NULL)
         memcpy(dir, ".", 2);
@@ -157,15 +157,27 @@ dir_sync(store_db *db)
         dir[len] = '\0';
     } else
         return TALLY_ETOOBIG;
-    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0) {
+    rc = store__dir_fsync(dir);
+    if (rc != TALLY_OK)
         store__db_errf(db, "%s: cannot sync its directory: %s", db->path, strerror(errno));
-        rc = TALLY_EIO;
-    }
-    if (fd >= 0)
-        close(fd);
-    if (rc == TALLY_OK)
+    else
         db->dir_due = false;
+    return rc;
+}
+
+int
+store__dir_fsync(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = TALLY_OK;
+
+    if (fd < 0 || fsync(fd) != 0)
+        rc = TALLY_EIO;
+    if (fd >= 0) {
+        int e = errno;
+
+        close(fd);
+        errno = e;
+    }
     return rc;
 }
 

@@ -235,7 +235,7 @@ store__pool_fill(const struct store_schema *schema, store_migrate_fn step, unsig
  * as SQLite syncs it after the first sync of a WAL it creates. SQLite reads neither name again
  * after the open in WAL mode (nor rewrites a rollback journal, which it would refuse for a moved
  * file); it skips its checkpoint at close for a file whose name moved, so store_db_close makes that
- * checkpoint itself (store__pool_moved_close). */
+ * checkpoint itself. */
 
 #define STORE_POOL_OPEN_MAX 8
 
@@ -321,12 +321,7 @@ store__pool_open_fill(const struct store_schema *schema, store_migrate_fn step, 
         if (rc == TALLY_OK && !(flags & STORE_OPEN_SYNC_FULL))
             rc = store_db_sync(po.db);
         if (rc != TALLY_OK) {
-            char wal[sizeof(po.held) + 8];
-
-            store_db_close_keep_wal(po.db);
-            snprintf(wal, sizeof(wal), "%s-wal", po.held);
-            (void)unlink(wal);
-            (void)unlink(po.held);
+            held_drop(&po);
             break;
         }
         held_put(&po);

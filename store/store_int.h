@@ -77,6 +77,8 @@ int store__pool_open_fill(const struct store_schema *schema, store_migrate_fn st
  * *out, TALLY_ENOTFOUND when none is held, TALLY_EEXIST when `path` exists. */
 int store__pool_take_open(const struct store_schema *schema, unsigned flags, const char *path,
                           store_db **out);
+/* fsync of the directory `dir` (its entries durable): TALLY_OK or TALLY_EIO (errno says why). */
+int store__dir_fsync(const char *dir);
 /* Tells db its file is now at `path` (store/db.c): errors name it, the close checkpoints, and
  * the directory is synced once a commit is durable (under synchronous FULL at the commit,
  * otherwise at store_db_sync). */

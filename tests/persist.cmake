@@ -17,5 +17,8 @@ target_link_libraries(test_e2e_upgrade PRIVATE tally_proto PkgConfig::SQLITE3)
 add_dependencies(test_e2e_upgrade tallyd tally_cli)
 
 # New ledger and child files made ahead (DATA/pool) and taken by a rename.
-tally_add_test(test_store_pool test_store_pool.c upgrade_util.c LABELS unit)
+tally_add_test(test_store_pool test_store_pool.c store_pool_util.c upgrade_util.c LABELS unit)
 target_link_libraries(test_store_pool PRIVATE tally_ledger_internal tally_child_internal)
+tally_add_test(test_store_pool_open test_store_pool_open.c store_pool_util.c upgrade_util.c
+               LABELS unit)
+target_link_libraries(test_store_pool_open PRIVATE tally_ledger_internal tally_child_internal)

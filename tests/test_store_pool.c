@@ -4,11 +4,7 @@
  * file shorter) and works as a file written on the spot; an empty pool, or a pool on another
  * filesystem, leaves creation as it was; two threads creating files at once never get the
  * same pool file; a start removes what an interrupted fill left; ledgers and child files alike
- * come with their WAL started. Files kept open ahead (store_child_pool_open,
- * store_journal_pool_open) are linked into place by a create with the same flags: the
- * connection writes the file and WAL at their new names (read back after a close and after a
- * kill -9 of the writer), its close checkpoints as any, a file already there is opened as it
- * is, and a drop closes and removes them.
+ * come with their WAL started (files kept open ahead: test_store_pool_open.c).
  */
 /* cmocka.h needs these first, in this order (docs/CONVENTIONS.md §6). */
 /* clang-format off */
@@ -31,56 +27,9 @@
 
 #include "store_child.h"
 #include "store_journal.h"
+#include "store_pool_util.h"
 #include "test_support.h"
 #include "upgrade_util.h"
-
-static char dir[64];
-static char pool[128];
-
-static int
-setup(void **state)
-{
-    (void)state;
-    test_tmpdir(dir, sizeof(dir));
-    snprintf(pool, sizeof(pool), "%s/pool", dir);
-    assert_int_equal(store_pool_clean(pool), TALLY_OK);
-    store_pool_use(pool);
-    return 0;
-}
-
-static int
-teardown(void **state)
-{
-    (void)state;
-    store_pool_open_drop();
-    store_pool_use(NULL);
-    test_rmtree(dir);
-    return 0;
-}
-
-/* The inode of `name` in the pool, 0 when it is not there. */
-static ino_t
-pool_ino(const char *name)
-{
-    char path[256];
-    struct stat sb;
-
-    snprintf(path, sizeof(path), "%s/%s", pool, name);
-    return stat(path, &sb) == 0 ? sb.st_ino : 0;
-}
-
-static int
-pool_count(const char *prefix, unsigned upto)
-{
-    char name[64];
-    int n = 0;
-
-    for (unsigned k = 0; k < upto; k++) {
-        snprintf(name, sizeof(name), "%s-%u.db", prefix, k);
-        n += pool_ino(name) != 0;
-    }
-    return n;
-}
 
 /* Opens a new child file at dir/NAME, bumps its incarnation, writes a row and reads it back:
  * the file works. Returns its inode. */
@@ -177,28 +126,6 @@ test_ledgers_come_from_the_pool(void **state)
     assert_int_equal(pool_count("ledger", 8), 1);
 }
 
-/* A record of `ctx` bytes "r" (the journal stores what it is given). */
-static int
-enc_bytes(void *ctx, size_t i, uint8_t *buf, size_t cap, size_t *len)
-{
-    size_t n = (size_t)(intptr_t)ctx;
-
-    (void)i;
-    assert_true(n <= cap);
-    memset(buf, 'r', n);
-    *len = n;
-    return TALLY_OK;
-}
-
-static int
-count_rec(void *ctx, const uint8_t *rec, size_t len)
-{
-    (void)rec;
-    (void)len;
-    (*(int *)ctx)++;
-    return TALLY_OK;
-}
-
 /* The first 32 bytes (the header: magic, page size, checkpoint sequence, salts) of `path`. */
 static void
 wal_header(const char *path, unsigned char out[32])
@@ -208,35 +135,6 @@ wal_header(const char *path, unsigned char out[32])
     assert_true(fd >= 0);
     assert_int_equal(read(fd, out, 32), 32);
     close(fd);
-}
-
-/* True when the WAL at `path` holds a second frame: after the header (32 bytes) and the
- * fill's frame (24 + a page), bytes that are not the padding's zeros. */
-static bool
-wal_second_frame(const char *path)
-{
-    static const unsigned char zeros[64];
-    unsigned char frame[64];
-    int fd = open(path, O_RDONLY);
-
-    assert_true(fd >= 0);
-    assert_int_equal(pread(fd, frame, sizeof(frame), 32 + 24 + 4096), (ssize_t)sizeof(frame));
-    close(fd);
-    return memcmp(frame, zeros, sizeof(frame)) != 0;
-}
-
-/* The ledger at `path` opened again holds `want` records, and SQLite finds it whole. */
-static void
-ledger_reads_back(const char *path, int want)
-{
-    store_db *db = NULL;
-    int n = 0;
-
-    assert_int_equal(store_journal_open(path, STORE_OPEN_PRIVATE, &journal_up, &db), TALLY_OK);
-    assert_int_equal(store_journal_each(db, count_rec, &n), TALLY_OK);
-    assert_int_equal(n, want);
-    assert_int_equal(store_db_exec(db, "PRAGMA integrity_check"), TALLY_OK);
-    store_db_close(db);
 }
 
 /* A pooled WAL, before and after its file's first commit. */
@@ -442,152 +340,6 @@ test_takers_never_share_a_file(void **state)
     assert_int_equal(pool_count("child", 8), 0);
 }
 
-/* Names in the pool that start with ".open-": files kept open. */
-static int
-held_count(void)
-{
-    DIR *d = opendir(pool);
-    struct dirent *e;
-    int n = 0;
-
-    assert_non_null(d);
-    /* One thread reads the directory. */
-    /* cppcheck-suppress readdirCalled */
-    while ((e = readdir(d)) != NULL)
-        n += strncmp(e->d_name, ".open-", 6) == 0 && strstr(e->d_name, "-wal") == NULL;
-    closedir(d);
-    return n;
-}
-
-static const unsigned child_flags =
-    STORE_OPEN_PRIVATE | STORE_OPEN_EXCLUSIVE | STORE_OPEN_PERSIST_WAL | STORE_OPEN_SYNC_FULL;
-
-/* Two child files kept open: a create with their flags links one into place (its inode, one
- * link, its WAL beside it), the connection's commits land in the WAL at the new name, its close
- * checkpoints (the WAL emptied, the file holding the rows) and the file reads back. A create
- * with other flags renames a plain pool file instead; a file already at the path is opened as
- * it is and the open one stays held. */
-static void
-test_open_files_are_linked_into_place(void **state)
-{
-    char path[256], wal[264];
-    store_db *db = NULL;
-    unsigned made = 0;
-    uint64_t inc = 0;
-    struct stat sb, wb;
-
-    (void)state;
-    assert_int_equal(store_child_pool_fill(4, &made), TALLY_OK);
-    assert_int_equal(store_child_pool_open(child_flags | STORE_OPEN_CREATE, 2, &made), TALLY_OK);
-    assert_int_equal(made, 2);
-    assert_int_equal(held_count(), 2);
-    assert_int_equal(pool_count("child", 8), 4); /* made apart from the pool's files */
-    assert_int_equal(store_child_pool_open(child_flags, 2, &made), TALLY_OK);
-    assert_int_equal(made, 0); /* held already */
-
-    snprintf(path, sizeof(path), "%s/search.db", dir);
-    snprintf(wal, sizeof(wal), "%s-wal", path);
-    assert_int_equal(store_child_open(path, child_flags, &child_up, &db), TALLY_OK);
-    assert_int_equal(held_count(), 1);
-    assert_int_equal(pool_count("child", 8), 4); /* no plain pool file used */
-    assert_int_equal(stat(path, &sb), 0);
-    assert_int_equal(sb.st_nlink, 1);
-    assert_int_equal(sb.st_mode & 0777, 0600);
-    assert_int_equal(stat(wal, &wb), 0);
-    assert_false(wal_second_frame(wal));
-    assert_int_equal(store_child_incarnation_next(db, &inc, NULL, NULL), TALLY_OK);
-    assert_int_equal(inc, 1);
-    {
-        struct stat after;
-
-        assert_int_equal(stat(wal, &after), 0);
-        assert_int_equal(after.st_ino, wb.st_ino);
-        assert_int_equal(after.st_size, wb.st_size); /* within the padding */
-        assert_true(wal_second_frame(wal));          /* the commit went to the moved WAL */
-    }
-    store_db_close(db);
-    assert_int_equal(stat(wal, &wb), 0);
-    assert_int_equal(wb.st_size, 0); /* checkpointed at the close, kept empty */
-    assert_int_equal(store_child_open(path, child_flags, &child_up, &db), TALLY_OK);
-    assert_int_equal(store_child_incarnation_next(db, &inc, NULL, NULL), TALLY_OK);
-    assert_int_equal(inc, 2);
-    assert_int_equal(store_db_exec(db, "PRAGMA integrity_check"), TALLY_OK);
-    store_db_close(db);
-    assert_int_equal(held_count(), 1); /* an existing file: nothing taken */
-
-    /* Other flags: a plain pool file renamed into place, the open one left. */
-    snprintf(path, sizeof(path), "%s/other.db", dir);
-    assert_int_equal(store_child_open(path, STORE_OPEN_PRIVATE, &child_up, &db), TALLY_OK);
-    store_db_close(db);
-    assert_int_equal(held_count(), 1);
-    assert_int_equal(pool_count("child", 8), 3);
-
-    store_pool_open_drop();
-    assert_int_equal(held_count(), 0);
-    assert_int_equal(pool_count("child", 8), 3);
-}
-
-/* A ledger kept open, as a first turn opens one: records appended at its new name, the WAL
- * kept at the close (store_db_close_keep_wal), and another connection opening the file by
- * its name reads them. */
-static void
-test_open_ledgers_are_linked_into_place(void **state)
-{
-    const unsigned flags =
-        STORE_OPEN_PRIVATE | STORE_OPEN_EXCLUSIVE | STORE_OPEN_PERSIST_WAL | STORE_OPEN_SYNC_FULL;
-    char path[256];
-    store_db *db = NULL;
-    unsigned made = 0;
-
-    (void)state;
-    assert_int_equal(store_journal_pool_open(flags, 1, &made), TALLY_OK);
-    assert_int_equal(made, 1);
-    assert_int_equal(pool_count("ledger", 8), 0); /* made apart from the pool's files */
-    snprintf(path, sizeof(path), "%s/ledger.db", dir);
-    assert_int_equal(store_journal_open(path, flags, &journal_up, &db), TALLY_OK);
-    assert_int_equal(held_count(), 0);
-    assert_int_equal(store_journal_append(db, 3, enc_bytes, (void *)(intptr_t)40), TALLY_OK);
-    store_db_close_keep_wal(db);
-    ledger_reads_back(path, 3);
-}
-
-/* A writer killed (-9) right after its first commit on a file kept open and linked into
- * place: the commit is in the file's WAL at its new name, and the next open reads it. */
-static void
-test_open_file_commit_survives_kill9(void **state)
-{
-    char path[256];
-    store_db *db = NULL;
-    unsigned made = 0;
-    uint64_t inc = 0;
-    int status = 0;
-    pid_t pid;
-
-    (void)state;
-    snprintf(path, sizeof(path), "%s/search.db", dir);
-    pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        /* The child: no cmocka here; its exit status tells what failed. */
-        if (store_child_pool_open(child_flags, 1, &made) != TALLY_OK || made != 1)
-            _exit(2);
-        if (store_child_open(path, child_flags, &child_up, &db) != TALLY_OK || held_count() != 0)
-            _exit(3);
-        if (store_child_incarnation_next(db, &inc, NULL, NULL) != TALLY_OK || inc != 1)
-            _exit(4);
-        kill(getpid(), SIGKILL);
-        _exit(5);
-    }
-    assert_int_equal(waitpid(pid, &status, 0), pid);
-    assert_true(WIFSIGNALED(status));
-    assert_int_equal(WTERMSIG(status), SIGKILL);
-    assert_int_equal(store_child_open(path, child_flags, &child_up, &db), TALLY_OK);
-    assert_int_equal(store_child_incarnation_next(db, &inc, NULL, NULL), TALLY_OK);
-    assert_int_equal(inc, 2);
-    assert_int_equal(store_db_exec(db, "PRAGMA integrity_check"), TALLY_OK);
-    store_db_close(db);
-}
-
 int
 main(void)
 {
@@ -600,9 +352,6 @@ main(void)
         cmocka_unit_test_setup_teardown(test_clean_removes_what_a_fill_left, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pool_elsewhere_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(test_takers_never_share_a_file, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_open_files_are_linked_into_place, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_open_ledgers_are_linked_into_place, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_open_file_commit_survives_kill9, setup, teardown),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
